@@ -1,0 +1,1 @@
+//! Quantization and dequantization of the GGUF block formats.
