@@ -2,3 +2,4 @@
 //! through `std::arch` with run-time detection, presented as one or several virtual devices.
 
 pub mod view;
+pub mod matmul;
