@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod graph;
 pub mod op;
 pub mod quant;
+pub mod registry;
 pub mod tensor;
 
 pub use backend::{Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo};
