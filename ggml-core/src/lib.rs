@@ -9,9 +9,12 @@ pub mod graph;
 pub mod op;
 pub mod quant;
 pub mod registry;
+pub mod sched;
 pub mod tensor;
 
-pub use backend::{Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo};
+pub use backend::{
+    Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
+};
 pub use dtype::{DType, QK_K};
 pub use error::{Error, Result};
 pub use graph::Graph;

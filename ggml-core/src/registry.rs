@@ -21,7 +21,10 @@ pub trait BackendReg: Send + Sync {
         None
     }
     /// An AllReduce communicator over streams of this family, if the family offers one.
-    fn new_communicator(&self, _backends: &[Arc<dyn Backend>]) -> Option<Result<Arc<dyn Communicator>>> {
+    fn new_communicator(
+        &self,
+        _backends: &[Arc<dyn Backend>],
+    ) -> Option<Result<Arc<dyn Communicator>>> {
         None
     }
 }
@@ -40,7 +43,12 @@ const BUILD_ID_LEN: usize = 128;
 
 /// The identity of this core build: crate version and compiler version.
 pub const fn build_id() -> &'static str {
-    concat!("ggml-core ", env!("CARGO_PKG_VERSION"), "; ", env!("GGML_TP_RUSTC_VERSION"))
+    concat!(
+        "ggml-core ",
+        env!("CARGO_PKG_VERSION"),
+        "; ",
+        env!("GGML_TP_RUSTC_VERSION")
+    )
 }
 
 /// The C-ABI declaration a plugin exports (see [`export_plugin!`](crate::export_plugin)).
@@ -63,7 +71,11 @@ impl PluginDecl {
             build_id[i] = id[i];
             i += 1;
         }
-        PluginDecl { abi_version: PLUGIN_ABI_VERSION, build_id, create }
+        PluginDecl {
+            abi_version: PLUGIN_ABI_VERSION,
+            build_id,
+            create,
+        }
     }
 }
 
@@ -116,7 +128,10 @@ fn registry() -> &'static Mutex<Registry> {
                 backends.push(Arc::from((s.create)()));
             }
         }
-        let mut reg = Registry { backends, plugin_errors: Vec::new() };
+        let mut reg = Registry {
+            backends,
+            plugin_errors: Vec::new(),
+        };
         if let Some(dir) = plugin_dir() {
             for path in plugin_candidates(&dir) {
                 match open_plugin(&path) {
@@ -135,12 +150,17 @@ pub fn plugin_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("GGML_TP_PLUGIN_DIR") {
         return Some(PathBuf::from(d));
     }
-    std::env::current_exe().ok()?.parent().map(Path::to_path_buf)
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(Path::to_path_buf)
 }
 
 /// Files in `dir` that look like backend plugins (`libbackend_<family>.so`, `backend_<family>.dll`, ...).
 pub fn plugin_candidates(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut out: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| plugin_family(p).is_some())
@@ -157,11 +177,15 @@ fn plugin_family(path: &Path) -> Option<String> {
     let stem = path.file_stem()?.to_str()?;
     let stem = stem.strip_prefix("lib").unwrap_or(stem);
     let family = stem.strip_prefix("backend_")?;
-    (!family.is_empty() && family.chars().all(|c| c.is_ascii_alphanumeric())).then(|| family.to_string())
+    (!family.is_empty() && family.chars().all(|c| c.is_ascii_alphanumeric()))
+        .then(|| family.to_string())
 }
 
 fn plugin_err(path: &Path, msg: impl Into<String>) -> Error {
-    Error::Plugin { path: path.display().to_string(), msg: msg.into() }
+    Error::Plugin {
+        path: path.display().to_string(),
+        msg: msg.into(),
+    }
 }
 
 fn check_abi(abi: u32) -> std::result::Result<(), String> {
@@ -173,18 +197,25 @@ fn check_abi(abi: u32) -> std::result::Result<(), String> {
 }
 
 fn check_build_id(id: &[u8; BUILD_ID_LEN]) -> std::result::Result<(), String> {
-    let theirs = String::from_utf8_lossy(id).trim_end_matches('\0').to_string();
+    let theirs = String::from_utf8_lossy(id)
+        .trim_end_matches('\0')
+        .to_string();
     if theirs == build_id() {
         Ok(())
     } else {
-        Err(format!("plugin built for \"{theirs}\", this program is \"{}\": rebuild the plugin", build_id()))
+        Err(format!(
+            "plugin built for \"{theirs}\", this program is \"{}\": rebuild the plugin",
+            build_id()
+        ))
     }
 }
 
 fn open_plugin(path: &Path) -> Result<Arc<dyn BackendReg>> {
-    let family = plugin_family(path).ok_or_else(|| plugin_err(path, "file name is not backend_<family>.<so|dylib|dll>"))?;
+    let family = plugin_family(path)
+        .ok_or_else(|| plugin_err(path, "file name is not backend_<family>.<so|dylib|dll>"))?;
     // SAFETY: loading a library runs its initializers; plugins are trusted code from the plugin dir.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| plugin_err(path, e.to_string()))?;
+    let lib =
+        unsafe { libloading::Library::new(path) }.map_err(|e| plugin_err(path, e.to_string()))?;
     let symbol = format!("ggml_tp_plugin_{family}\0");
     // SAFETY: the symbol, if present, has the signature declared by `export_plugin!`.
     let decl_fn = unsafe { lib.get::<extern "C" fn() -> *const PluginDecl>(symbol.as_bytes()) }
@@ -239,7 +270,10 @@ pub fn devices() -> Vec<Arc<dyn Device>> {
 
 /// The device called `name` (e.g. `cpu:0`).
 pub fn device(name: &str) -> Result<Arc<dyn Device>> {
-    devices().into_iter().find(|d| d.name() == name).ok_or_else(|| Error::NoDevice(name.to_string()))
+    devices()
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| Error::NoDevice(name.to_string()))
 }
 
 #[cfg(test)]
@@ -248,8 +282,14 @@ mod tests {
 
     #[test]
     fn plugin_file_names() {
-        assert_eq!(plugin_family(Path::new("/x/libbackend_cpu.so")).as_deref(), Some("cpu"));
-        assert_eq!(plugin_family(Path::new("backend_cuda.dll")).as_deref(), Some("cuda"));
+        assert_eq!(
+            plugin_family(Path::new("/x/libbackend_cpu.so")).as_deref(),
+            Some("cpu")
+        );
+        assert_eq!(
+            plugin_family(Path::new("backend_cuda.dll")).as_deref(),
+            Some("cuda")
+        );
         assert_eq!(plugin_family(Path::new("/x/libbackend_cpu.rlib")), None);
         assert_eq!(plugin_family(Path::new("/x/libfoo.so")), None);
         assert_eq!(plugin_family(Path::new("/x/libbackend_.so")), None);
@@ -277,7 +317,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let fake = dir.join("libbackend_fake.so");
         std::fs::write(&fake, b"not a shared library").unwrap();
-        let err = load_plugin(&fake).err().expect("a text file is not a plugin");
+        let err = load_plugin(&fake)
+            .err()
+            .expect("a text file is not a plugin");
         assert!(err.to_string().contains("libbackend_fake.so"), "{err}");
         assert!(load_plugin(&dir.join("libbackend_none.so")).is_err());
         std::fs::remove_dir_all(&dir).ok();
