@@ -16,7 +16,9 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Reads `<name>.<kind>.bin`: checks the magic and returns (type, count, payload).
@@ -31,7 +33,9 @@ fn load(name: &str, kind: &str, magic: &[u8; 4]) -> (DType, usize, Vec<u8>) {
 
 fn assert_bits_eq(name: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len());
-    let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i].to_bits() != want[i].to_bits()).collect();
+    let bad: Vec<usize> = (0..got.len())
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .collect();
     if let Some(&i) = bad.first() {
         panic!(
             "{name}: {} of {} values differ; first at {i} (block {}): got {:e} ({:#010x}), want {:e} ({:#010x})",
@@ -90,7 +94,12 @@ fn check_quant(name: &str) {
 #[test]
 fn every_type_has_dequant_vectors() {
     for t in DType::ALL.into_iter().filter(|&t| t != DType::I32) {
-        assert!(data_dir().join(format!("{}.dequant.bin", t.name())).exists(), "no vectors for {t}");
+        assert!(
+            data_dir()
+                .join(format!("{}.dequant.bin", t.name()))
+                .exists(),
+            "no vectors for {t}"
+        );
     }
 }
 

@@ -259,7 +259,11 @@ mod tests {
             let r = f16::from_bits(h).to_f32();
             if r.is_nan() {
                 assert!(v.is_nan());
-                assert_eq!(v.to_bits() & 0x1FFF, 0, "payload sits in the top mantissa bits");
+                assert_eq!(
+                    v.to_bits() & 0x1FFF,
+                    0,
+                    "payload sits in the top mantissa bits"
+                );
             } else {
                 assert_eq!(v.to_bits(), r.to_bits(), "{h:#06x}");
             }

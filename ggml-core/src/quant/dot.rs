@@ -43,14 +43,27 @@ pub fn vec_dot_ref(weight: DType, w: &[u8], act: &[u8], n: usize) -> Result<f32>
             min_dot::<BlockQ5_1>(w, act, |x| (f16_to_f32(x.d), f16_to_f32(x.m), x.unpack()))
         }
         DType::Q4K => k4_dot::<BlockQ4K>(w, act, |x| {
-            (f16_to_f32(x.d), f16_to_f32(x.dmin), x.scale_mins(), x.unpack())
+            (
+                f16_to_f32(x.d),
+                f16_to_f32(x.dmin),
+                x.scale_mins(),
+                x.unpack(),
+            )
         }),
         DType::Q5K => k4_dot::<BlockQ5K>(w, act, |x| {
-            (f16_to_f32(x.d), f16_to_f32(x.dmin), x.scale_mins(), x.unpack())
+            (
+                f16_to_f32(x.d),
+                f16_to_f32(x.dmin),
+                x.scale_mins(),
+                x.unpack(),
+            )
         }),
         DType::Q6K => q6k_dot(w, act),
         DType::I32 | DType::Q8_1 | DType::Q8K => {
-            return Err(Error::UnsupportedType { dtype: weight, what: "vec_dot_ref (as a weight)".into() })
+            return Err(Error::UnsupportedType {
+                dtype: weight,
+                what: "vec_dot_ref (as a weight)".into(),
+            })
         }
     })
 }
@@ -58,7 +71,10 @@ pub fn vec_dot_ref(weight: DType, w: &[u8], act: &[u8], n: usize) -> Result<f32>
 /// Integer dot product of two equally long quant slices.
 #[inline]
 fn idot(a: &[i8], b: &[i8]) -> i32 {
-    a.iter().zip(b).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
 }
 
 fn float_dot(dtype: DType, w: &[u8], act: &[u8], n: usize) -> Result<f32> {
@@ -66,7 +82,10 @@ fn float_dot(dtype: DType, w: &[u8], act: &[u8], n: usize) -> Result<f32> {
     let mut b = vec![0f32; n];
     dequantize_row(dtype, w, &mut a)?;
     dequantize_row(dtype, act, &mut b)?;
-    Ok(a.iter().zip(&b).map(|(&x, &y)| f64::from(x * y)).sum::<f64>() as f32)
+    Ok(a.iter()
+        .zip(&b)
+        .map(|(&x, &y)| f64::from(x * y))
+        .sum::<f64>() as f32)
 }
 
 /// Weights `d * q` against Q8_0: `sum += sumi * (d_w * d_a)`.
@@ -105,7 +124,12 @@ fn k4_dot<B: bytemuck::Pod>(w: &[u8], act: &[u8], get: impl Fn(&B) -> K4Parts) -
         for (s, &(sc, _)) in sm.iter().enumerate() {
             isum += i32::from(sc) * idot(&q[32 * s..32 * s + 32], &y.qs[32 * s..32 * s + 32]);
         }
-        let msum: i32 = y.bsums.iter().enumerate().map(|(j, &b)| i32::from(b) * i32::from(sm[j / 2].1)).sum();
+        let msum: i32 = y
+            .bsums
+            .iter()
+            .enumerate()
+            .map(|(j, &b)| i32::from(b) * i32::from(sm[j / 2].1))
+            .sum();
         sumf += d * y.d * isum as f32 - dmin * y.d * msum as f32;
     }
     sumf

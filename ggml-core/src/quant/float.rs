@@ -6,7 +6,10 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 fn unsupported(dtype: DType, what: &str) -> Error {
-    Error::UnsupportedType { dtype, what: what.to_string() }
+    Error::UnsupportedType {
+        dtype,
+        what: what.to_string(),
+    }
 }
 
 /// Widens a row of `dtype` (F32, F16 or BF16) into `dst`; lengths are checked by the caller.

@@ -221,8 +221,15 @@ fn quantize_k4_like(
         let sum_x2: f32 = xs.iter().fold(0.0, |a, v| a + v * v);
         let av_x = (sum_x2 / 32.0).sqrt();
         let weights: [f32; 32] = std::array::from_fn(|i| av_x + xs[i].abs());
-        let (sc, m) =
-            make_qkx2_quants(xs, &weights, nmax, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep);
+        let (sc, m) = make_qkx2_quants(
+            xs,
+            &weights,
+            nmax,
+            &mut l[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+        );
         scales[j] = sc;
         mins[j] = m;
         if sc > max_scale {
@@ -232,14 +239,22 @@ fn quantize_k4_like(
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-    let ls: [u8; 8] = std::array::from_fn(|j| nearest_int(inv_scale * scales[j]).clamp(0, 63) as u8);
+    let ls: [u8; 8] =
+        std::array::from_fn(|j| nearest_int(inv_scale * scales[j]).clamp(0, 63) as u8);
     let lm: [u8; 8] = std::array::from_fn(|j| nearest_int(inv_min * mins[j]).clamp(0, 63) as u8);
     let packed = pack_scale_min_k4(&ls, &lm);
     let d = f32_to_f16(max_scale / 63.0);
     let dmin = f32_to_f16(max_min / 63.0);
-    for (j, &(ds, dm)) in k4_scales(f16_to_f32(d), f16_to_f32(dmin), &packed).iter().enumerate() {
+    for (j, &(ds, dm)) in k4_scales(f16_to_f32(d), f16_to_f32(dmin), &packed)
+        .iter()
+        .enumerate()
+    {
         if ds == 0.0 {
             continue;
         }
@@ -253,18 +268,35 @@ fn quantize_k4_like(
 impl QuantBlock for BlockQ4K {
     const DTYPE: DType = DType::Q4K;
     fn dequantize(&self, out: &mut [f32]) {
-        dequant_k4(&self.unpack(), f16_to_f32(self.d), f16_to_f32(self.dmin), &self.scales, out);
+        dequant_k4(
+            &self.unpack(),
+            f16_to_f32(self.d),
+            f16_to_f32(self.dmin),
+            &self.scales,
+            out,
+        );
     }
     fn quantize(x: &[f32]) -> Self {
         let (d, dmin, scales, l) = quantize_k4_like(x, 15, -1.0, 20);
-        BlockQ4K { d, dmin, scales, qs: pack_k4(&l) }
+        BlockQ4K {
+            d,
+            dmin,
+            scales,
+            qs: pack_k4(&l),
+        }
     }
 }
 
 impl QuantBlock for BlockQ5K {
     const DTYPE: DType = DType::Q5K;
     fn dequantize(&self, out: &mut [f32]) {
-        dequant_k4(&self.unpack(), f16_to_f32(self.d), f16_to_f32(self.dmin), &self.scales, out);
+        dequant_k4(
+            &self.unpack(),
+            f16_to_f32(self.d),
+            f16_to_f32(self.dmin),
+            &self.scales,
+            out,
+        );
     }
     fn quantize(x: &[f32]) -> Self {
         let (d, dmin, scales, l) = quantize_k4_like(x, 31, -0.5, 15);
@@ -272,7 +304,13 @@ impl QuantBlock for BlockQ5K {
         for (i, &v) in l.iter().enumerate() {
             qh[i % 32] |= ((v >> 4) & 1) << (i / 32);
         }
-        BlockQ5K { d, dmin, scales, qh, qs: pack_k4(&l) }
+        BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs: pack_k4(&l),
+        }
     }
 }
 
@@ -359,7 +397,12 @@ impl QuantBlock for BlockQ6K {
             }
         }
         let (ql, qh) = pack_q6(&l);
-        BlockQ6K { ql, qh, scales: qscales, d }
+        BlockQ6K {
+            ql,
+            qh,
+            scales: qscales,
+            d,
+        }
     }
 }
 
@@ -402,7 +445,12 @@ mod tests {
     fn k4_and_q6_packing_round_trip() {
         let l: [u8; QK_K] = std::array::from_fn(|i| ((i * 37 + 11) % 64) as u8);
         let (ql, qh) = pack_q6(&l);
-        let b = BlockQ6K { ql, qh, scales: [1; 16], d: f32_to_f16(1.0) };
+        let b = BlockQ6K {
+            ql,
+            qh,
+            scales: [1; 16],
+            d: f32_to_f16(1.0),
+        };
         let q = b.unpack();
         for i in 0..QK_K {
             assert_eq!(i32::from(q[i]) + 32, i32::from(l[i]), "element {i}");
@@ -417,7 +465,10 @@ mod tests {
         let x: Vec<f32> = (0..QK_K).map(|i| ((i * 13) % 29) as f32 - 14.0).collect();
         let b = BlockQ8K::quantize(&x);
         for j in 0..16 {
-            let s: i32 = b.qs[16 * j..16 * j + 16].iter().map(|&v| i32::from(v)).sum();
+            let s: i32 = b.qs[16 * j..16 * j + 16]
+                .iter()
+                .map(|&v| i32::from(v))
+                .sum();
             assert_eq!(i32::from(b.bsums[j]), s);
         }
         assert_eq!(b.qs.iter().map(|v| v.unsigned_abs()).max(), Some(127));

@@ -98,7 +98,9 @@ fn quantize_min_max(x: &[f32], nmax: u8) -> (f32, f32, [u8; QK]) {
 
 /// Q8 quantizer shared by Q8_0 and Q8_1: `d = amax / 127`, `q = round(x / d)` (half away from 0).
 fn quantize_q8(x: &[f32]) -> (f32, [i8; QK]) {
-    let amax = x.iter().fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() });
+    let amax = x
+        .iter()
+        .fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() });
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut q = [0i8; QK];
@@ -157,7 +159,10 @@ impl QuantBlock for BlockQ4_0 {
     }
     fn quantize(x: &[f32]) -> Self {
         let (d, q) = quantize_symmetric(x, 8);
-        BlockQ4_0 { d: f32_to_f16(d), qs: pack_nibbles(&q) }
+        BlockQ4_0 {
+            d: f32_to_f16(d),
+            qs: pack_nibbles(&q),
+        }
     }
 }
 
@@ -168,7 +173,11 @@ impl QuantBlock for BlockQ4_1 {
     }
     fn quantize(x: &[f32]) -> Self {
         let (d, m, q) = quantize_min_max(x, 15);
-        BlockQ4_1 { d: f32_to_f16(d), m: f32_to_f16(m), qs: pack_nibbles(&q) }
+        BlockQ4_1 {
+            d: f32_to_f16(d),
+            m: f32_to_f16(m),
+            qs: pack_nibbles(&q),
+        }
     }
 }
 
@@ -180,7 +189,11 @@ impl QuantBlock for BlockQ5_0 {
     fn quantize(x: &[f32]) -> Self {
         let (d, q) = quantize_symmetric(x, 16);
         let (qs, qh) = pack_q5(&q);
-        BlockQ5_0 { d: f32_to_f16(d), qh, qs }
+        BlockQ5_0 {
+            d: f32_to_f16(d),
+            qh,
+            qs,
+        }
     }
 }
 
@@ -192,7 +205,12 @@ impl QuantBlock for BlockQ5_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, m, q) = quantize_min_max(x, 31);
         let (qs, qh) = pack_q5(&q);
-        BlockQ5_1 { d: f32_to_f16(d), m: f32_to_f16(m), qh, qs }
+        BlockQ5_1 {
+            d: f32_to_f16(d),
+            m: f32_to_f16(m),
+            qh,
+            qs,
+        }
     }
 }
 
@@ -203,7 +221,10 @@ impl QuantBlock for BlockQ8_0 {
     }
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = quantize_q8(x);
-        BlockQ8_0 { d: f32_to_f16(d), qs }
+        BlockQ8_0 {
+            d: f32_to_f16(d),
+            qs,
+        }
     }
 }
 
@@ -215,7 +236,11 @@ impl QuantBlock for BlockQ8_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = quantize_q8(x);
         let sum: i32 = qs.iter().map(|&v| i32::from(v)).sum();
-        BlockQ8_1 { d: f32_to_f16(d), s: f32_to_f16(sum as f32 * d), qs }
+        BlockQ8_1 {
+            d: f32_to_f16(d),
+            s: f32_to_f16(sum as f32 * d),
+            qs,
+        }
     }
 }
 

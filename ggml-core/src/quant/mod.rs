@@ -7,7 +7,8 @@
 //!   `gguf` Python package's numpy dequantizer (`gguf.quants.dequantize`, version 0.19): the same
 //!   f32 operations in the same order (for example `(d * sc) * q - (dmin * m)` for Q4_K), f16
 //!   scales widened exactly, MXFP4's E8M0 scale decoded as `GGML_E8M0_TO_FP32_HALF`. gguf-py has no
-//!   Q8_1 / Q8_K dequantizer; those follow ggml (`d * q`).
+//!   Q8_1 / Q8_K dequantizer; those follow ggml (`d * q`). (gguf-py's size table still lists Q8_1
+//!   as 40 bytes; ggml and this crate use 36: f16 `d`, f16 `s`, 32 quants.)
 //! - [`quantize_row`]: f32 to any supported type with ggml's reference quantizers
 //!   (`quantize_row_*_ref`), the way llama.cpp quantizes activations (Q8_0, Q8_1, Q8_K).
 //! - [`vec_dot_type`] / [`vec_dot_ref`]: which activation type a weight type is multiplied
@@ -43,7 +44,9 @@ pub(crate) trait QuantBlock: Pod {
 
 /// Reads the blocks of a byte slice (whose alignment is arbitrary) one by one.
 pub(crate) fn read_blocks<B: Pod>(bytes: &[u8]) -> impl Iterator<Item = B> + '_ {
-    bytes.chunks_exact(std::mem::size_of::<B>()).map(bytemuck::pod_read_unaligned)
+    bytes
+        .chunks_exact(std::mem::size_of::<B>())
+        .map(bytemuck::pod_read_unaligned)
 }
 
 fn dequantize_blocks<B: QuantBlock>(src: &[u8], dst: &mut [f32]) {
@@ -64,7 +67,10 @@ pub(crate) fn check_row(op: &'static str, dtype: DType, n: usize, bytes: usize) 
     match dtype.row_size(n) {
         None => Err(Error::Shape {
             op,
-            msg: format!("{n} elements are not a whole number of {dtype} blocks of {}", dtype.block_size()),
+            msg: format!(
+                "{n} elements are not a whole number of {dtype} blocks of {}",
+                dtype.block_size()
+            ),
         }),
         Some(size) if size != bytes => Err(Error::Shape {
             op,
@@ -75,7 +81,10 @@ pub(crate) fn check_row(op: &'static str, dtype: DType, n: usize, bytes: usize) 
 }
 
 fn unsupported(dtype: DType, what: &str) -> Error {
-    Error::UnsupportedType { dtype, what: what.to_string() }
+    Error::UnsupportedType {
+        dtype,
+        what: what.to_string(),
+    }
 }
 
 /// Decodes one row: `dst.len()` elements from `src`, which must hold exactly
@@ -131,10 +140,14 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
 /// Decodes a whole buffer of `dtype` data (any number of rows) into a new vector. The byte count
 /// must be a whole number of blocks.
 pub fn dequantize_to_vec(dtype: DType, src: &[u8]) -> Result<Vec<f32>> {
-    if src.len() % dtype.type_size() != 0 {
+    if !src.len().is_multiple_of(dtype.type_size()) {
         return Err(Error::Shape {
             op: "dequantize_to_vec",
-            msg: format!("{} bytes are not a whole number of {dtype} blocks of {} bytes", src.len(), dtype.type_size()),
+            msg: format!(
+                "{} bytes are not a whole number of {dtype} blocks of {} bytes",
+                src.len(),
+                dtype.type_size()
+            ),
         });
     }
     let mut out = vec![0f32; src.len() / dtype.type_size() * dtype.block_size()];
@@ -146,7 +159,10 @@ pub fn dequantize_to_vec(dtype: DType, src: &[u8]) -> Result<Vec<f32>> {
 pub fn quantize_to_vec(dtype: DType, src: &[f32]) -> Result<Vec<u8>> {
     let size = dtype.row_size(src.len()).ok_or_else(|| Error::Shape {
         op: "quantize_to_vec",
-        msg: format!("{} elements are not a whole number of {dtype} blocks", src.len()),
+        msg: format!(
+            "{} elements are not a whole number of {dtype} blocks",
+            src.len()
+        ),
     })?;
     let mut out = vec![0u8; size];
     quantize_row(dtype, src, &mut out)?;

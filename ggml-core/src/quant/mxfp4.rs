@@ -37,15 +37,24 @@ impl QuantBlock for BlockMxfp4 {
         }
     }
     fn quantize(x: &[f32]) -> Self {
-        let amax = x.iter().fold(0.0f32, |a, v| if a < v.abs() { v.abs() } else { a });
+        let amax = x
+            .iter()
+            .fold(0.0f32, |a, v| if a < v.abs() { v.abs() } else { a });
         // `as u8` saturates, so amax below 2^-125 gives e = 0 and amax of inf gives 255.
-        let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0) as u8 } else { 0 };
+        let e = if amax > 0.0 {
+            (amax.log2().floor() - 2.0 + 127.0) as u8
+        } else {
+            0
+        };
         let d = e8m0_to_f32_half(e);
         let mut q = [0u8; QK];
         for (qi, &v) in q.iter_mut().zip(x) {
             *qi = best_index(v, d);
         }
-        BlockMxfp4 { e, qs: pack_nibbles(&q) }
+        BlockMxfp4 {
+            e,
+            qs: pack_nibbles(&q),
+        }
     }
 }
 
@@ -56,7 +65,9 @@ mod tests {
     #[test]
     fn exactly_representable_values_survive() {
         // With amax = 6 * 2^k the exponent is chosen so that every table value times 2^k is exact.
-        let x: Vec<f32> = (0..QK).map(|i| f32::from(MXFP4_VALUES[i % 16]) * 0.25).collect();
+        let x: Vec<f32> = (0..QK)
+            .map(|i| f32::from(MXFP4_VALUES[i % 16]) * 0.25)
+            .collect();
         let b = BlockMxfp4::quantize(&x);
         let mut y = [0f32; QK];
         b.dequantize(&mut y);

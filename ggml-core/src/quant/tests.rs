@@ -68,7 +68,11 @@ fn round_trip(dtype: DType, x: &[f32]) -> Vec<f32> {
 
 /// sum (x - y)^2 / sum x^2.
 fn nmse(x: &[f32], y: &[f32]) -> f64 {
-    let err: f64 = x.iter().zip(y).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
+    let err: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+        .sum();
     let norm: f64 = x.iter().map(|&a| f64::from(a).powi(2)).sum();
     err / norm
 }
@@ -104,7 +108,11 @@ fn round_trip_error_is_bounded_on_random_data() {
             if std::env::var_os("QUANT_PRINT_NMSE").is_some() {
                 eprintln!("{dtype} sigma {sigma}: nmse {e:.3e}");
             }
-            assert!(e <= nmse_bound(dtype), "{dtype} sigma {sigma}: nmse {e:.3e} > {:.1e} (seed {seed})", nmse_bound(dtype));
+            assert!(
+                e <= nmse_bound(dtype),
+                "{dtype} sigma {sigma}: nmse {e:.3e} > {:.1e} (seed {seed})",
+                nmse_bound(dtype)
+            );
         }
     }
 }
@@ -113,7 +121,9 @@ fn round_trip_error_is_bounded_on_random_data() {
 fn round_trip_error_is_bounded_on_ggml_test_data() {
     // The synthetic rows of ggml's test-quantize-fns: 0.1 + 2 cos(i + offset).
     for dtype in TYPES {
-        let x: Vec<f32> = (0..8 * QK_K).map(|i| 0.1 + 2.0 * (i as f32 + 0.3).cos()).collect();
+        let x: Vec<f32> = (0..8 * QK_K)
+            .map(|i| 0.1 + 2.0 * (i as f32 + 0.3).cos())
+            .collect();
         let e = nmse(&x, &round_trip(dtype, &x));
         assert!(e <= nmse_bound(dtype), "{dtype}: nmse {e:.3e}");
     }
@@ -141,7 +151,10 @@ fn constant_rows_are_close() {
             };
             let y = round_trip(dtype, &[c; QK_K]);
             for &v in &y {
-                assert!((v - c).abs() <= tol * c.abs(), "{dtype} constant {c}: got {v}");
+                assert!(
+                    (v - c).abs() <= tol * c.abs(),
+                    "{dtype} constant {c}: got {v}"
+                );
             }
         }
     }
@@ -157,7 +170,10 @@ fn large_magnitudes_stay_finite_and_accurate() {
         let y = round_trip(dtype, &x);
         assert!(y.iter().all(|v| v.is_finite()), "{dtype} (seed {seed})");
         let e = nmse(&x, &y);
-        assert!(e <= nmse_bound(dtype), "{dtype}: nmse {e:.3e} (seed {seed})");
+        assert!(
+            e <= nmse_bound(dtype),
+            "{dtype}: nmse {e:.3e} (seed {seed})"
+        );
     }
     // Q8_K has an f32 scale, so it covers the whole f32 range.
     let x: Vec<f32> = (0..QK_K).map(|i| (i as f32 - 128.0) * 1e35).collect();
@@ -174,9 +190,15 @@ fn bad_lengths_and_types_are_errors() {
         let mut bytes = vec![0u8; 2 * ts];
         for wrong in [2 * ts - 1, 2 * ts + 1, ts] {
             let err = dequantize_row(dtype, &vec![0u8; wrong], &mut out);
-            assert!(matches!(err, Err(Error::Shape { .. })), "{dtype} dequant {wrong} bytes: {err:?}");
+            assert!(
+                matches!(err, Err(Error::Shape { .. })),
+                "{dtype} dequant {wrong} bytes: {err:?}"
+            );
             let err = quantize_row(dtype, &out, &mut vec![0u8; wrong]);
-            assert!(matches!(err, Err(Error::Shape { .. })), "{dtype} quant {wrong} bytes: {err:?}");
+            assert!(
+                matches!(err, Err(Error::Shape { .. })),
+                "{dtype} quant {wrong} bytes: {err:?}"
+            );
         }
         if bs > 1 {
             let err = dequantize_row(dtype, &bytes, &mut vec![0f32; 2 * bs - 1]);
@@ -192,8 +214,14 @@ fn bad_lengths_and_types_are_errors() {
         quantize_row(dtype, &out, &mut bytes).unwrap();
         dequantize_row(dtype, &bytes, &mut out).unwrap();
     }
-    assert!(matches!(dequantize_row(DType::I32, &[0; 4], &mut [0.0]), Err(Error::UnsupportedType { .. })));
-    assert!(matches!(quantize_row(DType::I32, &[0.0], &mut [0; 4]), Err(Error::UnsupportedType { .. })));
+    assert!(matches!(
+        dequantize_row(DType::I32, &[0; 4], &mut [0.0]),
+        Err(Error::UnsupportedType { .. })
+    ));
+    assert!(matches!(
+        quantize_row(DType::I32, &[0.0], &mut [0; 4]),
+        Err(Error::UnsupportedType { .. })
+    ));
 }
 
 #[test]
@@ -231,9 +259,20 @@ fn vec_dot_ref_matches_f64_dot_of_dequantized_rows() {
             }
             let w = quantize_to_vec(weight, &wx).unwrap();
             let a = quantize_to_vec(act_type, &gaussian(&mut rng, n, 1.5)).unwrap();
-            let (wd, ad) = (dequantize_to_vec(weight, &w).unwrap(), dequantize_to_vec(act_type, &a).unwrap());
-            let exact: f64 = wd.iter().zip(&ad).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
-            let scale: f64 = wd.iter().zip(&ad).map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs()).sum();
+            let (wd, ad) = (
+                dequantize_to_vec(weight, &w).unwrap(),
+                dequantize_to_vec(act_type, &a).unwrap(),
+            );
+            let exact: f64 = wd
+                .iter()
+                .zip(&ad)
+                .map(|(&x, &y)| f64::from(x) * f64::from(y))
+                .sum();
+            let scale: f64 = wd
+                .iter()
+                .zip(&ad)
+                .map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs())
+                .sum();
             // Q8_1's s is d * sum(q) rounded to f16, which the Q4_1/Q5_1 dots use for the min term.
             let rel = if act_type == DType::Q8_1 { 2e-3 } else { 2e-5 };
             let got = f64::from(vec_dot_ref(weight, &w, &a, n).unwrap());
@@ -250,14 +289,29 @@ fn vec_dot_ref_rejects_bad_arguments() {
     let w = vec![0u8; DType::Q4_0.row_size(64).unwrap()];
     let a = vec![0u8; DType::Q8_0.row_size(64).unwrap()];
     assert_eq!(vec_dot_ref(DType::Q4_0, &w, &a, 64).unwrap(), 0.0);
-    assert!(matches!(vec_dot_ref(DType::Q4_0, &w, &a[1..], 64), Err(Error::Shape { .. })));
-    assert!(matches!(vec_dot_ref(DType::Q4_0, &w, &a, 32), Err(Error::Shape { .. })));
-    assert!(matches!(vec_dot_ref(DType::Q4_0, &w, &a, 63), Err(Error::Shape { .. })));
+    assert!(matches!(
+        vec_dot_ref(DType::Q4_0, &w, &a[1..], 64),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        vec_dot_ref(DType::Q4_0, &w, &a, 32),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        vec_dot_ref(DType::Q4_0, &w, &a, 63),
+        Err(Error::Shape { .. })
+    ));
     // Q4_1 wants Q8_1 activations, which are 2 bytes longer per block than Q8_0.
     let w1 = vec![0u8; DType::Q4_1.row_size(64).unwrap()];
     assert!(vec_dot_ref(DType::Q4_1, &w1, &a, 64).is_err());
     for t in [DType::Q8_1, DType::Q8K, DType::I32] {
         let b = vec![0u8; t.row_size(256).unwrap()];
-        assert!(matches!(vec_dot_ref(t, &b, &b, 256), Err(Error::UnsupportedType { .. })), "{t}");
+        assert!(
+            matches!(
+                vec_dot_ref(t, &b, &b, 256),
+                Err(Error::UnsupportedType { .. })
+            ),
+            "{t}"
+        );
     }
 }
