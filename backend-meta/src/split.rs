@@ -86,10 +86,18 @@ pub enum SplitError {
 /// granularity allows. Units left over after rounding down go to the devices with the largest
 /// fractional parts, ties broken starting at device `rotate % n` so that successive layers (passing
 /// their index) spread the remainder evenly.
-pub fn split_sizes(len: usize, granularity: usize, ratios: &[f32], rotate: usize) -> Result<Vec<usize>, SplitError> {
+pub fn split_sizes(
+    len: usize,
+    granularity: usize,
+    ratios: &[f32],
+    rotate: usize,
+) -> Result<Vec<usize>, SplitError> {
     let g = granularity.max(1);
     if !len.is_multiple_of(g) {
-        return Err(SplitError::Granularity { len, granularity: g });
+        return Err(SplitError::Granularity {
+            len,
+            granularity: g,
+        });
     }
     let total: f64 = ratios.iter().map(|&r| r as f64).sum();
     if ratios.is_empty() || ratios.iter().any(|r| !r.is_finite() || *r < 0.0) || total <= 0.0 {
@@ -97,7 +105,10 @@ pub fn split_sizes(len: usize, granularity: usize, ratios: &[f32], rotate: usize
     }
     let n = ratios.len();
     let units = len / g;
-    let exact: Vec<f64> = ratios.iter().map(|&r| units as f64 * r as f64 / total).collect();
+    let exact: Vec<f64> = ratios
+        .iter()
+        .map(|&r| units as f64 * r as f64 / total)
+        .collect();
     let mut out: Vec<usize> = exact.iter().map(|&e| e.floor() as usize).collect();
     let assigned: usize = out.iter().sum();
     let mut order: Vec<usize> = (0..n).filter(|&d| ratios[d] > 0.0).collect();
@@ -116,8 +127,16 @@ pub fn split_sizes(len: usize, granularity: usize, ratios: &[f32], rotate: usize
 }
 
 /// A segment of `len` cut by [`split_sizes`].
-pub fn segment(len: usize, granularity: usize, ratios: &[f32], rotate: usize) -> Result<Segment, SplitError> {
-    Ok(Segment { len, slices: split_sizes(len, granularity, ratios, rotate)? })
+pub fn segment(
+    len: usize,
+    granularity: usize,
+    ratios: &[f32],
+    rotate: usize,
+) -> Result<Segment, SplitError> {
+    Ok(Segment {
+        len,
+        slices: split_sizes(len, granularity, ratios, rotate)?,
+    })
 }
 
 #[cfg(test)]
@@ -127,9 +146,18 @@ mod tests {
 
     #[test]
     fn even_uneven_and_zero_slices() {
-        assert_eq!(split_sizes(4096, 32, &[1.0, 1.0], 0).unwrap(), vec![2048, 2048]);
-        assert_eq!(split_sizes(4096, 32, &[3.0, 1.0], 0).unwrap(), vec![3072, 1024]);
-        assert_eq!(split_sizes(8, 1, &[1.0, 1.0, 0.0], 0).unwrap(), vec![4, 4, 0]);
+        assert_eq!(
+            split_sizes(4096, 32, &[1.0, 1.0], 0).unwrap(),
+            vec![2048, 2048]
+        );
+        assert_eq!(
+            split_sizes(4096, 32, &[3.0, 1.0], 0).unwrap(),
+            vec![3072, 1024]
+        );
+        assert_eq!(
+            split_sizes(8, 1, &[1.0, 1.0, 0.0], 0).unwrap(),
+            vec![4, 4, 0]
+        );
         // 4 KV heads over 8 devices: half the devices hold none.
         let s = split_sizes(4, 1, &[1.0; 8], 0).unwrap();
         assert_eq!(s.iter().sum::<usize>(), 4);
@@ -143,7 +171,11 @@ mod tests {
     fn remainder_rotates_across_layers() {
         let mut per_device = [0usize; 3];
         for layer in 0..3 {
-            for (d, s) in split_sizes(4, 1, &[1.0, 1.0, 1.0], layer).unwrap().into_iter().enumerate() {
+            for (d, s) in split_sizes(4, 1, &[1.0, 1.0, 1.0], layer)
+                .unwrap()
+                .into_iter()
+                .enumerate()
+            {
                 per_device[d] += s;
             }
         }

@@ -6,6 +6,7 @@ pub mod dtype;
 pub mod error;
 pub mod gguf;
 pub mod graph;
+pub mod host_buffer;
 pub mod op;
 pub mod quant;
 pub mod registry;

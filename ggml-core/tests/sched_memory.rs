@@ -2,62 +2,12 @@
 //! liveness lower bound, and plan reuse for a graph computed again.
 
 use ggml_core::backend::{
-    check_range, Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
+    Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
 };
+use ggml_core::host_buffer::HostBufferType;
 use ggml_core::sched::Scheduler;
 use ggml_core::{DType, DataRef, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId};
-use std::any::Any;
-use std::cell::UnsafeCell;
 use std::sync::Arc;
-
-struct HostBuf(UnsafeCell<Vec<u8>>);
-// SAFETY: test-only buffer, accessed from one thread.
-unsafe impl Sync for HostBuf {}
-impl Buffer for HostBuf {
-    fn size(&self) -> usize {
-        unsafe { (*self.0.get()).len() }
-    }
-    fn name(&self) -> String {
-        "test-host".into()
-    }
-    fn host_ptr(&self) -> Option<*mut u8> {
-        Some(unsafe { (*self.0.get()).as_mut_ptr() })
-    }
-    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.size())?;
-        unsafe { (&mut *self.0.get())[offset..offset + data.len()].copy_from_slice(data) };
-        Ok(())
-    }
-    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range(offset, out.len(), self.size())?;
-        out.copy_from_slice(unsafe { &(&*self.0.get())[offset..offset + out.len()] });
-        Ok(())
-    }
-    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range(offset, len, self.size())?;
-        unsafe { (&mut *self.0.get())[offset..offset + len].fill(value) };
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-struct HostType;
-impl BufferType for HostType {
-    fn name(&self) -> String {
-        "test-host".into()
-    }
-    fn alignment(&self) -> usize {
-        64
-    }
-    fn is_host(&self) -> bool {
-        true
-    }
-    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(HostBuf(UnsafeCell::new(vec![0; size]))))
-    }
-}
 
 struct PlanOnlyDevice;
 impl Device for PlanOnlyDevice {
@@ -89,7 +39,7 @@ impl Device for PlanOnlyDevice {
         buffer.host_ptr().is_some()
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
-        Arc::new(HostType)
+        Arc::new(HostBufferType)
     }
     fn new_backend(&self) -> Result<Arc<dyn Backend>> {
         Ok(Arc::new(PlanOnlyBackend))
@@ -212,7 +162,7 @@ fn transformer_layer(w: &mut Weights, n_tokens: usize) -> Graph {
 
 fn weights() -> Weights {
     Weights {
-        buffer: HostType.alloc(64 << 20).unwrap(),
+        buffer: HostBufferType.alloc(64 << 20).unwrap(),
         next: 0,
     }
 }
