@@ -184,7 +184,7 @@ impl<'a> Builder<'a> {
         let mut locals = Vec::with_capacity(self.n());
         for (d, &lsd) in ls.iter().enumerate() {
             let g = &mut self.graphs[d];
-            let id = match (&carried.localsd, &tensor.op) {
+            let id = match (&carried.locals[d], &tensor.op) {
                 (LocalLayout::Same, Op::Permute { axes }) => g.permute(lsd, *axes)?,
                 (LocalLayout::Same, Op::Transpose) => g.transpose(lsd)?,
                 (LocalLayout::Same, Op::Reshape) => self.reshape(d, lsd, tensor.ne())?,
