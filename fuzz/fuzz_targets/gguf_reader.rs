@@ -23,7 +23,10 @@ fn touch(v: &Value) -> usize {
     match v {
         Value::Array(a) => n + touch_array(a),
         Value::String(s) => n + s.len(),
-        _ => n + usize::from(v.as_bool().unwrap_or(false)) + v.as_f64().map_or(0, |f| f.is_nan() as usize),
+        _ => {
+            n + usize::from(v.as_bool().unwrap_or(false))
+                + v.as_f64().map_or(0, |f| f.is_nan() as usize)
+        }
     }
 }
 
@@ -57,11 +60,17 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again.metadata().len(), file.metadata().len());
     assert_eq!(again.tensors().len(), file.tensors().len());
     for (a, b) in again.tensors().iter().zip(file.tensors()) {
-        assert_eq!((&a.name, a.dtype, a.shape, a.n_dims), (&b.name, b.dtype, b.shape, b.n_dims));
+        assert_eq!(
+            (&a.name, a.dtype, a.shape, a.n_dims),
+            (&b.name, b.dtype, b.shape, b.n_dims)
+        );
         assert_eq!(again.tensor_data(a), file.tensor_data(b));
     }
     let twice = GgufWriter::from_file(&again)
         .and_then(|w| w.to_bytes())
         .expect("rewrite of a rewritten file");
-    assert_eq!(twice, rewritten, "writing is a fixed point after one round trip");
+    assert_eq!(
+        twice, rewritten,
+        "writing is a fixed point after one round trip"
+    );
 });

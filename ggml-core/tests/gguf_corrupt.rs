@@ -5,9 +5,9 @@
 
 mod gguf_common;
 
-use gguf_common::{pseudo_random_bytes, Enc};
 use ggml_core::gguf::{Array, GgufError, GgufFile, GgufWriter, Value, ALIGNMENT_KEY};
 use ggml_core::DType;
+use gguf_common::{pseudo_random_bytes, Enc};
 
 /// A small valid file and the offsets of the fields the corruptions patch.
 struct Small {
@@ -110,7 +110,10 @@ fn hand_encoded_file_is_read_and_matches_the_writer() {
     assert_eq!(f.alignment(), 32);
     assert_eq!(f.data_offset(), s.data_start);
     assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
-    assert_eq!(f.get("a.arr"), Some(&Value::Array(Array::U32(vec![1, 2, 3]))));
+    assert_eq!(
+        f.get("a.arr"),
+        Some(&Value::Array(Array::U32(vec![1, 2, 3])))
+    );
     assert_eq!(f.get_str_array("a.toks").unwrap(), ["x", "yz"]);
     assert!(f.get_bool("a.flag").unwrap());
     assert_eq!(
@@ -118,11 +121,21 @@ fn hand_encoded_file_is_read_and_matches_the_writer() {
         Some(&Value::Array(Array::Array(vec![Array::U8(vec![5])])))
     );
     let w0 = f.tensor("w0").unwrap();
-    assert_eq!((w0.dtype, w0.shape, w0.n_dims, w0.offset, w0.size_bytes), (DType::F32, [4, 2, 1, 1], 2, 0, 32));
-    let floats: Vec<f32> = f.tensor_data(w0).chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(
+        (w0.dtype, w0.shape, w0.n_dims, w0.offset, w0.size_bytes),
+        (DType::F32, [4, 2, 1, 1], 2, 0, 32)
+    );
+    let floats: Vec<f32> = f
+        .tensor_data(w0)
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(floats, W0);
     let w1 = f.tensor("w1").unwrap();
-    assert_eq!((w1.dtype, w1.shape, w1.offset, w1.size_bytes), (DType::F16, [8, 1, 1, 1], 32, 16));
+    assert_eq!(
+        (w1.dtype, w1.shape, w1.offset, w1.size_bytes),
+        (DType::F16, [8, 1, 1, 1], 32, 16)
+    );
     assert_eq!(&f.tensor_data(w1)[2..4], &1000u16.to_le_bytes());
 
     let mut w = GgufWriter::new();
@@ -130,7 +143,8 @@ fn hand_encoded_file_is_read_and_matches_the_writer() {
         w.set(k.clone(), v.clone());
     }
     for t in f.tensors() {
-        w.add_tensor(t.name.clone(), t.dtype, t.dims(), f.tensor_data(t)).unwrap();
+        w.add_tensor(t.name.clone(), t.dtype, t.dims(), f.tensor_data(t))
+            .unwrap();
     }
     assert_eq!(w.to_bytes().unwrap(), s.bytes);
 }
@@ -148,9 +162,18 @@ fn every_truncation_is_an_error_until_the_last_tensor_ends() {
             assert!(r.is_ok(), "prefix of {len} bytes: {r:?}");
         }
     }
-    assert!(matches!(parse(&s.bytes[..30]), Err(GgufError::CountTooLarge { .. })));
-    assert!(matches!(parse(&s.bytes[..s.t1_off + 4]), Err(GgufError::Truncated { .. })));
-    assert!(matches!(parse(&s.bytes[..s.data_start + 40]), Err(GgufError::TensorOutOfBounds { .. })));
+    assert!(matches!(
+        parse(&s.bytes[..30]),
+        Err(GgufError::CountTooLarge { .. })
+    ));
+    assert!(matches!(
+        parse(&s.bytes[..s.t1_off + 4]),
+        Err(GgufError::Truncated { .. })
+    ));
+    assert!(matches!(
+        parse(&s.bytes[..s.data_start + 40]),
+        Err(GgufError::TensorOutOfBounds { .. })
+    ));
 }
 
 type Check = fn(&GgufError) -> bool;
@@ -168,44 +191,184 @@ fn corruption_table() {
     let huge = u64::MAX.to_le_bytes();
     let big = (1u64 << 40).to_le_bytes();
     let cases: Vec<(&str, Vec<u8>, Check)> = vec![
-        ("bad magic", patch(b, 0, b"GGUG"), |e| matches!(e, GgufError::BadMagic { .. })),
-        ("version 1", patch(b, 4, &1u32.to_le_bytes()), |e| matches!(e, GgufError::UnsupportedVersion(1))),
-        ("version 0", patch(b, 4, &0u32.to_le_bytes()), |e| matches!(e, GgufError::UnsupportedVersion(0))),
-        ("version 4", patch(b, 4, &4u32.to_le_bytes()), |e| matches!(e, GgufError::UnsupportedVersion(4))),
-        ("big-endian", patch(b, 4, &3u32.to_be_bytes()), |e| matches!(e, GgufError::BigEndian)),
-        ("tensor count max", patch(b, 8, &huge), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("tensor count 2^40", patch(b, 8, &big), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("kv count max", patch(b, 16, &huge), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("kv count 2^40", patch(b, 16, &big), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("kv count too high", patch(b, 16, &6u64.to_le_bytes()), |e| matches!(e, GgufError::UnknownValueType { .. } | GgufError::Truncated { .. } | GgufError::InvalidUtf8 { .. })),
-        ("key length huge", patch(b, 24, &huge), |e| matches!(e, GgufError::Truncated { .. })),
-        ("string length huge", patch(b, s.str_value - 8, &big), |e| matches!(e, GgufError::Truncated { .. })),
-        ("array count huge", patch(b, s.arr_count, &huge), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("array count 2^40", patch(b, s.arr_count, &big), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("string array count huge", patch(b, s.toks_count, &big), |e| matches!(e, GgufError::CountTooLarge { .. })),
-        ("string element length huge", patch(b, s.tok0_len, &big), |e| matches!(e, GgufError::Truncated { .. })),
-        ("value type 13", patch(b, s.kv_type_arch, &13u32.to_le_bytes()), |e| matches!(e, GgufError::UnknownValueType { type_id: 13, .. })),
-        ("array element type 99", patch(b, s.arr_type, &99u32.to_le_bytes()), |e| matches!(e, GgufError::UnknownValueType { type_id: 99, .. })),
-        ("nested element type max", patch(b, s.nest_inner_type, &u32::MAX.to_le_bytes()), |e| matches!(e, GgufError::UnknownValueType { .. })),
-        ("bool 2", patch(b, s.flag_value, &[2]), |e| matches!(e, GgufError::InvalidBool { value: 2, .. })),
-        ("utf-8 in key", patch(b, s.key_flag, &[0xff]), |e| matches!(e, GgufError::InvalidUtf8 { what: "metadata key", .. })),
-        ("utf-8 in string", patch(b, s.str_value, &[0xc3, 0x28]), |e| matches!(e, GgufError::InvalidUtf8 { .. })),
-        ("utf-8 in tensor name", patch(b, s.t1_name, &[0x80]), |e| matches!(e, GgufError::InvalidUtf8 { what: "tensor name", .. })),
-        ("duplicate key", patch(b, s.key_nest, b"a.flag"), |e| matches!(e, GgufError::DuplicateKey(k) if k == "a.flag")),
-        ("duplicate tensor", patch(b, s.t1_name, b"w0"), |e| matches!(e, GgufError::DuplicateTensor(n) if n == "w0")),
-        ("5 dims", patch(b, s.t0_ndims, &5u32.to_le_bytes()), |e| matches!(e, GgufError::BadDims { .. })),
-        ("n_dims max", patch(b, s.t0_ndims, &u32::MAX.to_le_bytes()), |e| matches!(e, GgufError::BadDims { .. })),
-        ("dim max", patch(b, s.t0_dim0, &huge), |e| matches!(e, GgufError::BadDims { .. })),
-        ("dim 2^40", patch(b, s.t0_dim0, &big), |e| matches!(e, GgufError::TensorOutOfBounds { .. })),
-        ("dim 2^62", patch(b, s.t0_dim0, &(1u64 << 62).to_le_bytes()), |e| matches!(e, GgufError::BadDims { .. })),
-        ("tensor type 4", patch(b, s.t0_type, &4u32.to_le_bytes()), |e| matches!(e, GgufError::UnknownTensorType { type_id: 4, .. })),
-        ("tensor type 1000", patch(b, s.t0_type, &1000u32.to_le_bytes()), |e| matches!(e, GgufError::UnknownTensorType { .. })),
-        ("q8_0 with ne0 4", patch(b, s.t0_type, &8u32.to_le_bytes()), |e| matches!(e, GgufError::BadDims { .. })),
-        ("misaligned 16", patch(b, s.t1_off, &16u64.to_le_bytes()), |e| matches!(e, GgufError::MisalignedTensor { offset: 16, alignment: 32, .. })),
-        ("misaligned 33", patch(b, s.t1_off, &33u64.to_le_bytes()), |e| matches!(e, GgufError::MisalignedTensor { .. })),
-        ("overlap", patch(b, s.t1_off, &0u64.to_le_bytes()), |e| matches!(e, GgufError::OverlappingTensors { .. })),
-        ("out of bounds", patch(b, s.t1_off, &64u64.to_le_bytes()), |e| matches!(e, GgufError::TensorOutOfBounds { .. })),
-        ("offset max", patch(b, s.t1_off, &(u64::MAX - 31).to_le_bytes()), |e| matches!(e, GgufError::TensorOutOfBounds { .. })),
+        ("bad magic", patch(b, 0, b"GGUG"), |e| {
+            matches!(e, GgufError::BadMagic { .. })
+        }),
+        ("version 1", patch(b, 4, &1u32.to_le_bytes()), |e| {
+            matches!(e, GgufError::UnsupportedVersion(1))
+        }),
+        ("version 0", patch(b, 4, &0u32.to_le_bytes()), |e| {
+            matches!(e, GgufError::UnsupportedVersion(0))
+        }),
+        ("version 4", patch(b, 4, &4u32.to_le_bytes()), |e| {
+            matches!(e, GgufError::UnsupportedVersion(4))
+        }),
+        ("big-endian", patch(b, 4, &3u32.to_be_bytes()), |e| {
+            matches!(e, GgufError::BigEndian)
+        }),
+        ("tensor count max", patch(b, 8, &huge), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        ("tensor count 2^40", patch(b, 8, &big), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        ("kv count max", patch(b, 16, &huge), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        ("kv count 2^40", patch(b, 16, &big), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        (
+            "kv count too high",
+            patch(b, 16, &6u64.to_le_bytes()),
+            |e| {
+                matches!(
+                    e,
+                    GgufError::UnknownValueType { .. }
+                        | GgufError::Truncated { .. }
+                        | GgufError::InvalidUtf8 { .. }
+                )
+            },
+        ),
+        ("key length huge", patch(b, 24, &huge), |e| {
+            matches!(e, GgufError::Truncated { .. })
+        }),
+        ("string length huge", patch(b, s.str_value - 8, &big), |e| {
+            matches!(e, GgufError::Truncated { .. })
+        }),
+        ("array count huge", patch(b, s.arr_count, &huge), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        ("array count 2^40", patch(b, s.arr_count, &big), |e| {
+            matches!(e, GgufError::CountTooLarge { .. })
+        }),
+        (
+            "string array count huge",
+            patch(b, s.toks_count, &big),
+            |e| matches!(e, GgufError::CountTooLarge { .. }),
+        ),
+        (
+            "string element length huge",
+            patch(b, s.tok0_len, &big),
+            |e| matches!(e, GgufError::Truncated { .. }),
+        ),
+        (
+            "value type 13",
+            patch(b, s.kv_type_arch, &13u32.to_le_bytes()),
+            |e| matches!(e, GgufError::UnknownValueType { type_id: 13, .. }),
+        ),
+        (
+            "array element type 99",
+            patch(b, s.arr_type, &99u32.to_le_bytes()),
+            |e| matches!(e, GgufError::UnknownValueType { type_id: 99, .. }),
+        ),
+        (
+            "nested element type max",
+            patch(b, s.nest_inner_type, &u32::MAX.to_le_bytes()),
+            |e| matches!(e, GgufError::UnknownValueType { .. }),
+        ),
+        ("bool 2", patch(b, s.flag_value, &[2]), |e| {
+            matches!(e, GgufError::InvalidBool { value: 2, .. })
+        }),
+        ("utf-8 in key", patch(b, s.key_flag, &[0xff]), |e| {
+            matches!(
+                e,
+                GgufError::InvalidUtf8 {
+                    what: "metadata key",
+                    ..
+                }
+            )
+        }),
+        (
+            "utf-8 in string",
+            patch(b, s.str_value, &[0xc3, 0x28]),
+            |e| matches!(e, GgufError::InvalidUtf8 { .. }),
+        ),
+        ("utf-8 in tensor name", patch(b, s.t1_name, &[0x80]), |e| {
+            matches!(
+                e,
+                GgufError::InvalidUtf8 {
+                    what: "tensor name",
+                    ..
+                }
+            )
+        }),
+        (
+            "duplicate key",
+            patch(b, s.key_nest, b"a.flag"),
+            |e| matches!(e, GgufError::DuplicateKey(k) if k == "a.flag"),
+        ),
+        (
+            "duplicate tensor",
+            patch(b, s.t1_name, b"w0"),
+            |e| matches!(e, GgufError::DuplicateTensor(n) if n == "w0"),
+        ),
+        ("5 dims", patch(b, s.t0_ndims, &5u32.to_le_bytes()), |e| {
+            matches!(e, GgufError::BadDims { .. })
+        }),
+        (
+            "n_dims max",
+            patch(b, s.t0_ndims, &u32::MAX.to_le_bytes()),
+            |e| matches!(e, GgufError::BadDims { .. }),
+        ),
+        ("dim max", patch(b, s.t0_dim0, &huge), |e| {
+            matches!(e, GgufError::BadDims { .. })
+        }),
+        ("dim 2^40", patch(b, s.t0_dim0, &big), |e| {
+            matches!(e, GgufError::TensorOutOfBounds { .. })
+        }),
+        (
+            "dim 2^62",
+            patch(b, s.t0_dim0, &(1u64 << 62).to_le_bytes()),
+            |e| matches!(e, GgufError::BadDims { .. }),
+        ),
+        (
+            "tensor type 4",
+            patch(b, s.t0_type, &4u32.to_le_bytes()),
+            |e| matches!(e, GgufError::UnknownTensorType { type_id: 4, .. }),
+        ),
+        (
+            "tensor type 1000",
+            patch(b, s.t0_type, &1000u32.to_le_bytes()),
+            |e| matches!(e, GgufError::UnknownTensorType { .. }),
+        ),
+        (
+            "q8_0 with ne0 4",
+            patch(b, s.t0_type, &8u32.to_le_bytes()),
+            |e| matches!(e, GgufError::BadDims { .. }),
+        ),
+        (
+            "misaligned 16",
+            patch(b, s.t1_off, &16u64.to_le_bytes()),
+            |e| {
+                matches!(
+                    e,
+                    GgufError::MisalignedTensor {
+                        offset: 16,
+                        alignment: 32,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "misaligned 33",
+            patch(b, s.t1_off, &33u64.to_le_bytes()),
+            |e| matches!(e, GgufError::MisalignedTensor { .. }),
+        ),
+        ("overlap", patch(b, s.t1_off, &0u64.to_le_bytes()), |e| {
+            matches!(e, GgufError::OverlappingTensors { .. })
+        }),
+        (
+            "out of bounds",
+            patch(b, s.t1_off, &64u64.to_le_bytes()),
+            |e| matches!(e, GgufError::TensorOutOfBounds { .. }),
+        ),
+        (
+            "offset max",
+            patch(b, s.t1_off, &(u64::MAX - 31).to_le_bytes()),
+            |e| matches!(e, GgufError::TensorOutOfBounds { .. }),
+        ),
     ];
     for (what, bytes, check) in cases {
         match parse(&bytes) {
@@ -236,7 +399,10 @@ fn bad_alignment_values_are_refused() {
     ];
     for (ty, payload) in cases {
         let r = parse(&one_kv(ALIGNMENT_KEY, ty, &payload));
-        assert!(matches!(r, Err(GgufError::BadAlignment(_))), "{payload:?}: {r:?}");
+        assert!(
+            matches!(r, Err(GgufError::BadAlignment(_))),
+            "{payload:?}: {r:?}"
+        );
     }
     let mut s = Enc::default();
     s.str("x");
@@ -261,8 +427,14 @@ fn nested(levels: usize) -> Vec<u8> {
 #[test]
 fn nesting_depth_is_limited() {
     assert!(parse(&nested(8)).is_ok());
-    assert!(matches!(parse(&nested(9)), Err(GgufError::NestingTooDeep { max: 8, .. })));
-    assert!(matches!(parse(&nested(100_000)), Err(GgufError::NestingTooDeep { .. })));
+    assert!(matches!(
+        parse(&nested(9)),
+        Err(GgufError::NestingTooDeep { max: 8, .. })
+    ));
+    assert!(matches!(
+        parse(&nested(100_000)),
+        Err(GgufError::NestingTooDeep { .. })
+    ));
 }
 
 #[test]
@@ -286,10 +458,16 @@ fn empty_tensors_need_no_data_and_do_not_overlap() {
     e.raw(&[0; 36]);
     let f = parse(&e.buf).unwrap();
     let empty = f.tensor("empty").unwrap();
-    assert_eq!((empty.size_bytes, empty.shape, empty.n_elements()), (0, [0, 7, 1, 1], 0));
+    assert_eq!(
+        (empty.size_bytes, empty.shape, empty.n_elements()),
+        (0, [0, 7, 1, 1], 0)
+    );
     assert!(f.tensor_data(empty).is_empty());
     let scalar = f.tensor("scalar").unwrap();
-    assert_eq!((scalar.n_dims, scalar.size_bytes, scalar.shape), (0, 4, [1; 4]));
+    assert_eq!(
+        (scalar.n_dims, scalar.size_bytes, scalar.shape),
+        (0, 4, [1; 4])
+    );
 }
 
 #[test]

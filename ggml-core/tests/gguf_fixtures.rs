@@ -53,7 +53,9 @@ fn fixtures_are_read() {
                 assert!(!tokens.is_empty());
             }
             // Rewriting gives the same metadata and tensors.
-            let again = GgufFile::from_bytes(GgufWriter::from_file(&file).unwrap().to_bytes().unwrap()).unwrap();
+            let again =
+                GgufFile::from_bytes(GgufWriter::from_file(&file).unwrap().to_bytes().unwrap())
+                    .unwrap();
             assert_eq!(again.metadata().len(), file.metadata().len());
             for ((k1, v1), (k2, v2)) in again.metadata().iter().zip(file.metadata()) {
                 assert_eq!(k1, k2);

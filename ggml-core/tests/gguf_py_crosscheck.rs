@@ -8,8 +8,8 @@ mod gguf_common;
 use std::fmt::Write as _;
 use std::process::Command;
 
-use gguf_common::{all_values, sample_tensors, sample_writer};
 use ggml_core::gguf::{Array, Value, ALIGNMENT_KEY};
+use gguf_common::{all_values, sample_tensors, sample_writer};
 
 /// Prints every field and tensor in a canonical text form: ints in decimal, floats and strings as
 /// hex of their little-endian / UTF-8 bytes, bools as 0/1, nested arrays as their element count.
@@ -54,7 +54,10 @@ fn scalar(v: &Value) -> String {
         Value::F64(x) => hex(&x.to_le_bytes()),
         Value::String(s) => hex(s.as_bytes()),
         Value::Bool(b) => u8::from(*b).to_string(),
-        other => other.as_int::<i128>().map(|i| i.to_string()).unwrap_or_default(),
+        other => other
+            .as_int::<i128>()
+            .map(|i| i.to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -82,9 +85,18 @@ fn array(a: &Array) -> String {
 fn gguf_py_reads_our_files() {
     let path = std::env::temp_dir().join(format!("ggml_tp_crosscheck_{}.gguf", std::process::id()));
     sample_writer(Some(64)).write_to_path(&path).unwrap();
-    let out = Command::new("python3").arg("-c").arg(SCRIPT).arg(&path).output().unwrap();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(&path)
+        .output()
+        .unwrap();
     std::fs::remove_file(&path).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = String::from_utf8(out.stdout).unwrap();
 
     let mut values = vec![
@@ -104,7 +116,13 @@ fn gguf_py_reads_our_files() {
     }
     for (name, dtype, dims, data) in sample_tensors() {
         let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
-        let _ = writeln!(expected, "tensor {name} {} {} {}", dtype.gguf_id(), dims.join(","), hex(&data));
+        let _ = writeln!(
+            expected,
+            "tensor {name} {} {} {}",
+            dtype.gguf_id(),
+            dims.join(","),
+            hex(&data)
+        );
     }
     assert_eq!(got, expected);
 }

@@ -5,9 +5,9 @@ mod gguf_common;
 
 use std::time::Instant;
 
-use gguf_common::{all_values, sample_tensors, sample_writer};
 use ggml_core::gguf::{Array, GgufError, GgufFile, GgufWriter, Value, ALIGNMENT_KEY};
 use ggml_core::DType;
+use gguf_common::{all_values, sample_tensors, sample_writer};
 
 fn read_back(w: &GgufWriter) -> GgufFile {
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
@@ -95,7 +95,10 @@ fn open_maps_a_written_file() {
 fn from_file_copies_everything() {
     let original = sample_writer(Some(16)).to_bytes().unwrap();
     let file = GgufFile::from_bytes(original.clone()).unwrap();
-    assert_eq!(GgufWriter::from_file(&file).unwrap().to_bytes().unwrap(), original);
+    assert_eq!(
+        GgufWriter::from_file(&file).unwrap().to_bytes().unwrap(),
+        original
+    );
 }
 
 #[test]
@@ -142,16 +145,34 @@ fn typed_accessors_coerce_and_name_the_key() {
     assert!(matches!(f.get_str("u8"), Err(GgufError::WrongType { .. })));
     assert!(matches!(f.get_bool("u8"), Err(GgufError::WrongType { .. })));
     assert!(matches!(f.get_f32("u8"), Err(GgufError::WrongType { .. })));
-    assert!(matches!(f.get_str_array("types"), Err(GgufError::WrongType { .. })));
-    assert!(matches!(f.get_u32_array("neg_arr"), Err(GgufError::WrongType { .. })));
-    assert!(matches!(f.get_f32_array("toks"), Err(GgufError::WrongType { .. })));
+    assert!(matches!(
+        f.get_str_array("types"),
+        Err(GgufError::WrongType { .. })
+    ));
+    assert!(matches!(
+        f.get_u32_array("neg_arr"),
+        Err(GgufError::WrongType { .. })
+    ));
+    assert!(matches!(
+        f.get_f32_array("toks"),
+        Err(GgufError::WrongType { .. })
+    ));
 }
 
 #[test]
 fn writer_rejects_bad_input() {
     let mut w = GgufWriter::new();
-    let e = w.add_tensor("t", DType::F32, &[4], vec![0u8; 15]).unwrap_err();
-    assert!(matches!(e, GgufError::TensorDataSize { got: 15, expected: 16, .. }));
+    let e = w
+        .add_tensor("t", DType::F32, &[4], vec![0u8; 15])
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        GgufError::TensorDataSize {
+            got: 15,
+            expected: 16,
+            ..
+        }
+    ));
     assert!(matches!(
         w.add_tensor("t", DType::Q8_0, &[16], vec![0u8; 17]),
         Err(GgufError::BadDims { .. })
@@ -165,8 +186,14 @@ fn writer_rejects_bad_input() {
         w.add_tensor("t", DType::F32, &[1], vec![0u8; 4]),
         Err(GgufError::DuplicateTensor(_))
     ));
-    assert!(matches!(w.set_alignment(0), Err(GgufError::BadAlignment(_))));
-    assert!(matches!(w.set_alignment(48), Err(GgufError::BadAlignment(_))));
+    assert!(matches!(
+        w.set_alignment(0),
+        Err(GgufError::BadAlignment(_))
+    ));
+    assert!(matches!(
+        w.set_alignment(48),
+        Err(GgufError::BadAlignment(_))
+    ));
     w.set(ALIGNMENT_KEY, -32i32);
     assert!(matches!(w.to_bytes(), Err(GgufError::BadAlignment(_))));
     w.set(ALIGNMENT_KEY, 64u64);
@@ -178,7 +205,10 @@ fn writer_rejects_bad_input() {
     }
     let mut w = GgufWriter::new();
     w.set("deep", deep);
-    assert!(matches!(w.to_bytes(), Err(GgufError::NestingTooDeep { .. })));
+    assert!(matches!(
+        w.to_bytes(),
+        Err(GgufError::NestingTooDeep { .. })
+    ));
 }
 
 #[test]
@@ -194,7 +224,7 @@ fn max_depth_nesting_round_trips() {
 
 #[test]
 fn a_vocabulary_of_262144_tokens_loads_quickly() {
-    let n = 262_144;
+    let n = 262_144usize;
     let tokens: Vec<String> = (0..n).map(|i| format!("tok{i}▁")).collect();
     let scores: Vec<f32> = (0..n).map(|i| -(i as f32)).collect();
     let types: Vec<i32> = (0..n).map(|i| (i % 6) as i32).collect();
@@ -206,9 +236,15 @@ fn a_vocabulary_of_262144_tokens_loads_quickly() {
     let t = Instant::now();
     let file = GgufFile::from_bytes(bytes).unwrap();
     let elapsed = t.elapsed();
-    assert_eq!(file.get_str_array("tokenizer.ggml.tokens").unwrap(), tokens.as_slice());
+    assert_eq!(
+        file.get_str_array("tokenizer.ggml.tokens").unwrap(),
+        tokens.as_slice()
+    );
     assert_eq!(file.get_f32_array("tokenizer.ggml.scores").unwrap(), scores);
-    assert_eq!(file.get_i32_array("tokenizer.ggml.token_type").unwrap(), types);
+    assert_eq!(
+        file.get_i32_array("tokenizer.ggml.token_type").unwrap(),
+        types
+    );
     // Linear work takes milliseconds; this bound only catches quadratic behaviour.
     assert!(elapsed.as_secs_f64() < 2.0, "parsing took {elapsed:?}");
 }
@@ -229,17 +265,30 @@ fn fuzz_seeds_are_valid() {
     vocab.set("tokenizer.ggml.token_type", vec![3i32, 3, 1, 1]);
     seeds.push(("vocab", vocab.to_bytes().unwrap()));
     let mut tensors_only = GgufWriter::new();
-    tensors_only.add_tensor("e", DType::BF16, &[0, 3], Vec::new()).unwrap();
-    tensors_only.add_tensor("s", DType::F32, &[], vec![0, 0, 128, 63]).unwrap();
-    tensors_only.add_tensor("m", DType::MXFP4, &[32], vec![7u8; 17]).unwrap();
+    tensors_only
+        .add_tensor("e", DType::BF16, &[0, 3], Vec::new())
+        .unwrap();
+    tensors_only
+        .add_tensor("s", DType::F32, &[], vec![0, 0, 128, 63])
+        .unwrap();
+    tensors_only
+        .add_tensor("m", DType::MXFP4, &[32], vec![7u8; 17])
+        .unwrap();
     seeds.push(("tensors", tensors_only.to_bytes().unwrap()));
     for (_, bytes) in &seeds {
         let file = GgufFile::from_bytes(bytes.clone()).unwrap();
-        assert_eq!(&GgufWriter::from_file(&file).unwrap().to_bytes().unwrap(), bytes);
+        assert_eq!(
+            &GgufWriter::from_file(&file).unwrap().to_bytes().unwrap(),
+            bytes
+        );
     }
     if let Some(dir) = std::env::var_os("GGUF_WRITE_SEEDS") {
         for (name, bytes) in &seeds {
-            std::fs::write(std::path::Path::new(&dir).join(format!("{name}.gguf")), bytes).unwrap();
+            std::fs::write(
+                std::path::Path::new(&dir).join(format!("{name}.gguf")),
+                bytes,
+            )
+            .unwrap();
         }
     }
 }

@@ -56,7 +56,9 @@ pub enum GgufError {
     UnsupportedVersion(u32),
     #[error("big-endian GGUF files are not supported")]
     BigEndian,
-    #[error("file truncated at offset {offset}: reading {what} needs {needed} bytes, {available} left")]
+    #[error(
+        "file truncated at offset {offset}: reading {what} needs {needed} bytes, {available} left"
+    )]
     Truncated {
         offset: usize,
         what: &'static str,

@@ -35,7 +35,10 @@ impl<'a> Cursor<'a> {
             needed: n,
             available: self.remaining(),
         };
-        let Some(end) = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n)) else {
+        let Some(end) = usize::try_from(n)
+            .ok()
+            .and_then(|n| self.pos.checked_add(n))
+        else {
             return Err(truncated);
         };
         let bytes = self.buf.get(self.pos..end).ok_or(truncated)?;
@@ -93,7 +96,10 @@ impl<'a> Cursor<'a> {
 
     /// `n` fixed-size little-endian values; `n` was checked by [`Cursor::count`].
     fn le_vec<const N: usize, T>(&mut self, n: usize, decode: fn([u8; N]) -> T) -> Result<Vec<T>> {
-        let len = n.checked_mul(N).and_then(|l| u64::try_from(l).ok()).unwrap_or(u64::MAX);
+        let len = n
+            .checked_mul(N)
+            .and_then(|l| u64::try_from(l).ok())
+            .unwrap_or(u64::MAX);
         let bytes = self.take(len, "array data")?;
         Ok(bytes
             .chunks_exact(N)
@@ -161,7 +167,10 @@ impl<'a> Cursor<'a> {
             ValueType::Bool => {
                 let offset = self.pos;
                 let bytes = self.le_vec(n, u8::from_le_bytes)?;
-                let bools = bytes.iter().enumerate().map(|(i, &b)| Self::bool_from(offset + i, b));
+                let bools = bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| Self::bool_from(offset + i, b));
                 Array::Bool(bools.collect::<Result<_>>()?)
             }
             ValueType::String => {
@@ -259,7 +268,10 @@ fn parse(buf: &[u8]) -> Result<Header> {
     let mut tensor_index = HashMap::with_capacity(capacity);
     for _ in 0..n_tensors {
         let info = cur.tensor_info()?;
-        if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
+        if tensor_index
+            .insert(info.name.clone(), tensors.len())
+            .is_some()
+        {
             return Err(GgufError::DuplicateTensor(info.name));
         }
         tensors.push(info);
@@ -269,7 +281,9 @@ fn parse(buf: &[u8]) -> Result<Header> {
     let header_end = u64::try_from(cur.pos).unwrap_or(u64::MAX);
     let data_offset = align_up(header_end, alignment)
         .and_then(|o| usize::try_from(o).ok())
-        .ok_or_else(|| GgufError::BadAlignment(format!("{alignment} (data section offset overflows)")))?;
+        .ok_or_else(|| {
+            GgufError::BadAlignment(format!("{alignment} (data section offset overflows)"))
+        })?;
     // A file without tensor data may end before the (padded) data section.
     let data_len = u64::try_from(buf.len().saturating_sub(data_offset)).unwrap_or(u64::MAX);
     check_placement(&tensors, alignment, data_len)?;
@@ -290,7 +304,7 @@ fn parse(buf: &[u8]) -> Result<Header> {
 fn check_placement(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<()> {
     let mut ranges = Vec::with_capacity(tensors.len());
     for t in tensors {
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(GgufError::MisalignedTensor {
                 name: t.name.clone(),
                 offset: t.offset,
@@ -474,12 +488,16 @@ impl GgufFile {
 
     /// An array of integers of any width, each fitting `i32`.
     pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>> {
-        self.typed(key, "array of integers fitting i32", |v| v.as_array()?.to_ints())
+        self.typed(key, "array of integers fitting i32", |v| {
+            v.as_array()?.to_ints()
+        })
     }
 
     /// An array of integers of any width, each fitting `u32`.
     pub fn get_u32_array(&self, key: &str) -> Result<Vec<u32>> {
-        self.typed(key, "array of integers fitting u32", |v| v.as_array()?.to_ints())
+        self.typed(key, "array of integers fitting u32", |v| {
+            v.as_array()?.to_ints()
+        })
     }
 
     /// The tensor infos in file order.

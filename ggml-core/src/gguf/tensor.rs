@@ -32,7 +32,9 @@ impl TensorInfo {
 
     /// Total number of elements (the product of the shape).
     pub fn n_elements(&self) -> u64 {
-        self.shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d))
+        self.shape
+            .iter()
+            .fold(1u64, |acc, &d| acc.saturating_mul(d))
     }
 }
 
@@ -45,7 +47,10 @@ pub(crate) fn layout(name: &str, dtype: DType, dims: &[u64]) -> Result<([u64; MA
         msg,
     };
     if dims.len() > MAX_DIMS {
-        return Err(bad(format!("{} dims, at most {MAX_DIMS} allowed", dims.len())));
+        return Err(bad(format!(
+            "{} dims, at most {MAX_DIMS} allowed",
+            dims.len()
+        )));
     }
     let mut shape = [1u64; MAX_DIMS];
     for (slot, &d) in shape.iter_mut().zip(dims) {
@@ -61,13 +66,17 @@ pub(crate) fn layout(name: &str, dtype: DType, dims: &[u64]) -> Result<([u64; MA
         .ok_or_else(|| bad(format!("element count of {shape:?} overflows i64")))?;
     let [ne0, ne1, ne2, ne3] = shape;
     let ne0 = usize::try_from(ne0).map_err(|_| bad(format!("ne0 {ne0} does not fit usize")))?;
-    if ne0 % dtype.block_size() != 0 {
+    if !ne0.is_multiple_of(dtype.block_size()) {
         return Err(bad(format!(
             "ne0 {ne0} is not a multiple of the block size {} of {dtype}",
             dtype.block_size()
         )));
     }
-    let overflow = || bad(format!("byte size of {n_elements} {dtype} elements overflows usize"));
+    let overflow = || {
+        bad(format!(
+            "byte size of {n_elements} {dtype} elements overflows usize"
+        ))
+    };
     let row = dtype.row_size(ne0).ok_or_else(overflow)?;
     let size = [ne1, ne2, ne3]
         .iter()

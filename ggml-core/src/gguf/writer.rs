@@ -9,7 +9,9 @@ use std::path::Path;
 
 use super::tensor::{layout, MAX_DIMS};
 use super::value::{Array, Value};
-use super::{align_up, alignment_of, GgufError, GgufFile, Result, ALIGNMENT_KEY, MAGIC, MAX_ARRAY_DEPTH};
+use super::{
+    align_up, alignment_of, GgufError, GgufFile, Result, ALIGNMENT_KEY, MAGIC, MAX_ARRAY_DEPTH,
+};
 use crate::dtype::DType;
 
 /// The version the writer produces.
@@ -133,7 +135,10 @@ impl<'a> GgufWriter<'a> {
     /// Writes the file to `out`; returns the number of bytes written.
     pub fn write_to<W: Write>(&self, mut out: W) -> Result<u64> {
         let alignment = alignment_of(&self.metadata)?;
-        let mut n = Counter { out: &mut out, written: 0 };
+        let mut n = Counter {
+            out: &mut out,
+            written: 0,
+        };
         n.put(&MAGIC)?;
         n.put(&VERSION.to_le_bytes())?;
         n.put(&len_u64(self.tensors.len()).to_le_bytes())?;

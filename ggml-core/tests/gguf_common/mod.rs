@@ -52,7 +52,13 @@ impl Enc {
         self.u64(n_kv);
     }
     /// A tensor info; returns the offsets of (n_dims, type id, data offset).
-    pub fn tensor(&mut self, name: &str, dims: &[u64], type_id: u32, offset: u64) -> (usize, usize, usize) {
+    pub fn tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        type_id: u32,
+        offset: u64,
+    ) -> (usize, usize, usize) {
         self.str(name);
         let nd = self.u32(dims.len() as u32);
         for &d in dims {
@@ -97,7 +103,10 @@ pub fn all_values() -> Vec<(String, Value)> {
         ("a.f32", Array::F32(vec![0.5, -0.25, f32::INFINITY]).into()),
         ("a.f64", Array::F64(vec![1e300, -2.0]).into()),
         ("a.bool", Array::Bool(vec![true, false, true]).into()),
-        ("a.string", Array::String(vec!["a".into(), "".into(), "ß字".into()]).into()),
+        (
+            "a.string",
+            Array::String(vec!["a".into(), "".into(), "ß字".into()]).into(),
+        ),
         ("a.empty", Array::U32(vec![]).into()),
         (
             "a.nested",
@@ -133,7 +142,12 @@ pub fn sample_tensors() -> Vec<SampleTensor> {
             let n: u64 = dims.iter().product();
             let rows = n / dims[0];
             let size = dtype.row_size(dims[0] as usize).unwrap() * rows as usize;
-            (name.to_string(), dtype, dims.to_vec(), pseudo_random_bytes(size, i as u64 + 1))
+            (
+                name.to_string(),
+                dtype,
+                dims.to_vec(),
+                pseudo_random_bytes(size, i as u64 + 1),
+            )
         })
         .collect()
 }
