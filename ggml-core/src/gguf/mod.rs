@@ -24,7 +24,9 @@
 //!   `i64::MAX`; the element count must fit `i64` and the byte size `usize`; `ne0` must be a whole
 //!   number of blocks of the type;
 //! * tensor offsets are multiples of the alignment, tensor data lies inside the data section, and no
-//!   two tensors overlap (gaps are allowed).
+//!   two tensors overlap (gaps are allowed);
+//! * a file with tensors must reach the (aligned) start of its data section; a file without tensors
+//!   (a vocab-only file) may end right after its metadata.
 
 mod reader;
 mod tensor;
@@ -103,6 +105,8 @@ pub enum GgufError {
         size: u64,
         data_len: u64,
     },
+    #[error("the data section starts at offset {data_offset}, past the end of the file ({file_len} bytes)")]
+    DataSectionOutOfBounds { data_offset: u64, file_len: u64 },
     #[error("tensors {first:?} and {second:?} overlap")]
     OverlappingTensors { first: String, second: String },
     #[error("tensor {name:?}: {got} bytes of data given, its shape and type need {expected}")]

@@ -284,7 +284,14 @@ fn parse(buf: &[u8]) -> Result<Header> {
         .ok_or_else(|| {
             GgufError::BadAlignment(format!("{alignment} (data section offset overflows)"))
         })?;
-    // A file without tensor data may end before the (padded) data section.
+    // A file without tensors may end before the (padded) data section; one with tensors may not, which
+    // also bounds the alignment of such files by their size.
+    if !tensors.is_empty() && data_offset > buf.len() {
+        return Err(GgufError::DataSectionOutOfBounds {
+            data_offset: u64::try_from(data_offset).unwrap_or(u64::MAX),
+            file_len: u64::try_from(buf.len()).unwrap_or(u64::MAX),
+        });
+    }
     let data_len = u64::try_from(buf.len().saturating_sub(data_offset)).unwrap_or(u64::MAX);
     check_placement(&tensors, alignment, data_len)?;
 
@@ -407,7 +414,7 @@ impl GgufFile {
     }
 
     /// The file offset of the data section: the end of the header rounded up to the alignment. It may
-    /// lie past the end of a file without tensor data.
+    /// lie past the end of a file without tensors.
     pub fn data_offset(&self) -> usize {
         self.header.data_offset
     }

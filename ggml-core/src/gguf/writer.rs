@@ -1,6 +1,7 @@
 //! The GGUF writer: collects metadata and tensors, then writes a little-endian GGUF v3 file with the
 //! alignment given by `general.alignment` (default 32), zero padding after the header and after every
-//! tensor's data.
+//! tensor's data. A file without tensors ends right after its metadata (like llama.cpp's vocab-only
+//! files), so a huge alignment costs nothing there.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -160,7 +161,9 @@ impl<'a> GgufWriter<'a> {
             n.put(&offset.to_le_bytes())?;
             offset = padded_end(offset, t.data.len(), alignment)?;
         }
-        n.pad(alignment)?;
+        if !self.tensors.is_empty() {
+            n.pad(alignment)?;
+        }
         for t in &self.tensors {
             n.put(&t.data)?;
             n.pad(alignment)?;
