@@ -87,6 +87,11 @@ fn open_maps_a_written_file() {
         assert_eq!(slice.as_ptr() as usize % 64, 0);
     }
     drop(file);
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(
+        GgufFile::open(&path),
+        Err(GgufError::Truncated { offset: 0, .. })
+    ));
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(GgufFile::open(&path), Err(GgufError::Io(_))));
 }

@@ -16,7 +16,8 @@
 //!
 //! * every count is checked against the bytes left in the file before anything is allocated (an array
 //!   of `n` `u32` needs `4n` bytes left, a string of length `n` needs `n` bytes left, ...);
-//! * keys, tensor names and string values must be valid UTF-8; keys and tensor names must be unique;
+//! * keys, tensor names and string values must be valid UTF-8; keys and tensor names must be unique
+//!   (names of any length are accepted; ggml itself limits tensor names to 63 bytes);
 //! * arrays nest at most [`MAX_ARRAY_DEPTH`] deep; bools must be 0 or 1;
 //! * `general.alignment`, if present, must be an integer that is a non-zero power of two fitting `u32`
 //!   (default [`DEFAULT_ALIGNMENT`]);
