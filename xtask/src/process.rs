@@ -53,9 +53,7 @@ pub fn succeeds(cmd: &mut Command) -> bool {
     cmd.output().map(|o| o.status.success()).unwrap_or(false)
 }
 
-/// Spawn error with context, for callers that spawn children themselves.
-pub fn spawn(cmd: &mut Command) -> Result<std::process::Child> {
-    cmd.spawn()
-        .map_err(|e| spawn_error(cmd, e))
-        .context("spawning a child process")
+/// Starts `cmd` without waiting for it; fails with a clear message if it cannot start.
+pub fn spawn(cmd: &mut Command) -> Result<Child> {
+    cmd.spawn().map_err(|e| spawn_error(cmd, e))
 }
