@@ -1,7 +1,7 @@
-//! SHA-256 helpers: of a file (streamed) and hex formatting.
+//! SHA-256 helpers: hashing while copying, of a whole file, and hex formatting.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -12,41 +12,30 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The sha256 (hex) and size of a file, read in chunks.
+/// The sha256 (hex) and size of a file.
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut hasher = Sha256::new();
-    let size = io::copy(&mut file, &mut HashWriter(&mut hasher))
+    let size = copy_hashed(&mut file, &mut io::sink(), &mut hasher)
         .with_context(|| format!("reading {}", path.display()))?;
     Ok((hex(&hasher.finalize()), size))
-}
-
-/// An `io::Write` that feeds a hasher, so `io::copy` can hash a reader.
-pub struct HashWriter<'a>(pub &'a mut Sha256);
-
-impl io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Copies `reader` to `writer` while hashing it; returns the byte count.
 pub fn copy_hashed(
     reader: &mut impl Read,
-    writer: &mut impl io::Write,
+    writer: &mut impl Write,
     hasher: &mut Sha256,
 ) -> io::Result<u64> {
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
     loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            return Ok(total);
-        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         hasher.update(&buf[..n]);
         writer.write_all(&buf[..n])?;
         total += n as u64;
