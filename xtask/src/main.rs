@@ -2,8 +2,10 @@
 //!
 //! * `models`: fetch the three real GGUF test models into `models/` and verify their hashes.
 //! * `ci`: format check, clippy, the builds of every feature set, then the tests.
+//! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
 
 mod ci;
+mod dequant;
 mod hashing;
 mod manifest;
 mod models;
@@ -11,6 +13,7 @@ mod paths;
 mod process;
 mod python;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +35,15 @@ enum Command {
     },
     /// Run the CI steps in order: fmt check, clippy, builds, tests.
     Ci,
+    /// Cross-check ggml-core's dequantization of every tensor against gguf-py.
+    CheckDequant {
+        /// Check only this model from `models/`; all three if neither this nor `--file` is given.
+        #[arg(long, value_name = "KEY")]
+        only: Option<String>,
+        /// Check this GGUF file (may be repeated) instead of the fetched models.
+        #[arg(long, value_name = "PATH")]
+        file: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -39,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Models { only } => models::fetch_all(only.as_deref()),
         Command::Ci => ci::run_all(),
+        Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,1 @@
+//! Matrix multiplication kernels: `mul_mat` and `mul_mat_id` for float and quantized weights.

@@ -1,0 +1,202 @@
+//! The backend traits, one small trait per concept (after ggml-backend): a [`Device`] describes one
+//! accelerator (or CPU share) and creates [`Backend`]s (streams) and [`BufferType`]s; a [`Buffer`] is a
+//! block of device memory; an [`Event`] orders work between streams; a [`Communicator`] sums tensors
+//! across the devices of one vendor (AllReduce).
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::tensor::{DataRef, TensorId};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Broad class of a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    Cpu,
+    Gpu,
+    /// A composite device (the meta backend).
+    Meta,
+}
+
+/// Free and total memory in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryInfo {
+    pub free: usize,
+    pub total: usize,
+}
+
+/// Optional capabilities of a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// `copy_async`/`set_async` return before the transfer completes.
+    pub async_ops: bool,
+    /// A host (pinned) buffer type is offered.
+    pub host_buffer: bool,
+    /// Events are real (not just synchronize calls).
+    pub events: bool,
+}
+
+/// A block of memory owned by one device (or host memory).
+///
+/// Buffers hand out interior mutability: `set` and compute kernels write through shared references.
+/// Ordering and exclusivity of accesses is the job of the scheduler and the streams, as in ggml.
+pub trait Buffer: Send + Sync + Any {
+    /// Bytes usable in the buffer.
+    fn size(&self) -> usize;
+    /// A name for messages (buffer type and device).
+    fn name(&self) -> String;
+    /// Host address of byte 0 when the memory is host-accessible.
+    fn host_ptr(&self) -> Option<*mut u8>;
+    /// Copies `data` to `offset`.
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()>;
+    /// Copies `out.len()` bytes from `offset`.
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Fills `len` bytes at `offset` with `value`.
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()>;
+    /// Writes `rows` rows of `row_len` bytes: row `r` goes from `data[r * src_stride..]` to
+    /// `offset + r * dst_stride`.
+    fn set_2d(
+        &self,
+        offset: usize,
+        data: &[u8],
+        rows: usize,
+        row_len: usize,
+        dst_stride: usize,
+        src_stride: usize,
+    ) -> Result<()> {
+        check_2d(data.len(), rows, row_len, src_stride)?;
+        for r in 0..rows {
+            self.set(
+                offset + r * dst_stride,
+                &data[r * src_stride..r * src_stride + row_len],
+            )?;
+        }
+        Ok(())
+    }
+    /// Reads `rows` rows of `row_len` bytes: row `r` comes from `offset + r * src_stride` and lands at
+    /// `out[r * dst_stride..]`.
+    fn get_2d(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        rows: usize,
+        row_len: usize,
+        src_stride: usize,
+        dst_stride: usize,
+    ) -> Result<()> {
+        check_2d(out.len(), rows, row_len, dst_stride)?;
+        for r in 0..rows {
+            self.get(
+                offset + r * src_stride,
+                &mut out[r * dst_stride..r * dst_stride + row_len],
+            )?;
+        }
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Checks that `rows` rows of `row_len` bytes at `stride` fit in a host slice of `len` bytes.
+pub fn check_2d(len: usize, rows: usize, row_len: usize, stride: usize) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let need = (rows - 1)
+        .checked_mul(stride)
+        .and_then(|v| v.checked_add(row_len));
+    match need {
+        Some(n) if n <= len && row_len <= stride.max(row_len) => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            offset: 0,
+            len: need.unwrap_or(usize::MAX),
+            size: len,
+        }),
+    }
+}
+
+/// Checks that `[offset, offset + len)` lies inside a buffer of `size` bytes.
+pub fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+/// A kind of memory a device can allocate.
+pub trait BufferType: Send + Sync {
+    fn name(&self) -> String;
+    /// Alignment of tensor offsets inside buffers of this type.
+    fn alignment(&self) -> usize;
+    /// Largest single allocation.
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+    /// True for memory the host can address directly.
+    fn is_host(&self) -> bool;
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>>;
+}
+
+/// A stream of work on one device.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> String;
+    fn device(&self) -> Arc<dyn Device>;
+    /// Copies host bytes into `dst`. `data` is read before the call returns.
+    fn set_async(&self, dst: &DataRef, data: &[u8]) -> Result<()> {
+        dst.buffer.set(dst.offset, data)
+    }
+    /// Copies `out.len()` bytes from `src`; complete when the call returns.
+    fn get_async(&self, src: &DataRef, out: &mut [u8]) -> Result<()> {
+        self.synchronize()?;
+        src.buffer.get(src.offset, out)
+    }
+    /// Copies `len` bytes between two buffers this stream can reach (its device's or host buffers).
+    fn copy_async(&self, src: &DataRef, dst: &DataRef, len: usize) -> Result<()>;
+    /// Computes `nodes` of `graph` in order; layout ops are skipped.
+    fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()>;
+    /// Waits for all work queued on this stream.
+    fn synchronize(&self) -> Result<()>;
+    /// An event completed once the work queued so far is done.
+    fn record_event(&self) -> Result<Arc<dyn Event>>;
+    /// Makes later work on this stream wait for `event`.
+    fn wait_event(&self, event: &dyn Event) -> Result<()>;
+    /// Number of worker threads, where that applies.
+    fn set_threads(&self, _n: usize) {}
+}
+
+/// A point in a stream's work.
+pub trait Event: Send + Sync {
+    fn synchronize(&self) -> Result<()>;
+    fn is_done(&self) -> bool;
+}
+
+/// One device: memory, capabilities, op support, streams.
+pub trait Device: Send + Sync {
+    /// Unique name, e.g. `cpu:0`, `cuda:1`.
+    fn name(&self) -> String;
+    fn description(&self) -> String;
+    fn kind(&self) -> DeviceKind;
+    /// The backend family, e.g. `cpu`, `cuda` (devices of one family can share a communicator).
+    fn family(&self) -> &'static str;
+    fn memory(&self) -> MemoryInfo;
+    fn caps(&self) -> DeviceCaps;
+    /// True when this device can compute `node` of `graph`.
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool;
+    /// True when streams of this device can read and write `buffer` directly.
+    fn can_access(&self, buffer: &dyn Buffer) -> bool;
+    fn buffer_type(&self) -> Arc<dyn BufferType>;
+    /// Pinned host memory for fast transfers, if any.
+    fn host_buffer_type(&self) -> Option<Arc<dyn BufferType>> {
+        None
+    }
+    fn new_backend(&self) -> Result<Arc<dyn Backend>>;
+}
+
+/// Sums equally shaped tensors across the streams of one family, in place (AllReduce).
+pub trait Communicator: Send + Sync {
+    /// Number of participants.
+    fn size(&self) -> usize;
+    /// `data[i]` is on participant `i`; after the call every one holds the elementwise sum of all
+    /// `count` elements of `dtype`.
+    fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()>;
+}
