@@ -135,31 +135,54 @@ impl LegacyX86 for Mxfp4 {
     }
 }
 
-/// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
-/// column hide the FMA latency.
+/// One legacy block `i` of the weight row against `C` activation rows, accumulated into `acc`
+/// (scaled integer dots) and `msum` (min terms).
 #[inline(always)]
-unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    i: usize,
+    acc: &mut [__m256; C],
+    msum: &mut [f32; C],
+) {
     let (aq, asz) = act_layout(T::MIN);
-    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; C];
-        let mut msum = [0f32; C];
-        for i in 0..nb {
-            let p = w.add(i * T::SIZE);
-            let q = T::unpack_x86(p);
-            let (d, m) = T::dm::<F16c>(p);
-            for c in 0..C {
-                let a = acts[c].add(i * asz);
-                let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
-                let s = if T::MIN { D::dot_us(q, y) } else { D::dot_ss(q, y) };
-                let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
-                acc[c][i & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c][i & 1]);
-                if T::MIN {
-                    msum[c] += m * F16c::cvt(rd16(a.add(2)));
-                }
+        let p = w.add(i * T::SIZE);
+        let q = T::unpack_x86(p);
+        let (d, m) = T::dm::<F16c>(p);
+        for c in 0..C {
+            let a = acts[c].add(i * asz);
+            let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
+            let s = if T::MIN { D::dot_us(q, y) } else { D::dot_ss(q, y) };
+            let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
+            if T::MIN {
+                msum[c] += m * F16c::cvt(rd16(a.add(2)));
             }
         }
-        std::array::from_fn(|c| _mm256_add_ps(acc[c][0], acc[c][1]).hsum() + msum[c])
+    }
+}
+
+/// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
+/// column (even and odd blocks) hide the FMA latency.
+#[inline(always)]
+unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
+    unsafe {
+        let mut acc0 = [_mm256_setzero_ps(); C];
+        let mut acc1 = [_mm256_setzero_ps(); C];
+        let mut msum = [0f32; C];
+        let mut i = 0;
+        while i + 2 <= nb {
+            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, C>(w, acts, i + 1, &mut acc1, &mut msum);
+            i += 2;
+        }
+        if i < nb {
+            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+        }
+        std::array::from_fn(|c| _mm256_add_ps(acc0[c], acc1[c]).hsum() + msum[c])
     }
 }
 
