@@ -1,0 +1,16 @@
+//! backend-meta: one sharded virtual device over a uniform set of devices (tensor parallelism).
+//! Weights and KV cache are split across the devices; partial sums are joined by AllReduce.
+//! The crate knows nothing about any vendor: it talks to devices only through the core traits.
+
+pub mod buffer;
+mod collective;
+pub mod device;
+pub mod exec;
+pub mod layout;
+mod program;
+pub mod rules;
+pub mod split;
+
+pub use device::{MetaDevice, MetaError, WeightSplit};
+pub use exec::{MetaBackend, MetaStats};
+pub use split::{Segment, SplitState};
