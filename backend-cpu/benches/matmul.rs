@@ -50,7 +50,9 @@ fn bench_copy(c: &mut Criterion) {
         bch.iter(|| {
             use rayon::prelude::*;
             let chunk = COPY_BYTES / threads;
-            dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
             black_box(&dst);
         })
     });
@@ -76,7 +78,10 @@ fn bench_gemv(c: &mut Criterion) {
             let mut d = vec![0u8; m * 4];
             let bv = TView::of_slice(&mut b, DType::F32, [k, 1, 1, 1]);
             let dv = TView::of_slice(&mut d, DType::F32, [m, 1, 1, 1]);
-            let views: Vec<TView> = ws.iter_mut().map(|w| TView::of_slice(w, wt, [k, m, 1, 1])).collect();
+            let views: Vec<TView> = ws
+                .iter_mut()
+                .map(|w| TView::of_slice(w, wt, [k, m, 1, 1]))
+                .collect();
             g.throughput(Throughput::Bytes(bytes as u64));
             let mut i = 0;
             g.bench_function(BenchmarkId::new(wt.name(), format!("{m}x{k}")), |bch| {
@@ -93,7 +98,10 @@ fn bench_gemv(c: &mut Criterion) {
 fn bench_gemm(c: &mut Criterion) {
     let mut g = c.benchmark_group("gemm");
     g.sample_size(10).measurement_time(Duration::from_secs(4));
-    for (wt, m, n, k) in [(DType::F32, 1024usize, 1024usize, 1024usize), (DType::Q4_0, 4096, 512, 4096)] {
+    for (wt, m, n, k) in [
+        (DType::F32, 1024usize, 1024usize, 1024usize),
+        (DType::Q4_0, 4096, 512, 4096),
+    ] {
         let mut w = weight_copies(wt, k, m, 1).pop().unwrap();
         let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * n)).to_vec();
         let mut d = vec![0u8; m * n * 4];
@@ -101,9 +109,10 @@ fn bench_gemm(c: &mut Criterion) {
         let bv = TView::of_slice(&mut b, DType::F32, [k, n, 1, 1]);
         let dv = TView::of_slice(&mut d, DType::F32, [m, n, 1, 1]);
         g.throughput(Throughput::Elements((2 * m * n * k) as u64));
-        g.bench_function(BenchmarkId::new(wt.name(), format!("{m}x{n}x{k}_flop")), |bch| {
-            bch.iter(|| mul_mat(&av, &bv, &dv).unwrap())
-        });
+        g.bench_function(
+            BenchmarkId::new(wt.name(), format!("{m}x{n}x{k}_flop")),
+            |bch| bch.iter(|| mul_mat(&av, &bv, &dv).unwrap()),
+        );
     }
     g.finish();
 }

@@ -55,7 +55,11 @@ unsafe fn get_w<const WT: u8>(w: *const u8, i: usize) -> f32 {
 
 /// Dot products of one weight row with `C` f32 activation rows of `k` elements.
 #[inline(always)]
-unsafe fn fdot<V: F32Vec, const WT: u8, const C: usize>(w: *const u8, acts: &[*const f32; C], k: usize) -> [f32; C] {
+unsafe fn fdot<V: F32Vec, const WT: u8, const C: usize>(
+    w: *const u8,
+    acts: &[*const f32; C],
+    k: usize,
+) -> [f32; C] {
     let l = V::LANES;
     // SAFETY: the weight row and each activation row hold `k` elements; all loads stay below `k`.
     unsafe {
@@ -91,7 +95,12 @@ unsafe fn fdot<V: F32Vec, const WT: u8, const C: usize>(w: *const u8, acts: &[*c
 
 /// Row kernel: `dst[col][m] = w[m] . act[col]` for `m` in `rows`, `col` in `cols`.
 #[inline(always)]
-unsafe fn rows_impl<V: F32Vec, const WT: u8>(job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+unsafe fn rows_impl<V: F32Vec, const WT: u8>(
+    job: &Job,
+    k: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     // SAFETY: the caller guarantees that the job's pointers are valid for `rows` x `cols` and that no
     // other thread writes these destination elements.
     unsafe {
@@ -115,7 +124,13 @@ unsafe fn rows_impl<V: F32Vec, const WT: u8>(job: &Job, k: usize, rows: Range<us
 }
 
 #[inline(always)]
-unsafe fn rows_any<V: F32Vec>(wt: DType, job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+unsafe fn rows_any<V: F32Vec>(
+    wt: DType,
+    job: &Job,
+    k: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
@@ -128,7 +143,11 @@ unsafe fn rows_any<V: F32Vec>(wt: DType, job: &Job, k: usize, rows: Range<usize>
 
 /// Micro-kernel: the `MR x NR` tile `sum_k a[k][0..MR] * b[k][0..NR]` over `kc` packed steps.
 #[inline(always)]
-unsafe fn micro<V: F32Vec, const NR: usize>(kc: usize, a: *const f32, b: *const f32) -> [[V; 2]; NR] {
+unsafe fn micro<V: F32Vec, const NR: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+) -> [[V; 2]; NR] {
     let l = V::LANES;
     // SAFETY: `a` holds `kc * 2 * LANES` and `b` `kc * NR` packed f32 (caller).
     unsafe {
@@ -240,9 +259,15 @@ unsafe fn gemm_task_any<V: F32Vec, const NR: usize>(t: &GemmTask) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match t.wt {
-            DType::F32 => gemm_task_impl::<V, NR, WT_F32>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone()),
-            DType::F16 => gemm_task_impl::<V, NR, WT_F16>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone()),
-            _ => gemm_task_impl::<V, NR, WT_BF16>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone()),
+            DType::F32 => {
+                gemm_task_impl::<V, NR, WT_F32>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone())
+            }
+            DType::F16 => {
+                gemm_task_impl::<V, NR, WT_F16>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone())
+            }
+            _ => {
+                gemm_task_impl::<V, NR, WT_BF16>(t.job, t.k, t.bpack, t.m.clone(), t.panels.clone())
+            }
         }
     }
 }
@@ -262,12 +287,24 @@ mod x86 {
     use std::arch::x86_64::{__m256, __m512};
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn rows_avx2(wt: DType, job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+    pub(super) unsafe fn rows_avx2(
+        wt: DType,
+        job: &Job,
+        k: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
         // SAFETY: features checked by the dispatcher; pointers forwarded from the caller.
         unsafe { rows_any::<__m256>(wt, job, k, rows, cols) }
     }
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn rows_avx512(wt: DType, job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+    pub(super) unsafe fn rows_avx512(
+        wt: DType,
+        job: &Job,
+        k: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
         // SAFETY: features checked by the dispatcher; pointers forwarded from the caller.
         unsafe { rows_any::<__m512>(wt, job, k, rows, cols) }
     }
@@ -292,7 +329,14 @@ const NR_AVX512: usize = 12;
 /// # Safety
 /// The job's pointers must be valid for `k`-element rows; no other thread may write the
 /// destination elements of `rows` x `cols`; `level` must be available.
-pub(crate) unsafe fn rows(level: SimdLevel, wt: DType, job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+pub(crate) unsafe fn rows(
+    level: SimdLevel,
+    wt: DType,
+    job: &Job,
+    k: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     // SAFETY: forwarded from the caller, who checked `level`.
     unsafe {
         match level {
@@ -318,16 +362,19 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
     let n = job.acts.len();
     let n_panels = n.div_ceil(nr);
     let mut bpack = vec![0f32; n_panels * nr * k];
-    bpack.par_chunks_mut(nr * k).enumerate().for_each(|(p, out)| {
-        // SAFETY: activation columns are valid `k`-element f32 rows (caller).
-        unsafe {
-            match nr {
-                NR_AVX2 => pack_b_panel::<NR_AVX2>(job, k, p, out),
-                NR_AVX512 => pack_b_panel::<NR_AVX512>(job, k, p, out),
-                _ => pack_b_panel::<NR_SCALAR>(job, k, p, out),
+    bpack
+        .par_chunks_mut(nr * k)
+        .enumerate()
+        .for_each(|(p, out)| {
+            // SAFETY: activation columns are valid `k`-element f32 rows (caller).
+            unsafe {
+                match nr {
+                    NR_AVX2 => pack_b_panel::<NR_AVX2>(job, k, p, out),
+                    NR_AVX512 => pack_b_panel::<NR_AVX512>(job, k, p, out),
+                    _ => pack_b_panel::<NR_SCALAR>(job, k, p, out),
+                }
             }
-        }
-    });
+        });
     let mc = mr * MC_PANELS;
     let m_tiles = job.m.div_ceil(mc);
     let threads = rayon::current_num_threads();
@@ -341,7 +388,14 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
         .filter(|(_, p)| !p.is_empty())
         .collect();
     tasks.into_par_iter().for_each(|(m, panels)| {
-        let t = GemmTask { wt, job, k, bpack: &bpack, m, panels };
+        let t = GemmTask {
+            wt,
+            job,
+            k,
+            bpack: &bpack,
+            m,
+            panels,
+        };
         // SAFETY: tasks cover disjoint destination tiles; `level` is available (caller).
         unsafe {
             match level {

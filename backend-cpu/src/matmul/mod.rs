@@ -68,7 +68,10 @@ fn shape_err(op: &'static str, msg: String) -> Error {
 }
 
 fn unsupported(dtype: DType, what: &str) -> Error {
-    Error::UnsupportedType { dtype, what: what.to_string() }
+    Error::UnsupportedType {
+        dtype,
+        what: what.to_string(),
+    }
 }
 
 /// Checks the weight type and layout shared by both ops; returns `K`.
@@ -78,21 +81,36 @@ fn check_weights(op: &'static str, a: &TView) -> Result<usize> {
         return Err(unsupported(wt, &format!("{op} (CPU) as weights")));
     }
     if !a.layout.rows_contiguous() {
-        return Err(shape_err(op, format!("weight rows must be contiguous, nb = {:?}", a.nb())));
+        return Err(shape_err(
+            op,
+            format!("weight rows must be contiguous, nb = {:?}", a.nb()),
+        ));
     }
     let k = a.ne()[0];
-    if k % wt.block_size() != 0 {
-        return Err(shape_err(op, format!("K = {k} is not a multiple of the {wt} block size")));
+    if !k.is_multiple_of(wt.block_size()) {
+        return Err(shape_err(
+            op,
+            format!("K = {k} is not a multiple of the {wt} block size"),
+        ));
     }
     Ok(k)
 }
 
 fn check_dst(op: &'static str, dst: &TView, ne: [usize; 4]) -> Result<()> {
     if dst.dtype() != DType::F32 {
-        return Err(unsupported(dst.dtype(), &format!("{op} (CPU) as destination")));
+        return Err(unsupported(
+            dst.dtype(),
+            &format!("{op} (CPU) as destination"),
+        ));
     }
     if dst.ne() != ne || !dst.layout.is_contiguous() {
-        return Err(shape_err(op, format!("destination must be contiguous F32 {ne:?}, got {:?}", dst.layout)));
+        return Err(shape_err(
+            op,
+            format!(
+                "destination must be contiguous F32 {ne:?}, got {:?}",
+                dst.layout
+            ),
+        ));
     }
     Ok(())
 }
@@ -128,34 +146,54 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
     let act = vec_dot_type(wt);
     let in_place = act == DType::F32 || wt.is_float();
     if bt == DType::F32 && b.layout.rows_contiguous() && in_place {
-        return Ok(Prepared { buf: Vec::new(), row_bytes: 0, ne, src: *b });
+        return Ok(Prepared {
+            buf: Vec::new(),
+            row_bytes: 0,
+            ne,
+            src: *b,
+        });
     }
     let out_t = if wt.is_float() { DType::F32 } else { act };
-    let row_bytes = out_t
-        .row_size(k)
-        .ok_or_else(|| shape_err(op, format!("K = {k} is not a multiple of the {out_t} block size")))?;
+    let row_bytes = out_t.row_size(k).ok_or_else(|| {
+        shape_err(
+            op,
+            format!("K = {k} is not a multiple of the {out_t} block size"),
+        )
+    })?;
     let nrows = ne[1] * ne[2] * ne[3];
     let mut buf = vec![0u8; nrows * row_bytes];
     if nrows == 0 || row_bytes == 0 {
-        return Ok(Prepared { buf, row_bytes, ne, src: *b });
+        return Ok(Prepared {
+            buf,
+            row_bytes,
+            ne,
+            src: *b,
+        });
     }
-    buf.par_chunks_mut(row_bytes).enumerate().try_for_each_init(
-        || vec![0f32; k],
-        |tmp, (r, out)| -> Result<()> {
-            let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
-            for (i0, t) in tmp.iter_mut().enumerate() {
-                // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
-                *t = unsafe { b.get_f32([i0, i1, i2, i3]) };
-            }
-            if out_t == DType::F32 {
-                out.copy_from_slice(bytemuck::cast_slice(tmp));
-                Ok(())
-            } else {
-                quantize_row(out_t, tmp, out)
-            }
-        },
-    )?;
-    Ok(Prepared { buf, row_bytes, ne, src: *b })
+    buf.par_chunks_mut(row_bytes)
+        .enumerate()
+        .try_for_each_init(
+            || vec![0f32; k],
+            |tmp, (r, out)| -> Result<()> {
+                let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
+                for (i0, t) in tmp.iter_mut().enumerate() {
+                    // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
+                    *t = unsafe { b.get_f32([i0, i1, i2, i3]) };
+                }
+                if out_t == DType::F32 {
+                    out.copy_from_slice(bytemuck::cast_slice(tmp));
+                    Ok(())
+                } else {
+                    quantize_row(out_t, tmp, out)
+                }
+            },
+        )?;
+    Ok(Prepared {
+        buf,
+        row_bytes,
+        ne,
+        src: *b,
+    })
 }
 
 /// Runs every job at `level` on the current rayon pool.
@@ -204,7 +242,10 @@ pub fn mul_mat(a: &TView, b: &TView, dst: &TView) -> Result<()> {
 pub fn mul_mat_with(level: SimdLevel, a: &TView, b: &TView, dst: &TView) -> Result<()> {
     const OP: &str = "mul_mat";
     if !level.is_available() {
-        return Err(Error::Backend { backend: "cpu".into(), msg: format!("SIMD level {} unavailable", level.name()) });
+        return Err(Error::Backend {
+            backend: "cpu".into(),
+            msg: format!("SIMD level {} unavailable", level.name()),
+        });
     }
     let k = check_weights(OP, a)?;
     let (an, bn) = (a.ne(), b.ne());
@@ -222,7 +263,9 @@ pub fn mul_mat_with(level: SimdLevel, a: &TView, b: &TView, dst: &TView) -> Resu
                 w_stride: a.nb()[1],
                 m: an[1],
                 acts: (0..bn[1]).map(|n| prep.ptr(n, i2, i3)).collect(),
-                dsts: (0..bn[1]).map(|n| dst.row_ptr(n, i2, i3) as *mut f32).collect(),
+                dsts: (0..bn[1])
+                    .map(|n| dst.row_ptr(n, i2, i3) as *mut f32)
+                    .collect(),
             });
         }
     }
@@ -238,10 +281,19 @@ pub fn mul_mat_id(experts: &TView, b: &TView, ids: &TView, dst: &TView) -> Resul
 }
 
 /// [`mul_mat_id`] at an explicit SIMD level (which must be available).
-pub fn mul_mat_id_with(level: SimdLevel, experts: &TView, b: &TView, ids: &TView, dst: &TView) -> Result<()> {
+pub fn mul_mat_id_with(
+    level: SimdLevel,
+    experts: &TView,
+    b: &TView,
+    ids: &TView,
+    dst: &TView,
+) -> Result<()> {
     const OP: &str = "mul_mat_id";
     if !level.is_available() {
-        return Err(Error::Backend { backend: "cpu".into(), msg: format!("SIMD level {} unavailable", level.name()) });
+        return Err(Error::Backend {
+            backend: "cpu".into(),
+            msg: format!("SIMD level {} unavailable", level.name()),
+        });
     }
     let k = check_weights(OP, experts)?;
     let (en, bn, idn) = (experts.ne(), b.ne(), ids.ne());
@@ -249,8 +301,18 @@ pub fn mul_mat_id_with(level: SimdLevel, experts: &TView, b: &TView, ids: &TView
         return Err(unsupported(ids.dtype(), "mul_mat_id (CPU) as ids"));
     }
     let (n_used, t_count) = (idn[0], idn[1]);
-    if bn[0] != k || en[3] != 1 || bn[2] != t_count || (bn[1] != 1 && bn[1] != n_used) || bn[3] != 1 || idn[2] != 1 || idn[3] != 1 {
-        return Err(shape_err(OP, format!("experts {en:?}, b {bn:?}, ids {idn:?}")));
+    if bn[0] != k
+        || en[3] != 1
+        || bn[2] != t_count
+        || (bn[1] != 1 && bn[1] != n_used)
+        || bn[3] != 1
+        || idn[2] != 1
+        || idn[3] != 1
+    {
+        return Err(shape_err(
+            OP,
+            format!("experts {en:?}, b {bn:?}, ids {idn:?}"),
+        ));
     }
     check_dst(OP, dst, [en[1], n_used, t_count, 1])?;
     let b1 = bn[1];
@@ -259,9 +321,15 @@ pub fn mul_mat_id_with(level: SimdLevel, experts: &TView, b: &TView, ids: &TView
         for u in 0..n_used {
             // SAFETY: (u, t) is inside ids, whose memory is live.
             let e = unsafe { ids.get_i32([u, t, 0, 0]) };
-            let slot = usize::try_from(e).ok().filter(|&e| e < en[2]).ok_or_else(|| {
-                shape_err(OP, format!("ids[{u}, {t}] = {e} is not an expert index (0..{})", en[2]))
-            })?;
+            let slot = usize::try_from(e)
+                .ok()
+                .filter(|&e| e < en[2])
+                .ok_or_else(|| {
+                    shape_err(
+                        OP,
+                        format!("ids[{u}, {t}] = {e} is not an expert index (0..{})", en[2]),
+                    )
+                })?;
             per_expert[slot].push((u, t));
         }
     }
@@ -275,7 +343,10 @@ pub fn mul_mat_id_with(level: SimdLevel, experts: &TView, b: &TView, ids: &TView
             w_stride: experts.nb()[1],
             m: en[1],
             acts: slots.iter().map(|&(u, t)| prep.ptr(u % b1, t, 0)).collect(),
-            dsts: slots.iter().map(|&(u, t)| dst.row_ptr(u, t, 0) as *mut f32).collect(),
+            dsts: slots
+                .iter()
+                .map(|&(u, t)| dst.row_ptr(u, t, 0) as *mut f32)
+                .collect(),
         })
         .collect();
     run_jobs(level, experts.dtype(), k, &jobs);

@@ -179,7 +179,13 @@ pub(crate) struct KBlock {
 
 impl KBlock {
     pub(crate) fn new() -> Self {
-        KBlock { d: 0.0, dmin: 0.0, q: [0; QK_K], sc: [0; 16], mn: [0; 16] }
+        KBlock {
+            d: 0.0,
+            dmin: 0.0,
+            q: [0; QK_K],
+            sc: [0; 16],
+            mn: [0; 16],
+        }
     }
 }
 
@@ -235,8 +241,8 @@ impl KQuant for Q5K {
             rd::<32>(p.add(16))
         };
         for s in 0..8 {
-            for l in 0..32 {
-                out.q[32 * s + l] |= ((qh[l] >> s) & 1) << 4;
+            for (o, &h) in out.q[32 * s..32 * s + 32].iter_mut().zip(&qh) {
+                *o |= ((h >> s) & 1) << 4;
             }
         }
     }
@@ -251,8 +257,8 @@ impl KQuant for Q6K {
             (rd::<128>(p), rd::<64>(p.add(128)), rd::<16>(p.add(192)))
         };
         out.dmin = out.d;
-        for j in 0..16 {
-            out.sc[j] = i16::from(scales[j] as i8);
+        for (j, &sc) in scales.iter().enumerate() {
+            out.sc[j] = i16::from(sc as i8);
             out.mn[j] = 32 * out.sc[j];
         }
         for h in 0..2 {
@@ -273,7 +279,11 @@ pub(crate) const Q8K_BSUMS: usize = 4 + QK_K;
 pub(crate) const Q8K_SIZE: usize = 4 + QK_K + 32;
 
 #[inline(always)]
-unsafe fn legacy_scalar<T: Legacy, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+unsafe fn legacy_scalar<T: Legacy, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
     let (aq, asz) = act_layout(T::MIN);
     let mut sum = [0f32; C];
     for i in 0..nb {
@@ -285,7 +295,11 @@ unsafe fn legacy_scalar<T: Legacy, const C: usize>(w: *const u8, acts: &[*const 
             for c in 0..C {
                 let a = acts[c].add(i * asz);
                 let qa = rd::<32>(a.add(aq));
-                let sumi: i32 = q.iter().zip(qa).map(|(&x, y)| i32::from(x) * i32::from(y as i8)).sum();
+                let sumi: i32 = q
+                    .iter()
+                    .zip(qa)
+                    .map(|(&x, y)| i32::from(x) * i32::from(y as i8))
+                    .sum();
                 let da = f16_bits_to_f32(rd16(a));
                 sum[c] += sumi as f32 * (d * da);
                 if T::MIN {
@@ -298,7 +312,11 @@ unsafe fn legacy_scalar<T: Legacy, const C: usize>(w: *const u8, acts: &[*const 
 }
 
 #[inline(always)]
-unsafe fn kquant_scalar<T: KQuant, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+unsafe fn kquant_scalar<T: KQuant, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
     let mut sum = [0f32; C];
     let mut kb = KBlock::new();
     for i in 0..nb {
@@ -312,11 +330,17 @@ unsafe fn kquant_scalar<T: KQuant, const C: usize>(w: *const u8, acts: &[*const 
                 let bs = rd::<32>(a.add(Q8K_BSUMS));
                 let mut isum = 0i32;
                 for j in 0..16 {
-                    let g: i32 = (0..16).map(|l| i32::from(kb.q[16 * j + l]) * i32::from(qa[16 * j + l] as i8)).sum();
+                    let g: i32 = (0..16)
+                        .map(|l| i32::from(kb.q[16 * j + l]) * i32::from(qa[16 * j + l] as i8))
+                        .sum();
                     isum += i32::from(kb.sc[j]) * g;
                 }
-                let msum: i32 =
-                    (0..16).map(|j| i32::from(kb.mn[j]) * i32::from(i16::from_le_bytes([bs[2 * j], bs[2 * j + 1]]))).sum();
+                let msum: i32 = (0..16)
+                    .map(|j| {
+                        i32::from(kb.mn[j])
+                            * i32::from(i16::from_le_bytes([bs[2 * j], bs[2 * j + 1]]))
+                    })
+                    .sum();
                 sum[c] += kb.d * da * isum as f32 - kb.dmin * da * msum as f32;
             }
         }
@@ -372,7 +396,12 @@ impl RowKernel for ScalarKernel {
 
 /// Applies `kern` to `rows` x `cols` of a job: each weight row against groups of 4 columns.
 #[inline(always)]
-pub(crate) unsafe fn rows_with<K: RowKernel>(kern: &K, job: &Job, rows: Range<usize>, cols: Range<usize>) {
+pub(crate) unsafe fn rows_with<K: RowKernel>(
+    kern: &K,
+    job: &Job,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     // SAFETY: the job's pointers are valid for `rows` x `cols` and these destination elements are
     // written by this thread only (caller).
     unsafe {
@@ -399,7 +428,14 @@ pub(crate) unsafe fn rows_with<K: RowKernel>(kern: &K, job: &Job, rows: Range<us
 /// # Safety
 /// The job's pointers must be valid; no other thread may write the destination elements of
 /// `rows` x `cols`; `level` must be available; `wt` must be [`supported`].
-pub(crate) unsafe fn rows(level: SimdLevel, wt: DType, job: &Job, k: usize, rows: Range<usize>, cols: Range<usize>) {
+pub(crate) unsafe fn rows(
+    level: SimdLevel,
+    wt: DType,
+    job: &Job,
+    k: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     let nb = k / wt.block_size();
     #[cfg(target_arch = "x86_64")]
     if level != SimdLevel::Scalar {

@@ -5,8 +5,8 @@
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`).
 
 use super::quant::{
-    act_layout, rd16, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS,
-    Q8K_QS, Q8K_SIZE, Q8_0,
+    act_layout, rd16, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K, Q4_0, Q4_1, Q5K,
+    Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
@@ -76,7 +76,10 @@ unsafe fn nibbles_x86(qs: *const u8) -> __m256i {
     unsafe {
         let v = _mm_loadu_si128(qs as *const __m128i);
         let m = _mm_set1_epi8(15);
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m), _mm_and_si128(v, m))
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16::<4>(v), m),
+            _mm_and_si128(v, m),
+        )
     }
 }
 
@@ -86,7 +89,12 @@ unsafe fn bits_x86(qh: *const u8) -> __m256i {
     // SAFETY: AVX2 enabled by the caller; 4 readable bytes.
     unsafe {
         let x = (qh as *const i32).read_unaligned();
-        let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+        let shuf = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        );
         let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
         let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
         _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
@@ -110,13 +118,23 @@ impl LegacyX86 for Q5_0 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
-        unsafe { _mm256_or_si256(nibbles_x86(p.add(6)), _mm256_andnot_si256(bits_x86(p.add(2)), _mm256_set1_epi8(-16))) }
+        unsafe {
+            _mm256_or_si256(
+                nibbles_x86(p.add(6)),
+                _mm256_andnot_si256(bits_x86(p.add(2)), _mm256_set1_epi8(-16)),
+            )
+        }
     }
 }
 impl LegacyX86 for Q5_1 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
-        unsafe { _mm256_or_si256(nibbles_x86(p.add(8)), _mm256_and_si256(bits_x86(p.add(4)), _mm256_set1_epi8(16))) }
+        unsafe {
+            _mm256_or_si256(
+                nibbles_x86(p.add(8)),
+                _mm256_and_si256(bits_x86(p.add(4)), _mm256_set1_epi8(16)),
+            )
+        }
     }
 }
 impl LegacyX86 for Q8_0 {
@@ -154,7 +172,11 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
         for c in 0..C {
             let a = acts[c].add(i * asz);
             let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
-            let s = if T::MIN { D::dot_us(q, y) } else { D::dot_ss(q, y) };
+            let s = if T::MIN {
+                D::dot_us(q, y)
+            } else {
+                D::dot_ss(q, y)
+            };
             let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
             if T::MIN {
@@ -167,7 +189,11 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
 /// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
 /// column (even and odd blocks) hide the FMA latency.
 #[inline(always)]
-unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
     unsafe {
         let mut acc0 = [_mm256_setzero_ps(); C];
@@ -200,7 +226,11 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
 
 /// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows.
 #[inline(always)]
-unsafe fn kquant<T: KQuant, const C: usize>(w: *const u8, acts: &[*const u8; C], nb: usize) -> [f32; C] {
+unsafe fn kquant<T: KQuant, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
     let mut sum = [0f32; C];
     let mut kb = KBlock::new();
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
@@ -215,7 +245,10 @@ unsafe fn kquant<T: KQuant, const C: usize>(w: *const u8, acts: &[*const u8; C],
                 for v in 0..8 {
                     let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
                     let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
-                    let sc = _mm256_set_m128i(_mm_set1_epi16(kb.sc[2 * v + 1]), _mm_set1_epi16(kb.sc[2 * v]));
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi16(kb.sc[2 * v + 1]),
+                        _mm_set1_epi16(kb.sc[2 * v]),
+                    );
                     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
                 }
                 let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
@@ -257,7 +290,13 @@ impl<T: KQuant> RowKernel for KQuantK<T> {
 }
 
 #[inline(always)]
-unsafe fn rows_any<D: DotI8>(wt: DType, job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
+unsafe fn rows_any<D: DotI8>(
+    wt: DType,
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     use super::quant::rows_with;
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -292,7 +331,14 @@ unsafe fn rows_avx512(wt: DType, job: &Job, nb: usize, rows: Range<usize>, cols:
 ///
 /// # Safety
 /// As for `quant::rows`; `level` is `Avx2` or `Avx512` and available.
-pub(crate) unsafe fn rows(level: SimdLevel, wt: DType, job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
+pub(crate) unsafe fn rows(
+    level: SimdLevel,
+    wt: DType,
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if level == SimdLevel::Avx512 {

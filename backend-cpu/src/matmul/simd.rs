@@ -81,7 +81,10 @@ pub fn level() -> SimdLevel {
             "avx2" => SimdLevel::Avx2,
             "avx512" => SimdLevel::Avx512,
             other => {
-                eprintln!("ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512; using {}", best.name());
+                eprintln!(
+                    "ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512; using {}",
+                    best.name()
+                );
                 return best;
             }
         };
@@ -89,7 +92,10 @@ pub fn level() -> SimdLevel {
             forced
         } else {
             // Fall back to the best available level not above the forced one.
-            let fallback = SimdLevel::available().into_iter().filter(|l| *l <= forced).last().unwrap_or(SimdLevel::Scalar);
+            let fallback = SimdLevel::available()
+                .into_iter()
+                .rfind(|l| *l <= forced)
+                .unwrap_or(SimdLevel::Scalar);
             eprintln!(
                 "ggml-tp: GGML_TP_SIMD={} is not supported by this CPU; using {}",
                 forced.name(),

@@ -46,7 +46,12 @@ fn weights(wt: DType, k: usize, rows: usize) -> (Vec<u8>, Vec<f64>) {
     let mut deq = vec![0f32; k * rows];
     for r in 0..rows {
         quantize_row(wt, &x[r * k..(r + 1) * k], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
-        dequantize_row(wt, &bytes[r * rb..(r + 1) * rb], &mut deq[r * k..(r + 1) * k]).unwrap();
+        dequantize_row(
+            wt,
+            &bytes[r * rb..(r + 1) * rb],
+            &mut deq[r * k..(r + 1) * k],
+        )
+        .unwrap();
     }
     (bytes, deq.into_iter().map(f64::from).collect())
 }
@@ -66,17 +71,26 @@ fn act_ref(wt: DType, row: &[f32]) -> Vec<f64> {
 }
 
 fn to_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// Dot product and the sum of the squared terms (the scale of the result, robust to cancellation).
 fn dot_mag(w: &[f64], a: &[f64]) -> (f64, f64) {
-    w.iter().zip(a).fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).powi(2)))
+    w.iter().zip(a).fold((0.0, 0.0), |(s, m), (x, y)| {
+        (s + x * y, m + (x * y).powi(2))
+    })
 }
 
 /// Squared error over the squared reference plus the squared terms of every dot product.
 fn nmse(got: &[f32], want: &[f64], mag: f64) -> f64 {
-    let num: f64 = got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - w).powi(2)).sum();
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
+        .sum();
     let den: f64 = (want.iter().map(|w| w * w).sum::<f64>() + mag).max(1e-30);
     if got.iter().any(|g| !g.is_finite()) {
         return f64::INFINITY;
@@ -93,7 +107,17 @@ fn k_for(wt: DType, odd: bool) -> usize {
 }
 
 /// One `mul_mat` case; returns the output. `transposed`: b stored as [N, K] and viewed as [K, N].
-fn run_mul_mat(level: SimdLevel, wt: DType, k: usize, m: usize, n: usize, a23: [usize; 2], b23: [usize; 2], transposed: bool) -> Vec<f32> {
+#[allow(clippy::too_many_arguments)] // a test case spelled out: level, type, K, M, N, batch dims, layout
+fn run_mul_mat(
+    level: SimdLevel,
+    wt: DType,
+    k: usize,
+    m: usize,
+    n: usize,
+    a23: [usize; 2],
+    b23: [usize; 2],
+    transposed: bool,
+) -> Vec<f32> {
     let (abytes, adeq) = weights(wt, k, m * a23[0] * a23[1]);
     let mut abuf = abytes.clone();
     let a = TView::of_slice(&mut abuf, wt, [k, m, a23[0], a23[1]]);
@@ -112,7 +136,14 @@ fn run_mul_mat(level: SimdLevel, wt: DType, k: usize, m: usize, n: usize, a23: [
         bbuf = bytemuck::cast_slice(&t).to_vec();
         let ne = [k, n, b23[0], b23[1]];
         let nb = [4 * n, 4, 4 * n * k, 4 * n * k * b23[0]];
-        TView::new(bbuf.as_mut_ptr(), Layout { dtype: DType::F32, ne, nb })
+        TView::new(
+            bbuf.as_mut_ptr(),
+            Layout {
+                dtype: DType::F32,
+                ne,
+                nb,
+            },
+        )
     } else {
         bbuf = bytemuck::cast_slice(&bvals).to_vec();
         TView::of_slice(&mut bbuf, DType::F32, [k, n, b23[0], b23[1]])
@@ -140,7 +171,11 @@ fn run_mul_mat(level: SimdLevel, wt: DType, k: usize, m: usize, n: usize, a23: [
         }
     }
     let e = nmse(&got, &want, mag);
-    assert!(e <= bound(wt), "{wt} at {} k={k} m={m} n={n} a23={a23:?} b23={b23:?} t={transposed}: nmse {e:e}", level.name());
+    assert!(
+        e <= bound(wt),
+        "{wt} at {} k={k} m={m} n={n} a23={a23:?} b23={b23:?} t={transposed}: nmse {e:e}",
+        level.name()
+    );
     got
 }
 
@@ -201,7 +236,8 @@ fn mul_mat_id_routing() {
                 let ids: Vec<i32> = (0..n_used * t_count).map(|_| rng.gen_range(0..4)).collect();
                 let mut ibuf: Vec<u8> = bytemuck::cast_slice(&ids).to_vec();
                 let idv = TView::of_slice(&mut ibuf, DType::I32, [n_used, t_count, 1, 1]);
-                let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * n_used * t_count]).to_vec();
+                let mut dbuf: Vec<u8> =
+                    bytemuck::cast_slice(&vec![f32::NAN; m * n_used * t_count]).to_vec();
                 let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n_used, t_count, 1]);
                 mul_mat_id_with(level, &a, &b, &idv, &dst).unwrap();
                 let got: Vec<f32> = to_f32(&dbuf);
@@ -221,7 +257,11 @@ fn mul_mat_id_routing() {
                     }
                 }
                 let err = nmse(&got, &want, mag);
-                assert!(err <= bound(wt), "{wt} at {} b1={b1}: nmse {err:e}", level.name());
+                assert!(
+                    err <= bound(wt),
+                    "{wt} at {} b1={b1}: nmse {err:e}",
+                    level.name()
+                );
             }
         }
     }

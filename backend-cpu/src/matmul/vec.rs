@@ -134,7 +134,10 @@ mod x86 {
         unsafe fn hsum(self) -> f32 {
             // SAFETY: see `zero`.
             unsafe {
-                let s = _mm_add_ps(_mm256_castps256_ps128(self), _mm256_extractf128_ps::<1>(self));
+                let s = _mm_add_ps(
+                    _mm256_castps256_ps128(self),
+                    _mm256_extractf128_ps::<1>(self),
+                );
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                 let s = _mm_add_ss(s, _mm_movehdup_ps(s));
                 _mm_cvtss_f32(s)
