@@ -71,37 +71,57 @@ impl SimdLevel {
 /// The level used by `mul_mat` / `mul_mat_id`: detected once, honouring `GGML_TP_SIMD`.
 pub fn level() -> SimdLevel {
     static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        let best = SimdLevel::best();
-        let Ok(want) = std::env::var("GGML_TP_SIMD") else {
-            return best;
-        };
-        let forced = match want.to_ascii_lowercase().as_str() {
-            "scalar" => SimdLevel::Scalar,
-            "avx2" => SimdLevel::Avx2,
-            "avx512" => SimdLevel::Avx512,
-            other => {
-                eprintln!(
-                    "ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512; using {}",
-                    best.name()
-                );
-                return best;
-            }
-        };
-        if forced.is_available() {
-            forced
-        } else {
-            // Fall back to the best available level not above the forced one.
-            let fallback = SimdLevel::available()
-                .into_iter()
-                .rfind(|l| *l <= forced)
-                .unwrap_or(SimdLevel::Scalar);
+    *LEVEL.get_or_init(|| resolve(std::env::var("GGML_TP_SIMD").ok().as_deref()))
+}
+
+/// The level for a `GGML_TP_SIMD` value: the best available one when unset or unknown (with a
+/// warning), the forced one when available, else the best available level below it (with a warning).
+pub fn resolve(want: Option<&str>) -> SimdLevel {
+    let best = SimdLevel::best();
+    let Some(want) = want else {
+        return best;
+    };
+    let forced = match want.to_ascii_lowercase().as_str() {
+        "scalar" => SimdLevel::Scalar,
+        "avx2" => SimdLevel::Avx2,
+        "avx512" => SimdLevel::Avx512,
+        other => {
             eprintln!(
-                "ggml-tp: GGML_TP_SIMD={} is not supported by this CPU; using {}",
-                forced.name(),
-                fallback.name()
+                "ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512; using {}",
+                best.name()
             );
-            fallback
+            return best;
         }
-    })
+    };
+    if forced.is_available() {
+        return forced;
+    }
+    let fallback = SimdLevel::available()
+        .into_iter()
+        .rfind(|l| *l <= forced)
+        .unwrap_or(SimdLevel::Scalar);
+    eprintln!(
+        "ggml-tp: GGML_TP_SIMD={} is not supported by this CPU; using {}",
+        forced.name(),
+        fallback.name()
+    );
+    fallback
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_simd_override_and_fallback() {
+        assert_eq!(resolve(None), SimdLevel::best());
+        assert_eq!(resolve(Some("SCALAR")), SimdLevel::Scalar);
+        assert_eq!(resolve(Some("bogus")), SimdLevel::best());
+        for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
+            let got = resolve(Some(l.name()));
+            assert!(got.is_available() && got <= l);
+            assert_eq!(got == l, l.is_available());
+        }
+        assert_eq!(SimdLevel::available()[0], SimdLevel::Scalar);
+    }
 }
