@@ -16,8 +16,8 @@
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
-//!   activations; ggml instead rounds the activations to F16): the same row kernels (`float.rs`) for fewer than [`GEMM_MIN_COLS`] columns,
-//!   the cache-blocked GEMM otherwise.
+//!   activations; ggml instead rounds the activations to F16): the same row kernels (`float.rs`)
+//!   for fewer than [`GEMM_MIN_COLS`] columns, the cache-blocked GEMM otherwise.
 //!
 //! Work is spread over the caller's rayon pool. The SIMD level comes from [`simd::level`]
 //! (run-time detection, `GGML_TP_SIMD` override); [`mul_mat_with`] / [`mul_mat_id_with`] take an
