@@ -1,0 +1,216 @@
+//! Benchmarks of the CPU matmul kernels (criterion), at the SIMD level of `GGML_TP_SIMD` or the
+//! detected one, on the global rayon pool (all cores):
+//!
+//! - `copy`: the memory-bandwidth baseline, a 256 MiB copy split over all cores (and on one core);
+//!   bandwidth = bytes read / time.
+//! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096 times one column; throughput =
+//!   weight bytes / time. Several copies of the weights (>= 256 MiB in all) are cycled so every
+//!   call streams its weights from DRAM, not from the 32 MiB L3.
+//! - `gemm`: F32 1024^3 (GFLOP/s = 2 M N K / time), and Q4_0 4096x4096 times 512 columns.
+//!
+//! After the criterion groups, `peak` measures the clock with a dependent-add chain (one add per
+//! cycle) and the per-core FMA throughput with independent FMA chains, and prints the two-core FMA
+//! peak (`cores x GHz x FMA/cycle x lanes x 2`).
+
+use backend_cpu::matmul::{mul_mat, simd};
+use backend_cpu::view::TView;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use ggml_core::quant::quantize_row;
+use ggml_core::DType;
+use rand::Rng;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const COPY_BYTES: usize = 256 << 20;
+
+fn rand_f32(n: usize) -> Vec<f32> {
+    let mut rng = rand::thread_rng();
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// `copies` independent weight matrices of `wt` [k, m] (one random matrix quantized, then copied).
+fn weight_copies(wt: DType, k: usize, m: usize, copies: usize) -> Vec<Vec<u8>> {
+    let x = rand_f32(k * m);
+    let rb = wt.row_size(k).unwrap();
+    let mut q = vec![0u8; rb * m];
+    for r in 0..m {
+        quantize_row(wt, &x[r * k..(r + 1) * k], &mut q[r * rb..(r + 1) * rb]).unwrap();
+    }
+    (0..copies).map(|_| q.clone()).collect()
+}
+
+fn bench_copy(c: &mut Criterion) {
+    let mut g = c.benchmark_group("copy");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    let src = vec![1u8; COPY_BYTES];
+    let mut dst = vec![0u8; COPY_BYTES];
+    g.throughput(Throughput::Bytes(COPY_BYTES as u64));
+    let threads = rayon::current_num_threads();
+    g.bench_function(format!("memcpy_256MiB_{threads}threads"), |bch| {
+        bch.iter(|| {
+            use rayon::prelude::*;
+            let chunk = COPY_BYTES / threads;
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            black_box(&dst);
+        })
+    });
+    g.bench_function("memcpy_256MiB_1thread", |bch| {
+        bch.iter(|| {
+            dst.copy_from_slice(&src);
+            black_box(&dst);
+        })
+    });
+    g.finish();
+}
+
+fn bench_gemv(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemv");
+    g.sample_size(20).measurement_time(Duration::from_secs(3));
+    for wt in [DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4K, DType::Q6K] {
+        for m in [4096usize, 14336] {
+            let k = 4096;
+            let bytes = wt.row_size(k).unwrap() * m;
+            let copies = (COPY_BYTES).div_ceil(bytes).max(2);
+            let mut ws = weight_copies(wt, k, m, copies);
+            let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k)).to_vec();
+            let mut d = vec![0u8; m * 4];
+            let bv = TView::of_slice(&mut b, DType::F32, [k, 1, 1, 1]);
+            let dv = TView::of_slice(&mut d, DType::F32, [m, 1, 1, 1]);
+            let views: Vec<TView> = ws
+                .iter_mut()
+                .map(|w| TView::of_slice(w, wt, [k, m, 1, 1]))
+                .collect();
+            g.throughput(Throughput::Bytes(bytes as u64));
+            let mut i = 0;
+            g.bench_function(BenchmarkId::new(wt.name(), format!("{m}x{k}")), |bch| {
+                bch.iter(|| {
+                    mul_mat(&views[i % views.len()], &bv, &dv).unwrap();
+                    i += 1;
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_gemm(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemm");
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    for (wt, m, n, k) in [
+        (DType::F32, 1024usize, 1024usize, 1024usize),
+        (DType::Q4_0, 4096, 512, 4096),
+    ] {
+        let mut w = weight_copies(wt, k, m, 1).pop().unwrap();
+        let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * n)).to_vec();
+        let mut d = vec![0u8; m * n * 4];
+        let av = TView::of_slice(&mut w, wt, [k, m, 1, 1]);
+        let bv = TView::of_slice(&mut b, DType::F32, [k, n, 1, 1]);
+        let dv = TView::of_slice(&mut d, DType::F32, [m, n, 1, 1]);
+        g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+        g.bench_function(
+            BenchmarkId::new(wt.name(), format!("{m}x{n}x{k}_flop")),
+            |bch| bch.iter(|| mul_mat(&av, &bv, &dv).unwrap()),
+        );
+    }
+    g.finish();
+}
+
+/// Clock (GHz) from a chain of dependent 1-cycle adds.
+#[cfg(target_arch = "x86_64")]
+fn measure_ghz() -> f64 {
+    let iters: u64 = 400_000_000;
+    let t = Instant::now();
+    let mut x: u64 = 0;
+    // SAFETY: pure register arithmetic.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "sub {n}, 8",
+            "jnz 2b",
+            x = inout(reg) x, n = inout(reg) iters => _,
+            options(nomem, nostack),
+        );
+    }
+    black_box(x);
+    // 8 dependent adds per loop iteration; the loop counter runs in parallel.
+    iters as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// Per-core FMA instructions per cycle at the widest vector of the level, from 12 independent
+/// chains of 512-bit (AVX-512) or 256-bit (AVX2) FMAs.
+#[cfg(target_arch = "x86_64")]
+fn measure_fma_per_cycle(ghz: f64, zmm: bool) -> f64 {
+    let iters: u64 = 100_000_000;
+    let t = Instant::now();
+    macro_rules! fma_loop {
+        ($reg:literal) => {
+            // SAFETY: register-only FMAs on vector registers declared as clobbered.
+            unsafe {
+                std::arch::asm!(
+                    concat!("vxorps ", $reg, "12, ", $reg, "12, ", $reg, "12"),
+                    concat!("vxorps ", $reg, "13, ", $reg, "13, ", $reg, "13"),
+                    "2:",
+                    concat!("vfmadd231ps ", $reg, "0, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "1, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "2, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "3, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "4, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "5, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "6, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "7, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "8, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "9, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "10, ", $reg, "12, ", $reg, "13"),
+                    concat!("vfmadd231ps ", $reg, "11, ", $reg, "12, ", $reg, "13"),
+                    "sub {n}, 1",
+                    "jnz 2b",
+                    n = inout(reg) iters => _,
+                    out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _, out("xmm4") _, out("xmm5") _,
+                    out("xmm6") _, out("xmm7") _, out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _, out("xmm12") _, out("xmm13") _,
+                    options(nomem, nostack),
+                )
+            }
+        };
+    }
+    if zmm {
+        fma_loop!("zmm");
+    } else {
+        fma_loop!("ymm");
+    }
+    (iters * 12) as f64 / t.elapsed().as_secs_f64() / 1e9 / ghz
+}
+
+fn peak() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let level = simd::level();
+        let zmm = level == simd::SimdLevel::Avx512;
+        let lanes = if zmm { 16.0 } else { 8.0 };
+        let ghz = measure_ghz();
+        let fpc = measure_fma_per_cycle(ghz, zmm);
+        let cores = rayon::current_num_threads() as f64;
+        let units = fpc.round().max(1.0);
+        println!(
+            "peak: level {}, {ghz:.2} GHz (dependent adds), {fpc:.2} FMA/cycle/core measured -> {units} FMA units, \
+             {lanes} lanes, {cores} cores: FMA peak = cores x GHz x units x lanes x 2 = {:.1} GFLOP/s \
+             (measured FMA throughput x 2 cores: {:.1} GFLOP/s)",
+            level.name(),
+            cores * ghz * units * lanes * 2.0,
+            cores * ghz * fpc * lanes * 2.0
+        );
+    }
+}
+
+fn main() {
+    println!("matmul benches at SIMD level {}", simd::level().name());
+    let mut c = Criterion::default().configure_from_args();
+    bench_copy(&mut c);
+    bench_gemv(&mut c);
+    bench_gemm(&mut c);
+    peak();
+    c.final_summary();
+}

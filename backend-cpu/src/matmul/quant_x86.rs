@@ -1,0 +1,350 @@
+//! x86-64 kernels of the quantized matmul (AVX2 and AVX-512 VNNI levels). The block formats and
+//! their scale handling are shared with the portable kernels (`quant.rs`: [`Legacy::dm`],
+//! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
+//! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
+//! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`).
+
+use super::quant::{
+    act_layout, rd16, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K, Q4_0, Q4_1, Q5K,
+    Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
+};
+use super::vec::F32Vec;
+use super::{Job, SimdLevel};
+use ggml_core::quant::MXFP4_VALUES;
+use ggml_core::DType;
+use std::arch::x86_64::*;
+use std::marker::PhantomData;
+use std::ops::Range;
+
+/// f16 bits to f32 with F16C.
+struct F16c;
+
+impl HalfCvt for F16c {
+    #[inline(always)]
+    unsafe fn cvt(h: u16) -> f32 {
+        // SAFETY: called only inside functions compiled with f16c (checked at run time).
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
+    }
+}
+
+/// 8-bit integer dot products of 32-byte vectors into eight i32 partial sums.
+pub(crate) trait DotI8 {
+    /// Signed `x` times signed `y` (`y` never -128).
+    unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
+    /// Unsigned `x` times signed `y`.
+    unsafe fn dot_us(x: __m256i, y: __m256i) -> __m256i;
+}
+
+pub(crate) struct Avx2Dot;
+pub(crate) struct VnniDot;
+
+impl DotI8 for Avx2Dot {
+    #[inline(always)]
+    unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in every caller.
+        unsafe { Self::dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)) }
+    }
+    #[inline(always)]
+    unsafe fn dot_us(x: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in every caller. Pair sums stay below 2 * 128 * 127 < 2^15.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1)) }
+    }
+}
+
+impl DotI8 for VnniDot {
+    #[inline(always)]
+    unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in every caller.
+        unsafe { Self::dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)) }
+    }
+    #[inline(always)]
+    unsafe fn dot_us(x: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VNNI and VL are enabled in every caller of this implementation.
+        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y) }
+    }
+}
+
+/// Unpacking of legacy blocks into 32 quants in one vector.
+pub(crate) trait LegacyX86: Legacy {
+    unsafe fn unpack_x86(p: *const u8) -> __m256i;
+}
+
+/// Low nibbles of 16 bytes in the low lane, high nibbles in the high lane.
+#[inline(always)]
+unsafe fn nibbles_x86(qs: *const u8) -> __m256i {
+    // SAFETY: AVX2 enabled by the caller; 16 readable bytes.
+    unsafe {
+        let v = _mm_loadu_si128(qs as *const __m128i);
+        let m = _mm_set1_epi8(15);
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16::<4>(v), m),
+            _mm_and_si128(v, m),
+        )
+    }
+}
+
+/// 0xFF in byte `i` where bit `i` of the little-endian u32 at `qh` is set (ggml's `bytes_from_bits_32`).
+#[inline(always)]
+unsafe fn bits_x86(qh: *const u8) -> __m256i {
+    // SAFETY: AVX2 enabled by the caller; 4 readable bytes.
+    unsafe {
+        let x = (qh as *const i32).read_unaligned();
+        let shuf = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
+        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+        _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+    }
+}
+
+// SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
+impl LegacyX86 for Q4_0 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
+    }
+}
+impl LegacyX86 for Q4_1 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        unsafe { nibbles_x86(p.add(4)) }
+    }
+}
+impl LegacyX86 for Q5_0 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
+        unsafe {
+            _mm256_or_si256(
+                nibbles_x86(p.add(6)),
+                _mm256_andnot_si256(bits_x86(p.add(2)), _mm256_set1_epi8(-16)),
+            )
+        }
+    }
+}
+impl LegacyX86 for Q5_1 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        unsafe {
+            _mm256_or_si256(
+                nibbles_x86(p.add(8)),
+                _mm256_and_si256(bits_x86(p.add(4)), _mm256_set1_epi8(16)),
+            )
+        }
+    }
+}
+impl LegacyX86 for Q8_0 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) }
+    }
+}
+impl LegacyX86 for Mxfp4 {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        unsafe {
+            let t = _mm_loadu_si128(MXFP4_VALUES.as_ptr() as *const __m128i);
+            _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles_x86(p.add(1)))
+        }
+    }
+}
+
+/// One legacy block `i` of the weight row against `C` activation rows, accumulated into `acc`
+/// (scaled integer dots) and `msum` (min terms).
+#[inline(always)]
+unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    i: usize,
+    acc: &mut [__m256; C],
+    msum: &mut [f32; C],
+) {
+    let (aq, asz) = act_layout(T::MIN);
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
+    unsafe {
+        let p = w.add(i * T::SIZE);
+        let q = T::unpack_x86(p);
+        let (d, m) = T::dm::<F16c>(p);
+        for c in 0..C {
+            let a = acts[c].add(i * asz);
+            let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
+            let s = if T::MIN {
+                D::dot_us(q, y)
+            } else {
+                D::dot_ss(q, y)
+            };
+            let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
+            if T::MIN {
+                msum[c] += m * F16c::cvt(rd16(a.add(2)));
+            }
+        }
+    }
+}
+
+/// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
+/// column (even and odd blocks) hide the FMA latency.
+#[inline(always)]
+unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
+    unsafe {
+        let mut acc0 = [_mm256_setzero_ps(); C];
+        let mut acc1 = [_mm256_setzero_ps(); C];
+        let mut msum = [0f32; C];
+        let mut i = 0;
+        while i + 2 <= nb {
+            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, C>(w, acts, i + 1, &mut acc1, &mut msum);
+            i += 2;
+        }
+        if i < nb {
+            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+        }
+        std::array::from_fn(|c| _mm256_add_ps(acc0[c], acc1[c]).hsum() + msum[c])
+    }
+}
+
+/// Horizontal sum of eight i32.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: AVX2 enabled by the caller.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows.
+#[inline(always)]
+unsafe fn kquant<T: KQuant, const C: usize>(
+    w: *const u8,
+    acts: &[*const u8; C],
+    nb: usize,
+) -> [f32; C] {
+    let mut sum = [0f32; C];
+    let mut kb = KBlock::new();
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
+    unsafe {
+        for i in 0..nb {
+            T::unpack::<F16c>(w.add(i * T::SIZE), &mut kb);
+            let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
+            for c in 0..C {
+                let a = acts[c].add(i * Q8K_SIZE);
+                let da = (a as *const f32).read_unaligned();
+                let mut acc = _mm256_setzero_si256();
+                for v in 0..8 {
+                    let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
+                    let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi16(kb.sc[2 * v + 1]),
+                        _mm_set1_epi16(kb.sc[2 * v]),
+                    );
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
+                }
+                let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
+                let msum = hsum_i32(_mm256_madd_epi16(bs, mn));
+                sum[c] += kb.d * da * hsum_i32(acc) as f32 - kb.dmin * da * msum as f32;
+            }
+        }
+    }
+    sum
+}
+
+struct LegacyK<T, D>(usize, PhantomData<(T, D)>);
+struct KQuantK<T>(usize, PhantomData<T>);
+
+impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
+    #[inline(always)]
+    unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy::<T, D, 4>(w, acts, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy::<T, D, 1>(w, &[act], self.0)[0] }
+    }
+}
+
+impl<T: KQuant> RowKernel for KQuantK<T> {
+    #[inline(always)]
+    unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
+        // SAFETY: forwarded from the caller.
+        unsafe { kquant::<T, 4>(w, acts, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { kquant::<T, 1>(w, &[act], self.0)[0] }
+    }
+}
+
+#[inline(always)]
+unsafe fn rows_any<D: DotI8>(
+    wt: DType,
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    use super::quant::rows_with;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match wt {
+            DType::Q4_0 => rows_with(&LegacyK::<Q4_0, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4_1 => rows_with(&LegacyK::<Q4_1, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5_0 => rows_with(&LegacyK::<Q5_0, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5_1 => rows_with(&LegacyK::<Q5_1, D>(nb, PhantomData), job, rows, cols),
+            DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
+            DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4K => rows_with(&KQuantK::<Q4K>(nb, PhantomData), job, rows, cols),
+            DType::Q5K => rows_with(&KQuantK::<Q5K>(nb, PhantomData), job, rows, cols),
+            DType::Q6K => rows_with(&KQuantK::<Q6K>(nb, PhantomData), job, rows, cols),
+            _ => {}
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_avx2(wt: DType, job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
+    // SAFETY: features checked by the dispatcher; the rest forwarded from the caller.
+    unsafe { rows_any::<Avx2Dot>(wt, job, nb, rows, cols) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_avx512(wt: DType, job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
+    // SAFETY: features checked by the dispatcher; the rest forwarded from the caller.
+    unsafe { rows_any::<VnniDot>(wt, job, nb, rows, cols) }
+}
+
+/// Quantized row kernel at an x86 level (see `quant::rows`).
+///
+/// # Safety
+/// As for `quant::rows`; `level` is `Avx2` or `Avx512` and available.
+pub(crate) unsafe fn rows(
+    level: SimdLevel,
+    wt: DType,
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if level == SimdLevel::Avx512 {
+            rows_avx512(wt, job, nb, rows, cols)
+        } else {
+            rows_avx2(wt, job, nb, rows, cols)
+        }
+    }
+}

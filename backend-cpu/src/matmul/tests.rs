@@ -1,0 +1,291 @@
+//! Tests of `mul_mat` / `mul_mat_id`: every weight type at every available SIMD level against an f64
+//! reference computed from dequantized weights and (for quantized weights) the same
+//! quantized-then-dequantized activations; odd shapes, broadcast batches, strided activations,
+//! expert routing; plus SIMD-versus-scalar agreement. Fresh random inputs on every run; the
+//! destination is filled with NaN first.
+
+use super::*;
+use ggml_core::quant::{dequantize_row, quantize_row, vec_dot_type};
+use ggml_core::Layout;
+use rand::Rng;
+
+const TYPES: [DType; 12] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::MXFP4,
+];
+
+/// Normalized-MSE bound per weight type. Q4_1/Q5_1 use the f16-rounded block sums of Q8_1 for the
+/// min term (as ggml), which the dequantized reference does not see.
+fn bound(wt: DType) -> f64 {
+    match wt {
+        DType::Q4_1 | DType::Q5_1 => 1e-4,
+        _ => 1e-9,
+    }
+}
+
+fn rand_vec(n: usize) -> Vec<f32> {
+    let mut rng = rand::thread_rng();
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// Quantized weight bytes of `rows` rows of `k` and their dequantized values.
+fn weights(wt: DType, k: usize, rows: usize) -> (Vec<u8>, Vec<f64>) {
+    let x = rand_vec(k * rows);
+    let rb = wt.row_size(k).unwrap();
+    let mut bytes = vec![0u8; rb * rows];
+    let mut deq = vec![0f32; k * rows];
+    for r in 0..rows {
+        quantize_row(wt, &x[r * k..(r + 1) * k], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+        dequantize_row(
+            wt,
+            &bytes[r * rb..(r + 1) * rb],
+            &mut deq[r * k..(r + 1) * k],
+        )
+        .unwrap();
+    }
+    (bytes, deq.into_iter().map(f64::from).collect())
+}
+
+/// The activation row as the kernels see it: quantized to `vec_dot_type` and back for quantized
+/// weights, else unchanged.
+fn act_ref(wt: DType, row: &[f32]) -> Vec<f64> {
+    if !wt.is_quantized() {
+        return row.iter().map(|&v| f64::from(v)).collect();
+    }
+    let at = vec_dot_type(wt);
+    let mut q = vec![0u8; at.row_size(row.len()).unwrap()];
+    quantize_row(at, row, &mut q).unwrap();
+    let mut out = vec![0f32; row.len()];
+    dequantize_row(at, &q, &mut out).unwrap();
+    out.into_iter().map(f64::from).collect()
+}
+
+fn to_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Dot product and the sum of the squared terms (the scale of the result, robust to cancellation).
+fn dot_mag(w: &[f64], a: &[f64]) -> (f64, f64) {
+    w.iter().zip(a).fold((0.0, 0.0), |(s, m), (x, y)| {
+        (s + x * y, m + (x * y).powi(2))
+    })
+}
+
+/// Squared error over the squared reference plus the squared terms of every dot product.
+fn nmse(got: &[f32], want: &[f64], mag: f64) -> f64 {
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
+        .sum();
+    let den: f64 = (want.iter().map(|w| w * w).sum::<f64>() + mag).max(1e-30);
+    if got.iter().any(|g| !g.is_finite()) {
+        return f64::INFINITY;
+    }
+    num / den
+}
+
+fn k_for(wt: DType, odd: bool) -> usize {
+    match wt.block_size() {
+        1 if odd => 67,
+        1 => 300,
+        bs => bs * 2,
+    }
+}
+
+/// One `mul_mat` case; returns the output. `transposed`: b stored as [N, K] and viewed as [K, N].
+#[allow(clippy::too_many_arguments)] // a test case spelled out: level, type, K, M, N, batch dims, layout
+fn run_mul_mat(
+    level: SimdLevel,
+    wt: DType,
+    k: usize,
+    m: usize,
+    n: usize,
+    a23: [usize; 2],
+    b23: [usize; 2],
+    transposed: bool,
+) -> Vec<f32> {
+    let (abytes, adeq) = weights(wt, k, m * a23[0] * a23[1]);
+    let mut abuf = abytes.clone();
+    let a = TView::of_slice(&mut abuf, wt, [k, m, a23[0], a23[1]]);
+    let nb_rows = n * b23[0] * b23[1];
+    let bvals = rand_vec(k * nb_rows); // logical b[(row) * k + i0]
+    let mut bbuf: Vec<u8>;
+    let b = if transposed {
+        // Per batch a [N, K] block: element (i0, i1) at i0 * N + i1.
+        let mut t = vec![0f32; k * nb_rows];
+        for r in 0..nb_rows {
+            let (i1, batch) = (r % n, r / n);
+            for i0 in 0..k {
+                t[batch * n * k + i0 * n + i1] = bvals[r * k + i0];
+            }
+        }
+        bbuf = bytemuck::cast_slice(&t).to_vec();
+        let ne = [k, n, b23[0], b23[1]];
+        let nb = [4 * n, 4, 4 * n * k, 4 * n * k * b23[0]];
+        TView::new(
+            bbuf.as_mut_ptr(),
+            Layout {
+                dtype: DType::F32,
+                ne,
+                nb,
+            },
+        )
+    } else {
+        bbuf = bytemuck::cast_slice(&bvals).to_vec();
+        TView::of_slice(&mut bbuf, DType::F32, [k, n, b23[0], b23[1]])
+    };
+    let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * nb_rows]).to_vec();
+    let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n, b23[0], b23[1]]);
+    mul_mat_with(level, &a, &b, &dst).unwrap();
+    let got: Vec<f32> = to_f32(&dbuf);
+    let (r2, r3) = (b23[0] / a23[0], b23[1] / a23[1]);
+    let mut want = vec![0f64; m * nb_rows];
+    let mut mag = 0.0;
+    for i3 in 0..b23[1] {
+        for i2 in 0..b23[0] {
+            for j in 0..n {
+                let r = j + n * (i2 + b23[0] * i3);
+                let act = act_ref(wt, &bvals[r * k..(r + 1) * k]);
+                let arow0 = m * (i2 / r2 + a23[0] * (i3 / r3));
+                for i in 0..m {
+                    let w = &adeq[(arow0 + i) * k..(arow0 + i + 1) * k];
+                    let (d, g) = dot_mag(w, &act);
+                    want[r * m + i] = d;
+                    mag += g;
+                }
+            }
+        }
+    }
+    let e = nmse(&got, &want, mag);
+    assert!(
+        e <= bound(wt),
+        "{wt} at {} k={k} m={m} n={n} a23={a23:?} b23={b23:?} t={transposed}: nmse {e:e}",
+        level.name()
+    );
+    got
+}
+
+#[test]
+fn mul_mat_all_types_levels_shapes() {
+    for level in SimdLevel::available() {
+        for wt in TYPES {
+            for (m, n) in [(1, 1), (3, 17), (17, 3), (33, 33), (17, 9), (70, 40)] {
+                for odd in [false, true] {
+                    run_mul_mat(level, wt, k_for(wt, odd), m, n, [1, 1], [1, 1], false);
+                }
+            }
+            run_mul_mat(level, wt, k_for(wt, false), 33, 17, [2, 1], [4, 3], false);
+            run_mul_mat(level, wt, k_for(wt, false), 17, 33, [1, 3], [2, 3], true);
+            run_mul_mat(level, wt, k_for(wt, true), 3, 1, [2, 1], [2, 1], true);
+        }
+    }
+}
+
+#[test]
+fn simd_levels_agree_with_scalar() {
+    for wt in TYPES {
+        for level in SimdLevel::available().into_iter().skip(1) {
+            // Same inputs at both levels: seed the thread RNG via fixed data instead of re-drawing.
+            let k = k_for(wt, false);
+            let (mut abuf, _) = weights(wt, k, 40);
+            let mut bbuf: Vec<u8> = bytemuck::cast_slice(&rand_vec(k * 13)).to_vec();
+            let a = TView::of_slice(&mut abuf, wt, [k, 40, 1, 1]);
+            let b = TView::of_slice(&mut bbuf, DType::F32, [k, 13, 1, 1]);
+            let mut outs = Vec::new();
+            for l in [SimdLevel::Scalar, level] {
+                let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; 40 * 13]).to_vec();
+                let dst = TView::of_slice(&mut dbuf, DType::F32, [40, 13, 1, 1]);
+                mul_mat_with(l, &a, &b, &dst).unwrap();
+                outs.push(to_f32(&dbuf));
+            }
+            let want: Vec<f64> = outs[0].iter().map(|&v| f64::from(v)).collect();
+            let e = nmse(&outs[1], &want, 0.0);
+            assert!(e < 1e-10, "{wt}: {} vs scalar nmse {e:e}", level.name());
+        }
+    }
+}
+
+#[test]
+fn mul_mat_id_routing() {
+    let mut rng = rand::thread_rng();
+    for level in SimdLevel::available() {
+        for wt in TYPES {
+            for b1_is_one in [true, false] {
+                let (k, m, e_count, n_used, t_count) = (k_for(wt, false), 17, 5, 3, 9);
+                let (mut abuf, adeq) = weights(wt, k, m * e_count);
+                let a = TView::of_slice(&mut abuf, wt, [k, m, e_count, 1]);
+                let b1 = if b1_is_one { 1 } else { n_used };
+                let bvals = rand_vec(k * b1 * t_count);
+                let mut bbuf: Vec<u8> = bytemuck::cast_slice(&bvals).to_vec();
+                let b = TView::of_slice(&mut bbuf, DType::F32, [k, b1, t_count, 1]);
+                // Repeated and out-of-order expert ids; expert 4 may stay unused.
+                let ids: Vec<i32> = (0..n_used * t_count).map(|_| rng.gen_range(0..4)).collect();
+                let mut ibuf: Vec<u8> = bytemuck::cast_slice(&ids).to_vec();
+                let idv = TView::of_slice(&mut ibuf, DType::I32, [n_used, t_count, 1, 1]);
+                let mut dbuf: Vec<u8> =
+                    bytemuck::cast_slice(&vec![f32::NAN; m * n_used * t_count]).to_vec();
+                let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n_used, t_count, 1]);
+                mul_mat_id_with(level, &a, &b, &idv, &dst).unwrap();
+                let got: Vec<f32> = to_f32(&dbuf);
+                let mut want = vec![0f64; got.len()];
+                let mut mag = 0.0;
+                for t in 0..t_count {
+                    for u in 0..n_used {
+                        let r = (u % b1) + b1 * t;
+                        let act = act_ref(wt, &bvals[r * k..(r + 1) * k]);
+                        let e = ids[u + n_used * t] as usize;
+                        for i in 0..m {
+                            let w = &adeq[(e * m + i) * k..(e * m + i + 1) * k];
+                            let (d, g) = dot_mag(w, &act);
+                            want[i + m * (u + n_used * t)] = d;
+                            mag += g;
+                        }
+                    }
+                }
+                let err = nmse(&got, &want, mag);
+                assert!(
+                    err <= bound(wt),
+                    "{wt} at {} b1={b1}: nmse {err:e}",
+                    level.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn errors_not_panics() {
+    let mut abuf = vec![0u8; 64 * 4 * 4];
+    let mut bbuf = vec![0u8; 64 * 4 * 4];
+    let mut dbuf = vec![0u8; 4 * 4 * 4];
+    let a = TView::of_slice(&mut abuf, DType::F32, [64, 4, 1, 1]);
+    let b = TView::of_slice(&mut bbuf, DType::F32, [64, 4, 1, 1]);
+    let bad_b = TView::of_slice(&mut bbuf, DType::F32, [32, 4, 1, 1]);
+    let dst = TView::of_slice(&mut dbuf, DType::F32, [4, 4, 1, 1]);
+    assert!(mul_mat(&a, &b, &dst).is_ok());
+    assert!(mul_mat(&a, &bad_b, &dst).is_err());
+    let ai = TView::of_slice(&mut abuf, DType::I32, [64, 4, 1, 1]);
+    assert!(mul_mat(&ai, &b, &dst).is_err());
+    let bq = TView::of_slice(&mut bbuf, DType::Q8_0, [64, 4, 1, 1]);
+    assert!(mul_mat(&a, &bq, &dst).is_err());
+    let mut ibuf: Vec<u8> = bytemuck::cast_slice(&[7i32; 4]).to_vec();
+    let ids = TView::of_slice(&mut ibuf, DType::I32, [1, 4, 1, 1]);
+    let e = TView::of_slice(&mut abuf, DType::F32, [64, 4, 1, 1]);
+    let b1 = TView::of_slice(&mut bbuf, DType::F32, [64, 1, 4, 1]);
+    let d1 = TView::of_slice(&mut dbuf, DType::F32, [4, 1, 4, 1]);
+    assert!(mul_mat_id(&e, &b1, &ids, &d1).is_err());
+}
