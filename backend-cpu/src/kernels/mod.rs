@@ -176,3 +176,6 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Argsort { .. } | Op::TopK { .. } => a.is_some_and(is_float) && dst.dtype == DType::I32,
     }
 }
+
+#[cfg(test)]
+mod tests;
