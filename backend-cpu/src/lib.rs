@@ -6,10 +6,12 @@ pub mod device;
 pub mod kernels;
 pub mod matmul;
 pub mod memory;
+pub mod reg;
 pub mod stream;
 pub mod view;
 
 pub use device::{cpu_devices, default_devices, CpuDevice};
 pub use memory::{CpuBuffer, CpuBufferType};
+pub use reg::{CpuCommunicator, CpuReg};
 pub use stream::CpuBackend;
 pub use view::TView;
