@@ -4,7 +4,10 @@
 use crate::kernels;
 use crate::memory::{CpuBufferType, MemAccount};
 use crate::stream::CpuBackend;
-use ggml_core::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Graph, Layout, MemoryInfo, Result, TensorId};
+use ggml_core::{
+    Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Graph, Layout, MemoryInfo, Result,
+    TensorId,
+};
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use std::sync::{Arc, Weak};
 
@@ -26,7 +29,10 @@ pub fn build_pool(name: &str, threads: usize) -> Result<Arc<ThreadPool>> {
         .thread_name(move |i| format!("{name}-{i}"))
         .build()
         .map(Arc::new)
-        .map_err(|e| ggml_core::Error::Backend { backend: "cpu".into(), msg: format!("thread pool: {e}") })
+        .map_err(|e| ggml_core::Error::Backend {
+            backend: "cpu".into(),
+            msg: format!("thread pool: {e}"),
+        })
 }
 
 impl CpuDevice {
@@ -36,7 +42,14 @@ impl CpuDevice {
         let account = MemAccount::new(name.clone(), budget);
         let pool = build_pool(&name, threads)?;
         let buffer_type = Arc::new(CpuBufferType::new(account.clone()));
-        Ok(Arc::new_cyclic(|me| CpuDevice { index, threads: threads.max(1), pool, me: me.clone(), buffer_type, account }))
+        Ok(Arc::new_cyclic(|me| CpuDevice {
+            index,
+            threads: threads.max(1),
+            pool,
+            me: me.clone(),
+            buffer_type,
+            account,
+        }))
     }
 
     /// This device as a shared handle.
@@ -66,7 +79,9 @@ impl CpuDevice {
 /// Total system memory in bytes from /proc/meminfo (8 GiB when unreadable).
 pub fn system_memory() -> usize {
     let fallback = 8usize << 30;
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else { return fallback };
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return fallback;
+    };
     text.lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
@@ -86,14 +101,18 @@ pub fn cpu_devices(n: usize, threads_total: usize) -> Result<Vec<Arc<CpuDevice>>
 }
 
 fn env_usize(key: &str) -> Option<usize> {
-    std::env::var(key).ok().and_then(|v| v.trim().parse().ok()).filter(|&v| v > 0)
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&v| v > 0)
 }
 
 /// Devices from the environment: `GGML_TP_CPU_DEVICES` (default 1) and `GGML_TP_THREADS` (default:
 /// all cores).
 pub fn default_devices() -> Result<Vec<Arc<CpuDevice>>> {
     let n = env_usize("GGML_TP_CPU_DEVICES").unwrap_or(1);
-    let threads = env_usize("GGML_TP_THREADS").unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |v| v.get()));
+    let threads = env_usize("GGML_TP_THREADS")
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |v| v.get()));
     cpu_devices(n, threads)
 }
 
@@ -112,10 +131,17 @@ impl Device for CpuDevice {
     }
     fn memory(&self) -> MemoryInfo {
         let total = self.account.budget();
-        MemoryInfo { free: total.saturating_sub(self.account.used()), total }
+        MemoryInfo {
+            free: total.saturating_sub(self.account.used()),
+            total,
+        }
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_ops: false, host_buffer: false, events: false }
+        DeviceCaps {
+            async_ops: false,
+            host_buffer: false,
+            events: false,
+        }
     }
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         let t = graph.tensor(node);

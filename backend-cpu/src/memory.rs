@@ -22,7 +22,11 @@ pub struct MemAccount {
 
 impl MemAccount {
     pub fn new(device: impl Into<String>, budget: usize) -> Arc<Self> {
-        Arc::new(MemAccount { device: device.into(), budget, used: AtomicUsize::new(0) })
+        Arc::new(MemAccount {
+            device: device.into(),
+            budget,
+            used: AtomicUsize::new(0),
+        })
     }
 
     pub fn budget(&self) -> usize {
@@ -36,9 +40,15 @@ impl MemAccount {
     /// Reserves `size` bytes, or fails with `OutOfMemory` when the budget would be exceeded.
     pub fn reserve(&self, size: usize) -> Result<()> {
         self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(size).filter(|&n| n <= self.budget))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(size).filter(|&n| n <= self.budget)
+            })
             .map(|_| ())
-            .map_err(|u| Error::OutOfMemory { device: self.device.clone(), requested: size, available: self.budget.saturating_sub(u) })
+            .map_err(|u| Error::OutOfMemory {
+                device: self.device.clone(),
+                requested: size,
+                available: self.budget.saturating_sub(u),
+            })
     }
 
     pub fn release(&self, size: usize) {
@@ -68,7 +78,11 @@ impl CpuBuffer {
         }
         let oom = |account: &MemAccount| {
             account.release(size);
-            Error::OutOfMemory { device: account.device.clone(), requested: size, available: account.budget.saturating_sub(account.used()) }
+            Error::OutOfMemory {
+                device: account.device.clone(),
+                requested: size,
+                available: account.budget.saturating_sub(account.used()),
+            }
         };
         let Ok(layout) = AllocLayout::from_size_align(size, CPU_ALIGNMENT) else {
             return Err(oom(&account));
@@ -86,7 +100,12 @@ impl Drop for CpuBuffer {
     fn drop(&mut self) {
         if self.size > 0 {
             // SAFETY: allocated in `new` with this size and alignment.
-            unsafe { dealloc(self.ptr.as_ptr(), AllocLayout::from_size_align_unchecked(self.size, CPU_ALIGNMENT)) };
+            unsafe {
+                dealloc(
+                    self.ptr.as_ptr(),
+                    AllocLayout::from_size_align_unchecked(self.size, CPU_ALIGNMENT),
+                )
+            };
         }
         self.account.release(self.size);
     }
@@ -180,7 +199,10 @@ mod tests {
         drop(a);
         assert_eq!(acc.used(), 0);
         let big = MemAccount::new("cpu:big", usize::MAX);
-        assert!(matches!(CpuBufferType::new(big.clone()).alloc(usize::MAX / 2), Err(Error::OutOfMemory { .. })));
+        assert!(matches!(
+            CpuBufferType::new(big.clone()).alloc(usize::MAX / 2),
+            Err(Error::OutOfMemory { .. })
+        ));
         assert_eq!(big.used(), 0);
     }
 }

@@ -21,7 +21,8 @@ impl CpuReg {
     }
 
     fn get(&self) -> &std::result::Result<Vec<Arc<CpuDevice>>, String> {
-        self.devices.get_or_init(|| default_devices().map_err(|e| e.to_string()))
+        self.devices
+            .get_or_init(|| default_devices().map_err(|e| e.to_string()))
     }
 }
 
@@ -38,11 +39,19 @@ impl BackendReg for CpuReg {
     fn unavailable_reason(&self) -> Option<String> {
         self.get().as_ref().err().cloned()
     }
-    fn new_communicator(&self, backends: &[Arc<dyn Backend>]) -> Option<Result<Arc<dyn Communicator>>> {
+    fn new_communicator(
+        &self,
+        backends: &[Arc<dyn Backend>],
+    ) -> Option<Result<Arc<dyn Communicator>>> {
         if backends.iter().any(|b| b.device().family() != "cpu") {
-            return Some(Err(Error::Backend { backend: "cpu".into(), msg: "communicator over non-CPU streams".into() }));
+            return Some(Err(Error::Backend {
+                backend: "cpu".into(),
+                msg: "communicator over non-CPU streams".into(),
+            }));
         }
-        Some(Ok(Arc::new(CpuCommunicator { size: backends.len() })))
+        Some(Ok(Arc::new(CpuCommunicator {
+            size: backends.len(),
+        })))
     }
 }
 
@@ -73,18 +82,32 @@ impl Communicator for CpuCommunicator {
         self.size
     }
     fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
-        let err = |msg: String| Error::Backend { backend: "cpu".into(), msg };
+        let err = |msg: String| Error::Backend {
+            backend: "cpu".into(),
+            msg,
+        };
         if data.len() != self.size {
-            return Err(err(format!("all_reduce over {} buffers, communicator of {}", data.len(), self.size)));
+            return Err(err(format!(
+                "all_reduce over {} buffers, communicator of {}",
+                data.len(),
+                self.size
+            )));
         }
         if !dtype.is_float() {
-            return Err(Error::UnsupportedType { dtype, what: "cpu all_reduce".into() });
+            return Err(Error::UnsupportedType {
+                dtype,
+                what: "cpu all_reduce".into(),
+            });
         }
         let len = count * dtype.type_size();
         let mut ptrs = Vec::with_capacity(data.len());
         for d in data {
             ggml_core::backend::check_range(d.offset, len, d.buffer.size())?;
-            ptrs.push(d.host_ptr().ok_or_else(|| err(format!("{} is not host memory", d.buffer.name())))? as usize);
+            ptrs.push(
+                d.host_ptr()
+                    .ok_or_else(|| err(format!("{} is not host memory", d.buffer.name())))?
+                    as usize,
+            );
         }
         const CHUNK: usize = 4096;
         let load = |p: usize, i: usize| -> f32 {
@@ -92,7 +115,9 @@ impl Communicator for CpuCommunicator {
             unsafe {
                 match dtype {
                     DType::F32 => (p as *const f32).add(i).read_unaligned(),
-                    DType::F16 => half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32(),
+                    DType::F16 => {
+                        half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32()
+                    }
                     _ => half::bf16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32(),
                 }
             }
@@ -102,8 +127,12 @@ impl Communicator for CpuCommunicator {
             unsafe {
                 match dtype {
                     DType::F32 => (p as *mut f32).add(i).write_unaligned(v),
-                    DType::F16 => (p as *mut u16).add(i).write_unaligned(half::f16::from_f32(v).to_bits()),
-                    _ => (p as *mut u16).add(i).write_unaligned(half::bf16::from_f32(v).to_bits()),
+                    DType::F16 => (p as *mut u16)
+                        .add(i)
+                        .write_unaligned(half::f16::from_f32(v).to_bits()),
+                    _ => (p as *mut u16)
+                        .add(i)
+                        .write_unaligned(half::bf16::from_f32(v).to_bits()),
                 }
             }
         };

@@ -38,16 +38,30 @@ impl CpuBackend {
 pub fn host_view(graph: &Graph, id: TensorId) -> Result<TView> {
     let t = graph.tensor(id);
     let data = graph.data(id)?;
-    let base = data.buffer.host_ptr().ok_or_else(|| Error::Backend { backend: "cpu".into(), msg: format!("tensor {} lives in non-host buffer {}", t.name, data.buffer.name()) })?;
+    let base = data.buffer.host_ptr().ok_or_else(|| Error::Backend {
+        backend: "cpu".into(),
+        msg: format!(
+            "tensor {} lives in non-host buffer {}",
+            t.name,
+            data.buffer.name()
+        ),
+    })?;
     let end = data.offset.checked_add(t.nbytes());
     if end.is_none_or(|e| e > data.buffer.size()) {
-        return Err(Error::OutOfBounds { offset: data.offset, len: t.nbytes(), size: data.buffer.size() });
+        return Err(Error::OutOfBounds {
+            offset: data.offset,
+            len: t.nbytes(),
+            size: data.buffer.size(),
+        });
     }
     Ok(TView::new(base.wrapping_add(data.offset), t.layout))
 }
 
 fn host_slice_err(what: &str) -> Error {
-    Error::Backend { backend: "cpu".into(), msg: format!("copy_async: {what}") }
+    Error::Backend {
+        backend: "cpu".into(),
+        msg: format!("copy_async: {what}"),
+    }
 }
 
 impl Backend for CpuBackend {
@@ -64,9 +78,13 @@ impl Backend for CpuBackend {
             // SAFETY: both ranges are checked to lie in their buffers; `copy` allows overlap.
             (Some(s), Some(d)) => unsafe { std::ptr::copy(s, d, len) },
             // SAFETY: the source range lies in its host buffer.
-            (Some(s), None) => dst.buffer.set(dst.offset, unsafe { std::slice::from_raw_parts(s, len) })?,
+            (Some(s), None) => dst
+                .buffer
+                .set(dst.offset, unsafe { std::slice::from_raw_parts(s, len) })?,
             // SAFETY: the destination range lies in its host buffer.
-            (None, Some(d)) => src.buffer.get(src.offset, unsafe { std::slice::from_raw_parts_mut(d, len) })?,
+            (None, Some(d)) => src.buffer.get(src.offset, unsafe {
+                std::slice::from_raw_parts_mut(d, len)
+            })?,
             (None, None) => return Err(host_slice_err("neither buffer is host memory")),
         }
         Ok(())
@@ -81,11 +99,22 @@ impl Backend for CpuBackend {
             if t.nelements() == 0 {
                 continue;
             }
-            let views = NodeViews { dst: host_view(graph, node)?, src: t.src.iter().map(|&s| host_view(graph, s)).collect::<Result<_>>()? };
-            pool.install(|| kernels::compute_node(graph, node, &views)).map_err(|e| match e {
-                Error::UnsupportedOp { op, backend } => Error::UnsupportedOp { op: format!("{op} at node {}", t.name), backend },
-                other => other,
-            })?;
+            let views = NodeViews {
+                dst: host_view(graph, node)?,
+                src: t
+                    .src
+                    .iter()
+                    .map(|&s| host_view(graph, s))
+                    .collect::<Result<_>>()?,
+            };
+            pool.install(|| kernels::compute_node(graph, node, &views))
+                .map_err(|e| match e {
+                    Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
+                        op: format!("{op} at node {}", t.name),
+                        backend,
+                    },
+                    other => other,
+                })?;
         }
         Ok(())
     }

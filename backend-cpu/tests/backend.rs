@@ -23,7 +23,10 @@ fn devices_split_threads_and_memory() {
     let devs = cpu_devices(3, 7).unwrap();
     let names: Vec<String> = devs.iter().map(|d| d.name()).collect();
     assert_eq!(names, ["cpu:0", "cpu:1", "cpu:2"]);
-    assert_eq!(devs.iter().map(|d| d.threads()).collect::<Vec<_>>(), [3, 2, 2]);
+    assert_eq!(
+        devs.iter().map(|d| d.threads()).collect::<Vec<_>>(),
+        [3, 2, 2]
+    );
     assert_eq!(devs[1].family(), "cpu");
     let total = devs[0].memory().total;
     assert!(total > 0 && total == devs[2].memory().total);
@@ -32,8 +35,18 @@ fn devices_split_threads_and_memory() {
     assert!(devs[1].can_access(buf.as_ref()));
     drop(buf);
     assert_eq!(devs[0].memory().free, total);
-    assert!(matches!(devs[0].buffer_type().alloc(total + 1), Err(Error::OutOfMemory { .. })));
-    assert_eq!(cpu_devices(4, 2).unwrap().iter().map(|d| d.threads()).collect::<Vec<_>>(), [1, 1, 1, 1]);
+    assert!(matches!(
+        devs[0].buffer_type().alloc(total + 1),
+        Err(Error::OutOfMemory { .. })
+    ));
+    assert_eq!(
+        cpu_devices(4, 2)
+            .unwrap()
+            .iter()
+            .map(|d| d.threads())
+            .collect::<Vec<_>>(),
+        [1, 1, 1, 1]
+    );
 }
 
 #[test]
@@ -54,14 +67,18 @@ fn stream_computes_a_graph_with_views() {
     g.set_f32(b, &[1.0, -1.0, 0.5, 0.0]).unwrap();
     assert!(dev.supports_op(&g, out));
     let be = dev.new_backend().unwrap();
-    be.compute(&g, &g.nodes().to_vec()).unwrap();
+    be.compute(&g, g.nodes()).unwrap();
     be.synchronize().unwrap();
     let got = g.get_f32(out).unwrap();
-    let want: Vec<f32> = av.iter().enumerate().map(|(i, &x)| (x + [1.0, -1.0, 0.5, 0.0][i % 4]).max(0.0)).collect();
+    let want: Vec<f32> = av
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (x + [1.0, -1.0, 0.5, 0.0][i % 4]).max(0.0))
+        .collect();
     assert_eq!(got, want);
     assert!(be.record_event().unwrap().is_done());
     be.set_threads(1);
-    be.compute(&g, &g.nodes().to_vec()).unwrap();
+    be.compute(&g, g.nodes()).unwrap();
     assert_eq!(g.get_f32(out).unwrap(), want);
 }
 
@@ -83,16 +100,26 @@ fn stream_reports_errors() {
     g.output(c);
     alloc_all(&mut g, &dev);
     assert!(!dev.supports_op(&g, c));
-    assert!(matches!(be.compute(&g, &[c]), Err(Error::UnsupportedOp { .. })));
+    assert!(matches!(
+        be.compute(&g, &[c]),
+        Err(Error::UnsupportedOp { .. })
+    ));
 }
 
 #[test]
 fn copy_async_and_communicator() {
     let devs = cpu_devices(2, 2).unwrap();
-    let bufs: Vec<_> = devs.iter().map(|d| d.buffer_type().alloc(64).unwrap()).collect();
+    let bufs: Vec<_> = devs
+        .iter()
+        .map(|d| d.buffer_type().alloc(64).unwrap())
+        .collect();
     let refs: Vec<DataRef> = bufs.iter().map(|b| DataRef::new(b.clone(), 0)).collect();
-    bufs[0].set(0, bytemuck::cast_slice(&[1.0f32, 2.0, 3.0])).unwrap();
-    bufs[1].set(0, bytemuck::cast_slice(&[10.0f32, 20.0, 30.0])).unwrap();
+    bufs[0]
+        .set(0, bytemuck::cast_slice(&[1.0f32, 2.0, 3.0]))
+        .unwrap();
+    bufs[1]
+        .set(0, bytemuck::cast_slice(&[10.0f32, 20.0, 30.0]))
+        .unwrap();
     let comm = CpuCommunicator::new(2);
     comm.all_reduce(&refs, DType::F32, 3).unwrap();
     for b in &bufs {
@@ -101,7 +128,8 @@ fn copy_async_and_communicator() {
         assert_eq!(bytemuck::cast_slice::<u8, f32>(&out), &[11.0, 22.0, 33.0]);
     }
     let be = devs[0].new_backend().unwrap();
-    be.copy_async(&refs[0].advanced(4), &refs[1].advanced(32), 8).unwrap();
+    be.copy_async(&refs[0].advanced(4), &refs[1].advanced(32), 8)
+        .unwrap();
     let mut out = [0u8; 8];
     bufs[1].get(32, &mut out).unwrap();
     assert_eq!(bytemuck::cast_slice::<u8, f32>(&out), &[22.0, 33.0]);

@@ -35,28 +35,65 @@ pub struct FaParams {
 }
 
 /// Attention of every query row: `softmax(scale * q·k + slope * mask) · v`, with optional sinks.
-pub fn flash_attn_ext(q: &TView, k: &TView, v: &TView, mask: Option<&TView>, sinks: Option<&TView>, dst: &TView, p: FaParams) -> Result<()> {
+pub fn flash_attn_ext(
+    q: &TView,
+    k: &TView,
+    v: &TView,
+    mask: Option<&TView>,
+    sinks: Option<&TView>,
+    dst: &TView,
+    p: FaParams,
+) -> Result<()> {
     let (lq, lk, lv, d) = (q.layout, k.layout, v.layout, dst.layout);
     let (n_head, n_kv, n_head_kv, dv) = (lq.ne[2], lk.ne[1], lk.ne[2], lv.ne[0]);
-    let bad = lq.ne[0] != lk.ne[0] || lv.ne[1] != n_kv || lv.ne[2] != n_head_kv || n_head_kv == 0 || n_head % n_head_kv != 0 || lk.ne[3] != lq.ne[3] || lv.ne[3] != lq.ne[3] || d.ne != [dv, n_head, lq.ne[1], lq.ne[3]];
+    let bad = lq.ne[0] != lk.ne[0]
+        || lv.ne[1] != n_kv
+        || lv.ne[2] != n_head_kv
+        || n_head_kv == 0
+        || n_head % n_head_kv != 0
+        || lk.ne[3] != lq.ne[3]
+        || lv.ne[3] != lq.ne[3]
+        || d.ne != [dv, n_head, lq.ne[1], lq.ne[3]];
     if bad {
-        return Err(Error::Shape { op: "flash_attn_ext", msg: format!("q {:?}, k {:?}, v {:?}, dst {:?}", lq.ne, lk.ne, lv.ne, d.ne) });
+        return Err(Error::Shape {
+            op: "flash_attn_ext",
+            msg: format!(
+                "q {:?}, k {:?}, v {:?}, dst {:?}",
+                lq.ne, lk.ne, lv.ne, d.ne
+            ),
+        });
     }
     if let Some(m) = mask {
         let lm = m.layout;
         if lm.ne[0] != n_kv || lm.ne[1] < lq.ne[1] || lm.ne[2] == 0 || lm.ne[3] == 0 {
-            return Err(Error::Shape { op: "flash_attn_ext", msg: format!("mask {:?} for q {:?}, k {:?}", lm.ne, lq.ne, lk.ne) });
+            return Err(Error::Shape {
+                op: "flash_attn_ext",
+                msg: format!("mask {:?} for q {:?}, k {:?}", lm.ne, lq.ne, lk.ne),
+            });
         }
     }
     if let Some(s) = sinks {
         if s.ne()[0] != n_head {
-            return Err(Error::Shape { op: "flash_attn_ext", msg: format!("sinks {:?} for {n_head} heads", s.ne()) });
+            return Err(Error::Shape {
+                op: "flash_attn_ext",
+                msg: format!("sinks {:?} for {n_head} heads", s.ne()),
+            });
         }
     }
     let group = n_head / n_head_kv;
-    let (scale, softcap) = if p.softcap != 0.0 { (p.scale / p.softcap, p.softcap) } else { (p.scale, 0.0) };
+    let (scale, softcap) = if p.softcap != 0.0 {
+        (p.scale / p.softcap, p.softcap)
+    } else {
+        (p.scale, 0.0)
+    };
     par_rows(d.nrows(), n_kv * (lq.ne[0] + dv), |range| {
-        let (mut sq, mut sm, mut sk, mut sv, mut so) = (Scratch::default(), Scratch::default(), Scratch::default(), Scratch::default(), Scratch::default());
+        let (mut sq, mut sm, mut sk, mut sv, mut so) = (
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+        );
         let mut acc = vec![0f32; dv];
         for r in range {
             let [h, iq, s] = unravel(r, &d.ne);
@@ -92,7 +129,9 @@ pub fn flash_attn_ext(q: &TView, k: &TView, v: &TView, mask: Option<&TView>, sin
                     } else {
                         (x - m_max).exp()
                     };
-                    acc.iter_mut().zip(vr).for_each(|(a, &vv)| *a += weight * vv);
+                    acc.iter_mut()
+                        .zip(vr)
+                        .for_each(|(a, &vv)| *a += weight * vv);
                     sum += weight;
                 }
                 if let Some(sk_view) = sinks {

@@ -21,7 +21,12 @@ pub fn erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.5 * z);
     let poly = -z * z - 1.265_512_23
         + t * (1.000_023_68
-            + t * (0.374_091_96 + t * (0.096_784_18 + t * (-0.186_288_06 + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
     let erfc = t * poly.exp();
     let r = 1.0 - erfc;
     (if x >= 0.0 { r } else { -r }) as f32
@@ -92,15 +97,23 @@ where
 }
 
 pub fn unary(op: UnaryOp, src: &TView, dst: &TView) -> Result<()> {
-    map_rows(src, dst, "unary", |x, y| y.iter_mut().zip(x).for_each(|(o, &v)| *o = unary_fn(op, v)))
+    map_rows(src, dst, "unary", |x, y| {
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = unary_fn(op, v))
+    })
 }
 
 pub fn scale(src: &TView, dst: &TView, s: f32, b: f32) -> Result<()> {
-    map_rows(src, dst, "scale", |x, y| y.iter_mut().zip(x).for_each(|(o, &v)| *o = v * s + b))
+    map_rows(src, dst, "scale", |x, y| {
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = v * s + b)
+    })
 }
 
 pub fn clamp(src: &TView, dst: &TView, lo: f32, hi: f32) -> Result<()> {
-    map_rows(src, dst, "clamp", |x, y| y.iter_mut().zip(x).for_each(|(o, &v)| *o = v.max(lo).min(hi)))
+    map_rows(src, dst, "clamp", |x, y| {
+        y.iter_mut()
+            .zip(x)
+            .for_each(|(o, &v)| *o = v.max(lo).min(hi))
+    })
 }
 
 /// Binary operators of `add`, `sub`, `mul`, `div`.
@@ -115,13 +128,17 @@ pub enum BinOp {
 #[inline]
 fn apply<F: Fn(f32, f32) -> f32>(out: &mut [f32], x: &[f32], y: &[f32], f: F) {
     if y.len() == x.len() {
-        out.iter_mut().zip(x.iter().zip(y)).for_each(|(o, (&a, &b))| *o = f(a, b));
+        out.iter_mut()
+            .zip(x.iter().zip(y))
+            .for_each(|(o, (&a, &b))| *o = f(a, b));
     } else if y.len() == 1 {
         let b = y[0];
         out.iter_mut().zip(x).for_each(|(o, &a)| *o = f(a, b));
     } else {
         for (xs, os) in x.chunks(y.len()).zip(out.chunks_mut(y.len())) {
-            os.iter_mut().zip(xs.iter().zip(y)).for_each(|(o, (&a, &b))| *o = f(a, b));
+            os.iter_mut()
+                .zip(xs.iter().zip(y))
+                .for_each(|(o, (&a, &b))| *o = f(a, b));
         }
     }
 }
@@ -130,7 +147,10 @@ fn apply<F: Fn(f32, f32) -> f32>(out: &mut [f32], x: &[f32], y: &[f32], f: F) {
 pub fn binary(op: BinOp, a: &TView, b: &TView, dst: &TView) -> Result<()> {
     let (la, lb, d) = (a.layout, b.layout, dst.layout);
     if la.ne != d.ne || (0..4).any(|k| lb.ne[k] == 0 || la.ne[k] % lb.ne[k] != 0) {
-        return Err(shape("binary", format!("{:?} op {:?} into {:?}", la.ne, lb.ne, d.ne)));
+        return Err(shape(
+            "binary",
+            format!("{:?} op {:?} into {:?}", la.ne, lb.ne, d.ne),
+        ));
     }
     par_rows(d.nrows(), d.ne[0], |range| {
         let (mut sa, mut sb, mut so) = (Scratch::default(), Scratch::default(), Scratch::default());
@@ -160,7 +180,10 @@ pub fn binary(op: BinOp, a: &TView, b: &TView, dst: &TView) -> Result<()> {
 pub fn add_id(a: &TView, b: &TView, ids: &TView, dst: &TView) -> Result<()> {
     let (la, lb, d) = (a.layout, b.layout, dst.layout);
     if la.ne != d.ne || lb.ne[0] != la.ne[0] || ids.ne()[0] != la.ne[1] || ids.ne()[1] != la.ne[2] {
-        return Err(shape("add_id", format!("a {:?}, b {:?}, ids {:?}", la.ne, lb.ne, ids.ne())));
+        return Err(shape(
+            "add_id",
+            format!("a {:?}, b {:?}, ids {:?}", la.ne, lb.ne, ids.ne()),
+        ));
     }
     par_rows(d.nrows(), d.ne[0], |range| {
         let (mut sa, mut sb, mut so) = (Scratch::default(), Scratch::default(), Scratch::default());
@@ -220,7 +243,9 @@ pub fn glu(op: GluOp, swapped: bool, a: &TView, up: Option<&TView>, dst: &TView)
                     None => (&x[..n], &x[n..]),
                 };
                 with_out_row(dst, idx, &mut so, |out| {
-                    out.iter_mut().zip(g.iter().zip(u)).for_each(|(o, (&gv, &uv))| *o = glu_fn(op, gv, uv));
+                    out.iter_mut()
+                        .zip(g.iter().zip(u))
+                        .for_each(|(o, (&gv, &uv))| *o = glu_fn(op, gv, uv));
                     Ok(())
                 })?;
             }

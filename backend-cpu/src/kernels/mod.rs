@@ -28,14 +28,24 @@ pub fn compute_node(graph: &Graph, node: TensorId, views: &NodeViews) -> Result<
 
 fn need(op: &Op, src: &[TView], min: usize) -> Result<()> {
     if src.len() < min {
-        return Err(Error::Shape { op: op.name(), msg: format!("needs {min} sources, got {}", src.len()) });
+        return Err(Error::Shape {
+            op: op.name(),
+            msg: format!("needs {min} sources, got {}", src.len()),
+        });
     }
     Ok(())
 }
 
 /// Runs the kernel of `op` on host views.
 pub fn run_op(op: &Op, src: &[TView], dst: &TView) -> Result<()> {
-    let unsupported = || Error::UnsupportedOp { op: format!("{} ({:?})", op.name(), src.iter().map(|s| s.dtype()).collect::<Vec<_>>()), backend: "cpu".into() };
+    let unsupported = || Error::UnsupportedOp {
+        op: format!(
+            "{} ({:?})",
+            op.name(),
+            src.iter().map(|s| s.dtype()).collect::<Vec<_>>()
+        ),
+        backend: "cpu".into(),
+    };
     let layouts: Vec<&Layout> = src.iter().map(|s| &s.layout).collect();
     if !op.is_view() && *op != Op::None && !supports(op, &layouts, &dst.layout) {
         return Err(unsupported());
@@ -112,9 +122,17 @@ pub fn run_op(op: &Op, src: &[TView], dst: &TView) -> Result<()> {
             need(op, src, 1)?;
             norm::soft_max(&src[0], src.get(1), src.get(2), dst, *scale, *max_bias)
         }
-        Op::FlashAttnExt { scale, max_bias, softcap } => {
+        Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        } => {
             need(op, src, 3)?;
-            let p = attention::FaParams { scale: *scale, max_bias: *max_bias, softcap: *softcap };
+            let p = attention::FaParams {
+                scale: *scale,
+                max_bias: *max_bias,
+                softcap: *softcap,
+            };
             attention::flash_attn_ext(&src[0], &src[1], &src[2], src.get(3), src.get(4), dst, p)
         }
         Op::Concat { dim } => {
@@ -158,20 +176,71 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
         Op::Cpy | Op::Cont => match a {
             Some(s) if s == dst.dtype => true,
-            Some(s) => (convertible(s) || !dst.dtype.is_quantized()) && (convertible(dst.dtype) || !s.is_quantized()),
+            Some(s) => {
+                (convertible(s) || !dst.dtype.is_quantized())
+                    && (convertible(dst.dtype) || !s.is_quantized())
+            }
             None => false,
         },
-        Op::GetRows => b == Some(DType::I32) && a.is_some_and(|a| if a == DType::I32 { dst.dtype == DType::I32 } else { dst.dtype == DType::F32 }),
-        Op::SetRows => t(1) == Some(DType::F32) && t(2) == Some(DType::I32) && convertible(dst.dtype),
-        Op::MulMat => a.is_some_and(convertible) && b.is_some_and(is_float) && dst.dtype == DType::F32,
-        Op::MulMatId => a.is_some_and(convertible) && b.is_some_and(is_float) && t(2) == Some(DType::I32) && dst.dtype == DType::F32,
-        Op::Add | Op::Sub | Op::Mul | Op::Div => a.is_some_and(is_float) && b.is_some_and(is_float) && is_float(dst.dtype),
-        Op::AddId => a == Some(DType::F32) && b == Some(DType::F32) && t(2) == Some(DType::I32) && dst.dtype == DType::F32,
-        Op::Scale { .. } | Op::Clamp { .. } | Op::Unary(_) | Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => a.is_some_and(is_float) && is_float(dst.dtype),
-        Op::Glu { .. } => a.is_some_and(is_float) && src.get(1).is_none_or(|l| is_float(l.dtype)) && is_float(dst.dtype),
-        Op::Rope(_) => a.is_some_and(is_float) && b == Some(DType::I32) && src.get(2).is_none_or(|l| l.dtype == DType::F32) && is_float(dst.dtype),
-        Op::SoftMax { .. } => a.is_some_and(is_float) && src.iter().skip(1).all(|l| is_float(l.dtype)) && dst.dtype == DType::F32,
-        Op::FlashAttnExt { .. } => src.len() >= 3 && src.iter().all(|l| convertible(l.dtype)) && src[3..].iter().all(|l| is_float(l.dtype)) && dst.dtype == DType::F32,
+        Op::GetRows => {
+            b == Some(DType::I32)
+                && a.is_some_and(|a| {
+                    if a == DType::I32 {
+                        dst.dtype == DType::I32
+                    } else {
+                        dst.dtype == DType::F32
+                    }
+                })
+        }
+        Op::SetRows => {
+            t(1) == Some(DType::F32) && t(2) == Some(DType::I32) && convertible(dst.dtype)
+        }
+        Op::MulMat => {
+            a.is_some_and(convertible) && b.is_some_and(is_float) && dst.dtype == DType::F32
+        }
+        Op::MulMatId => {
+            a.is_some_and(convertible)
+                && b.is_some_and(is_float)
+                && t(2) == Some(DType::I32)
+                && dst.dtype == DType::F32
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            a.is_some_and(is_float) && b.is_some_and(is_float) && is_float(dst.dtype)
+        }
+        Op::AddId => {
+            a == Some(DType::F32)
+                && b == Some(DType::F32)
+                && t(2) == Some(DType::I32)
+                && dst.dtype == DType::F32
+        }
+        Op::Scale { .. }
+        | Op::Clamp { .. }
+        | Op::Unary(_)
+        | Op::RmsNorm { .. }
+        | Op::Norm { .. }
+        | Op::SumRows => a.is_some_and(is_float) && is_float(dst.dtype),
+        Op::Glu { .. } => {
+            a.is_some_and(is_float)
+                && src.get(1).is_none_or(|l| is_float(l.dtype))
+                && is_float(dst.dtype)
+        }
+        Op::Rope(_) => {
+            a.is_some_and(is_float)
+                && b == Some(DType::I32)
+                && src.get(2).is_none_or(|l| l.dtype == DType::F32)
+                && is_float(dst.dtype)
+        }
+        Op::SoftMax { .. } => {
+            a.is_some_and(is_float)
+                && src.iter().skip(1).all(|l| is_float(l.dtype))
+                && dst.dtype == DType::F32
+        }
+        Op::FlashAttnExt { .. } => {
+            src.len() >= 3
+                && src.iter().all(|l| convertible(l.dtype))
+                && src[3..].iter().all(|l| is_float(l.dtype))
+                && dst.dtype == DType::F32
+        }
         Op::Concat { .. } => a.is_some_and(|a| !a.is_quantized() && Some(a) == b && a == dst.dtype),
         Op::Argsort { .. } | Op::TopK { .. } => a.is_some_and(is_float) && dst.dtype == DType::I32,
     }

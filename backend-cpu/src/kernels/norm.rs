@@ -70,20 +70,39 @@ pub fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
 }
 
 /// Softmax over axis 0 of `a * scale + slope * mask`, with an optional sink logit per head (`ne2`).
-pub fn soft_max(a: &TView, mask: Option<&TView>, sinks: Option<&TView>, dst: &TView, scale: f32, max_bias: f32) -> Result<()> {
+pub fn soft_max(
+    a: &TView,
+    mask: Option<&TView>,
+    sinks: Option<&TView>,
+    dst: &TView,
+    scale: f32,
+    max_bias: f32,
+) -> Result<()> {
     let (la, d) = (a.layout, dst.layout);
     if la.ne != d.ne {
         return Err(shape("soft_max", format!("{:?} into {:?}", la.ne, d.ne)));
     }
     if let Some(m) = mask {
         let lm = m.layout;
-        if lm.ne[0] != la.ne[0] || lm.ne[1] < la.ne[1] || lm.ne[2] == 0 || lm.ne[3] == 0 || la.ne[2] % lm.ne[2] != 0 || la.ne[3] % lm.ne[3] != 0 {
-            return Err(shape("soft_max", format!("mask {:?} for {:?}", lm.ne, la.ne)));
+        if lm.ne[0] != la.ne[0]
+            || lm.ne[1] < la.ne[1]
+            || lm.ne[2] == 0
+            || lm.ne[3] == 0
+            || la.ne[2] % lm.ne[2] != 0
+            || la.ne[3] % lm.ne[3] != 0
+        {
+            return Err(shape(
+                "soft_max",
+                format!("mask {:?} for {:?}", lm.ne, la.ne),
+            ));
         }
     }
     if let Some(s) = sinks {
         if s.ne()[0] != la.ne[2] {
-            return Err(shape("soft_max", format!("sinks {:?} for {} heads", s.ne(), la.ne[2])));
+            return Err(shape(
+                "soft_max",
+                format!("sinks {:?} for {} heads", s.ne(), la.ne[2]),
+            ));
         }
     }
     par_rows(d.nrows(), d.ne[0] * 4, |range| {
@@ -96,16 +115,20 @@ pub fn soft_max(a: &TView, mask: Option<&TView>, sinks: Option<&TView>, dst: &TV
             unsafe {
                 let x = load_row(a, idx, &mut sa.f)?;
                 let m = match mask {
-                    Some(m) => Some(load_row(m, [idx[0], idx[1] % m.ne()[2], idx[2] % m.ne()[3]], &mut sm.f)?),
+                    Some(m) => Some(load_row(
+                        m,
+                        [idx[0], idx[1] % m.ne()[2], idx[2] % m.ne()[3]],
+                        &mut sm.f,
+                    )?),
                     None => None,
                 };
-                let sink = match sinks {
-                    Some(s) => Some(s.get_f32([h, 0, 0, 0])),
-                    None => None,
-                };
+                let sink = sinks.map(|s| s.get_f32([h, 0, 0, 0]));
                 with_out_row(dst, idx, &mut so, |out| {
                     match m {
-                        Some(m) => out.iter_mut().zip(x.iter().zip(m)).for_each(|(o, (&v, &mv))| *o = v * scale + slope * mv),
+                        Some(m) => out
+                            .iter_mut()
+                            .zip(x.iter().zip(m))
+                            .for_each(|(o, (&v, &mv))| *o = v * scale + slope * mv),
                         None => out.iter_mut().zip(x).for_each(|(o, &v)| *o = v * scale),
                     }
                     let mut max = out.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -7,11 +7,18 @@ use crate::view::TView;
 use ggml_core::{DType, Error, Result, RopeMode, RopeParams};
 
 fn yarn_corr_dim(n_dims: usize, n_ctx_orig: usize, n_rot: f32, base: f32) -> f32 {
-    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
 }
 
 /// ggml's `ggml_rope_yarn_corr_dims`: the first and last dimensions where the YaRN ramp applies.
-pub fn yarn_corr_dims(n_dims: usize, n_ctx_orig: usize, freq_base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+pub fn yarn_corr_dims(
+    n_dims: usize,
+    n_ctx_orig: usize,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
     let start = yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base).floor();
     let end = yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base).ceil();
     [start.max(0.0), end.min(n_dims as f32 - 1.0)]
@@ -23,7 +30,14 @@ fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
 }
 
 /// ggml's `rope_yarn`: (cos, sin) of the rotation of pair `i0`, scaled by the magnitude factor.
-fn rope_yarn(theta_extrap: f32, freq_scale: f32, corr: [f32; 2], i0: usize, ext_factor: f32, mut mscale: f32) -> (f32, f32) {
+fn rope_yarn(
+    theta_extrap: f32,
+    freq_scale: f32,
+    corr: [f32; 2],
+    i0: usize,
+    ext_factor: f32,
+    mut mscale: f32,
+) -> (f32, f32) {
     let theta_interp = freq_scale * theta_extrap;
     let mut theta = theta_interp;
     if ext_factor != 0.0 {
@@ -35,12 +49,25 @@ fn rope_yarn(theta_extrap: f32, freq_scale: f32, corr: [f32; 2], i0: usize, ext_
 }
 
 /// Fills `cache` with (cos, sin) for every rotated pair at position `pos` (ggml's rope cache).
-fn rope_cache(p: &RopeParams, pos: f32, ff: Option<&[f32]>, corr: [f32; 2], cache: &mut [(f32, f32)]) {
+fn rope_cache(
+    p: &RopeParams,
+    pos: f32,
+    ff: Option<&[f32]>,
+    corr: [f32; 2],
+    cache: &mut [(f32, f32)],
+) {
     let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
     let mut theta = pos;
     for (k, c) in cache.iter_mut().enumerate() {
         let f = ff.map_or(1.0, |f| f[k]);
-        *c = rope_yarn(theta / f, p.freq_scale, corr, 2 * k, p.ext_factor, p.attn_factor);
+        *c = rope_yarn(
+            theta / f,
+            p.freq_scale,
+            corr,
+            2 * k,
+            p.ext_factor,
+            p.attn_factor,
+        );
         theta *= theta_scale;
     }
 }
@@ -49,13 +76,24 @@ fn rope_cache(p: &RopeParams, pos: f32, ff: Option<&[f32]>, corr: [f32; 2], cach
 pub fn rope(a: &TView, pos: &TView, ff: Option<&TView>, dst: &TView, p: &RopeParams) -> Result<()> {
     let (la, d) = (a.layout, dst.layout);
     let nd = p.n_dims;
-    if la.ne != d.ne || nd > la.ne[0] || nd % 2 != 0 || pos.dtype() != DType::I32 || pos.ne()[0] != la.ne[2] {
-        return Err(Error::Shape { op: "rope", msg: format!("a {:?}, positions {:?}, n_dims {nd}", la.ne, pos.ne()) });
+    if la.ne != d.ne
+        || nd > la.ne[0]
+        || !nd.is_multiple_of(2)
+        || pos.dtype() != DType::I32
+        || pos.ne()[0] != la.ne[2]
+    {
+        return Err(Error::Shape {
+            op: "rope",
+            msg: format!("a {:?}, positions {:?}, n_dims {nd}", la.ne, pos.ne()),
+        });
     }
     let factors: Option<Vec<f32>> = match ff {
         Some(f) => {
             if f.ne()[0] < nd / 2 {
-                return Err(Error::Shape { op: "rope", msg: format!("{} freq factors for {} pairs", f.ne()[0], nd / 2) });
+                return Err(Error::Shape {
+                    op: "rope",
+                    msg: format!("{} freq factors for {} pairs", f.ne()[0], nd / 2),
+                });
             }
             // SAFETY: the first row of the factors is in range.
             Some(unsafe { load_row(f, [0, 0, 0], &mut Vec::new())?.to_vec() })
@@ -105,4 +143,3 @@ pub fn rope(a: &TView, pos: &TView, ff: Option<&TView>, dst: &TView, p: &RopePar
         Ok(())
     })
 }
-

@@ -32,7 +32,9 @@ where
     if nchunks == 1 {
         return f(0..nrows);
     }
-    (0..nchunks).into_par_iter().try_for_each(|c| f(c * chunk..((c + 1) * chunk).min(nrows)))
+    (0..nchunks)
+        .into_par_iter()
+        .try_for_each(|c| f(c * chunk..((c + 1) * chunk).min(nrows)))
 }
 
 /// Per-thread scratch space for row conversions.
@@ -43,7 +45,10 @@ pub struct Scratch {
 }
 
 fn bad_type(dtype: DType, what: &str) -> Error {
-    Error::UnsupportedType { dtype, what: what.to_string() }
+    Error::UnsupportedType {
+        dtype,
+        what: what.to_string(),
+    }
 }
 
 /// Row `(i1, i2, i3)` of `v` as f32: borrowed directly for F32 rows with unit stride, converted into
@@ -77,14 +82,28 @@ pub unsafe fn load_row_into(v: &TView, r: [usize; 3], out: &mut [f32]) -> Result
         if dt.is_quantized() && nb0 != dt.type_size() && n > dt.block_size() {
             return Err(bad_type(dt, "a row with strided blocks"));
         }
-        let bytes = std::slice::from_raw_parts(p as *const u8, dt.row_size(n).ok_or_else(|| bad_type(dt, "a partial block row"))?);
+        let bytes = std::slice::from_raw_parts(
+            p as *const u8,
+            dt.row_size(n)
+                .ok_or_else(|| bad_type(dt, "a partial block row"))?,
+        );
         return dequantize_row(dt, bytes, out);
     }
     match dt {
-        DType::F32 => out.iter_mut().enumerate().for_each(|(i, o)| *o = (p.add(i * nb0) as *const f32).read_unaligned()),
-        DType::F16 => out.iter_mut().enumerate().for_each(|(i, o)| *o = half::f16::from_bits((p.add(i * nb0) as *const u16).read_unaligned()).to_f32()),
-        DType::BF16 => out.iter_mut().enumerate().for_each(|(i, o)| *o = half::bf16::from_bits((p.add(i * nb0) as *const u16).read_unaligned()).to_f32()),
-        DType::I32 => out.iter_mut().enumerate().for_each(|(i, o)| *o = (p.add(i * nb0) as *const i32).read_unaligned() as f32),
+        DType::F32 => out
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, o)| *o = (p.add(i * nb0) as *const f32).read_unaligned()),
+        DType::F16 => out.iter_mut().enumerate().for_each(|(i, o)| {
+            *o = half::f16::from_bits((p.add(i * nb0) as *const u16).read_unaligned()).to_f32()
+        }),
+        DType::BF16 => out.iter_mut().enumerate().for_each(|(i, o)| {
+            *o = half::bf16::from_bits((p.add(i * nb0) as *const u16).read_unaligned()).to_f32()
+        }),
+        DType::I32 => out
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, o)| *o = (p.add(i * nb0) as *const i32).read_unaligned() as f32),
         t => return Err(bad_type(t, "row load")),
     }
     Ok(())
@@ -104,7 +123,9 @@ pub unsafe fn store_row(v: &TView, r: [usize; 3], vals: &[f32], q: &mut Vec<u8>)
         if dt.is_quantized() && nb0 != dt.type_size() && n > dt.block_size() {
             return Err(bad_type(dt, "a row with strided blocks"));
         }
-        let len = dt.row_size(n).ok_or_else(|| bad_type(dt, "a partial block row"))?;
+        let len = dt
+            .row_size(n)
+            .ok_or_else(|| bad_type(dt, "a partial block row"))?;
         if dt == DType::F32 {
             std::ptr::copy_nonoverlapping(vals.as_ptr(), p as *mut f32, n);
             return Ok(());
@@ -116,10 +137,20 @@ pub unsafe fn store_row(v: &TView, r: [usize; 3], vals: &[f32], q: &mut Vec<u8>)
         return Ok(());
     }
     match dt {
-        DType::F32 => vals.iter().enumerate().for_each(|(i, &x)| (p.add(i * nb0) as *mut f32).write_unaligned(x)),
-        DType::F16 => vals.iter().enumerate().for_each(|(i, &x)| (p.add(i * nb0) as *mut u16).write_unaligned(half::f16::from_f32(x).to_bits())),
-        DType::BF16 => vals.iter().enumerate().for_each(|(i, &x)| (p.add(i * nb0) as *mut u16).write_unaligned(half::bf16::from_f32(x).to_bits())),
-        DType::I32 => vals.iter().enumerate().for_each(|(i, &x)| (p.add(i * nb0) as *mut i32).write_unaligned(x as i32)),
+        DType::F32 => vals
+            .iter()
+            .enumerate()
+            .for_each(|(i, &x)| (p.add(i * nb0) as *mut f32).write_unaligned(x)),
+        DType::F16 => vals.iter().enumerate().for_each(|(i, &x)| {
+            (p.add(i * nb0) as *mut u16).write_unaligned(half::f16::from_f32(x).to_bits())
+        }),
+        DType::BF16 => vals.iter().enumerate().for_each(|(i, &x)| {
+            (p.add(i * nb0) as *mut u16).write_unaligned(half::bf16::from_f32(x).to_bits())
+        }),
+        DType::I32 => vals
+            .iter()
+            .enumerate()
+            .for_each(|(i, &x)| (p.add(i * nb0) as *mut i32).write_unaligned(x as i32)),
         t => return Err(bad_type(t, "row store")),
     }
     Ok(())
@@ -164,7 +195,14 @@ pub unsafe fn copy_elem(src: *const u8, dst: *mut u8, size: usize) {
 ///
 /// # Safety
 /// Both rows must be valid for their strides and not overlap.
-pub unsafe fn copy_strided(src: *const u8, s_stride: usize, dst: *mut u8, d_stride: usize, n: usize, size: usize) {
+pub unsafe fn copy_strided(
+    src: *const u8,
+    s_stride: usize,
+    dst: *mut u8,
+    d_stride: usize,
+    n: usize,
+    size: usize,
+) {
     if (s_stride == size && d_stride == size) || n == 1 {
         std::ptr::copy_nonoverlapping(src, dst, n * size);
     } else {
@@ -179,10 +217,18 @@ pub unsafe fn copy_strided(src: *const u8, s_stride: usize, dst: *mut u8, d_stri
 /// # Safety
 /// `v` must be an I32 view and `i` in range.
 #[inline]
-pub unsafe fn read_index(v: &TView, i: [usize; 4], limit: usize, what: &'static str) -> Result<usize> {
+pub unsafe fn read_index(
+    v: &TView,
+    i: [usize; 4],
+    limit: usize,
+    what: &'static str,
+) -> Result<usize> {
     let x = v.get_i32(i);
     if x < 0 || x as usize >= limit {
-        return Err(Error::Shape { op: what, msg: format!("index {x} out of range 0..{limit}") });
+        return Err(Error::Shape {
+            op: what,
+            msg: format!("index {x} out of range 0..{limit}"),
+        });
     }
     Ok(x as usize)
 }

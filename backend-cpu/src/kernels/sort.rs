@@ -23,7 +23,10 @@ where
 {
     let (s, d) = (src.layout, dst.layout);
     if d.dtype != DType::I32 || d.ne != [k, s.ne[1], s.ne[2], s.ne[3]] || k > s.ne[0] {
-        return Err(Error::Shape { op: name, msg: format!("{:?} into {:?} ({})", s.ne, d.ne, d.dtype) });
+        return Err(Error::Shape {
+            op: name,
+            msg: format!("{:?} into {:?} ({})", s.ne, d.ne, d.dtype),
+        });
     }
     par_rows(d.nrows(), s.ne[0] * 8, |range| {
         let mut sa = Scratch::default();
@@ -55,7 +58,10 @@ pub fn argsort(src: &TView, dst: &TView, order: SortOrder) -> Result<()> {
 
 pub fn top_k(src: &TView, dst: &TView, k: usize) -> Result<()> {
     if k == 0 {
-        return Err(Error::Shape { op: "top_k", msg: "k = 0".into() });
+        return Err(Error::Shape {
+            op: "top_k",
+            msg: "k = 0".into(),
+        });
     }
     index_rows(src, dst, "top_k", k, |x, idx| {
         let by = |a: &u32, b: &u32| cmp_f32(x[*b as usize], x[*a as usize]).then(a.cmp(b));

@@ -5,7 +5,13 @@ use crate::kernels::copy::{concat, copy, get_rows, set_rows};
 use crate::kernels::run_op;
 use ggml_core::Op;
 
-const TYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+const TYPES: [DType; 5] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+];
 
 fn quant_tol(dtype: DType) -> f32 {
     if dtype.is_quantized() {
@@ -71,14 +77,29 @@ fn cont_through_dispatch_of_permuted_source() {
 
 #[test]
 fn get_rows_dequantizes_any_table() {
-    for tt in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::I32] {
+    for tt in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::I32,
+    ] {
         let ne = [64, 9, 2, 1];
-        let vals: Vec<f32> = if tt == DType::I32 { (0..1152).map(|i| i as f32 * 7.0).collect() } else { rand_vals(1152, -1.0, 1.0) };
+        let vals: Vec<f32> = if tt == DType::I32 {
+            (0..1152).map(|i| i as f32 * 7.0).collect()
+        } else {
+            rand_vals(1152, -1.0, 1.0)
+        };
         let mut table = Host::new(tt, ne, &vals);
         let tv = table.values();
         let ids_v: Vec<f32> = (0..10).map(|i| ((i * 5 + 3) % 9) as f32).collect();
         let mut ids = Host::new(DType::I32, [5, 2, 1, 1], &ids_v);
-        let out_t = if tt == DType::I32 { DType::I32 } else { DType::F32 };
+        let out_t = if tt == DType::I32 {
+            DType::I32
+        } else {
+            DType::F32
+        };
         let mut dst = Host::poisoned(out_t, [64, 5, 2, 1]);
         get_rows(&table.view(), &ids.view(), &dst.view()).unwrap();
         let mut want = Vec::new();
@@ -126,7 +147,10 @@ fn concat_every_dim() {
         let mut nb = na;
         nb[dim] = 1 + dim;
         na[dim] = 2;
-        let (va, vb) = (rand_vals(na.iter().product(), -1.0, 1.0), rand_vals(nb.iter().product(), -1.0, 1.0));
+        let (va, vb) = (
+            rand_vals(na.iter().product(), -1.0, 1.0),
+            rand_vals(nb.iter().product(), -1.0, 1.0),
+        );
         let mut a = Host::transposed(DType::F32, na, &va);
         let mut b = Host::new(DType::F32, nb, &vb);
         let mut nd = na;

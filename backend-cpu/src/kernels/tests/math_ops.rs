@@ -25,7 +25,10 @@ fn binary_broadcasts_over_permuted_sources() {
                 let want: Vec<f32> = (0..210)
                     .map(|e| {
                         let i = idx4(e, &ne);
-                        let y = bv[i[0] % bne[0] + bne[0] * (i[1] % bne[1] + bne[1] * (i[2] % bne[2] + bne[2] * (i[3] % bne[3])))];
+                        let y = bv[i[0] % bne[0]
+                            + bne[0]
+                                * (i[1] % bne[1]
+                                    + bne[1] * (i[2] % bne[2] + bne[2] * (i[3] % bne[3])))];
                         match op {
                             BinOp::Add => av[e] + y,
                             BinOp::Sub => av[e] - y,
@@ -49,13 +52,22 @@ fn add_id_picks_bias_rows() {
     let mut dst = Host::poisoned(DType::F32, [33, 4, 3, 1]);
     add_id(&a.view(), &b.view(), &ids.view(), &dst.view()).unwrap();
     let (av, bv) = (a.values(), b.values());
-    let want: Vec<f32> = (0..396).map(|e| av[e] + bv[e % 33 + 33 * ids_v[e / 33] as usize]).collect();
+    let want: Vec<f32> = (0..396)
+        .map(|e| av[e] + bv[e % 33 + 33 * ids_v[e / 33] as usize])
+        .collect();
     assert_close(&dst.values(), &want, 1e-6);
 }
 
 #[test]
 fn erf_matches_known_values() {
-    for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_9), (1.0, 0.842_700_8), (2.0, 0.995_322_3), (-1.5, -0.966_105_1), (4.0, 0.999_999_98)] {
+    for (x, want) in [
+        (0.0, 0.0),
+        (0.5, 0.520_499_9),
+        (1.0, 0.842_700_8),
+        (2.0, 0.995_322_3),
+        (-1.5, -0.966_105_1),
+        (4.0, 0.999_999_98),
+    ] {
         assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {}", erf(x));
     }
 }
@@ -63,7 +75,11 @@ fn erf_matches_known_values() {
 fn unary_ref(op: UnaryOp, x: f64) -> f64 {
     match op {
         UnaryOp::Silu => x / (1.0 + (-x).exp()),
-        UnaryOp::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * x * (1.0 + 0.044715 * x * x)).tanh()),
+        UnaryOp::Gelu => {
+            0.5 * x
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * x * (1.0 + 0.044715 * x * x)).tanh())
+        }
         UnaryOp::GeluErf => 0.5 * x * (1.0 + erf((x / std::f64::consts::SQRT_2) as f32) as f64),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Exp => x.exp(),
@@ -82,20 +98,45 @@ fn unary_scale_clamp_on_every_float_type() {
         for ne0 in [1, 7, 33] {
             let ne = [ne0, 3, 2, 1];
             let n = ne0 * 6;
-            for op in [Silu, Gelu, GeluErf, Tanh, Exp, Sigmoid, Neg, Relu, Sqr, Sqrt] {
-                let vals: Vec<f32> = rand_vals(n, -3.0, 3.0).into_iter().map(|v| if op == Sqrt { v.abs() } else { v }).collect();
+            for op in [
+                Silu, Gelu, GeluErf, Tanh, Exp, Sigmoid, Neg, Relu, Sqr, Sqrt,
+            ] {
+                let vals: Vec<f32> = rand_vals(n, -3.0, 3.0)
+                    .into_iter()
+                    .map(|v| if op == Sqrt { v.abs() } else { v })
+                    .collect();
                 let mut a = source(t, ne, &vals, ne0 > 1);
                 let mut dst = Host::poisoned(t, ne);
                 unary(op, &a.view(), &dst.view()).unwrap();
-                let want: Vec<f32> = a.values().iter().map(|&x| unary_ref(op, x as f64) as f32).collect();
+                let want: Vec<f32> = a
+                    .values()
+                    .iter()
+                    .map(|&x| unary_ref(op, x as f64) as f32)
+                    .collect();
                 assert_close(&dst.values(), &rounded(t, ne0, &want), tol_of(t) * 2.0);
             }
             let mut a = source(t, ne, &rand_vals(n, -3.0, 3.0), true);
             let mut dst = Host::poisoned(t, ne);
-            run_op(&Op::Scale { scale: 0.5, bias: -1.0 }, &[a.view()], &dst.view()).unwrap();
+            run_op(
+                &Op::Scale {
+                    scale: 0.5,
+                    bias: -1.0,
+                },
+                &[a.view()],
+                &dst.view(),
+            )
+            .unwrap();
             let want: Vec<f32> = a.values().iter().map(|x| x * 0.5 - 1.0).collect();
             assert_close(&dst.values(), &rounded(t, ne0, &want), tol_of(t));
-            run_op(&Op::Clamp { min: -1.0, max: 0.5 }, &[a.view()], &dst.view()).unwrap();
+            run_op(
+                &Op::Clamp {
+                    min: -1.0,
+                    max: 0.5,
+                },
+                &[a.view()],
+                &dst.view(),
+            )
+            .unwrap();
             let want: Vec<f32> = a.values().iter().map(|x| x.clamp(-1.0, 0.5)).collect();
             assert_close(&dst.values(), &want, 0.0);
         }
@@ -117,7 +158,15 @@ fn glu_ref(op: GluOp, g: f64, u: f64) -> f64 {
 
 #[test]
 fn glu_fused_swapped_and_split() {
-    for op in [GluOp::Swiglu, GluOp::Geglu, GluOp::GegluErf, GluOp::SwigluOai { alpha: 1.702, limit: 1.5 }] {
+    for op in [
+        GluOp::Swiglu,
+        GluOp::Geglu,
+        GluOp::GegluErf,
+        GluOp::SwigluOai {
+            alpha: 1.702,
+            limit: 1.5,
+        },
+    ] {
         for n in [1, 7, 33] {
             let mut fused = Host::new(DType::F32, [2 * n, 3, 1, 1], &rand_vals(6 * n, -3.0, 3.0));
             let fv = fused.values();
@@ -139,7 +188,12 @@ fn glu_fused_swapped_and_split() {
             let mut u = Host::new(DType::F16, ne, &rand_vals(8 * n, -3.0, 3.0));
             let mut dst = Host::poisoned(DType::F16, ne);
             glu(op, false, &g.view(), Some(&u.view()), &dst.view()).unwrap();
-            let want: Vec<f32> = g.values().iter().zip(u.values()).map(|(&a, b)| glu_ref(op, a as f64, b as f64) as f32).collect();
+            let want: Vec<f32> = g
+                .values()
+                .iter()
+                .zip(u.values())
+                .map(|(&a, b)| glu_ref(op, a as f64, b as f64) as f32)
+                .collect();
             assert_close(&dst.values(), &rounded(DType::F16, n, &want), 4e-3);
         }
     }
@@ -161,7 +215,10 @@ fn norms_and_sum_rows() {
             want_rms.extend(row.iter().map(|&x| (x as f64 / (ms + 1e-5).sqrt()) as f32));
             let mean = row.iter().map(|&x| x as f64).sum::<f64>() / ne0 as f64;
             let var = row.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / ne0 as f64;
-            want_norm.extend(row.iter().map(|&x| ((x as f64 - mean) / (var + 1e-5).sqrt()) as f32));
+            want_norm.extend(
+                row.iter()
+                    .map(|&x| ((x as f64 - mean) / (var + 1e-5).sqrt()) as f32),
+            );
             want_sum.push(row.iter().map(|&x| x as f64).sum::<f64>() as f32);
         }
         assert_close(&dst.values(), &want_rms, 1e-5);
@@ -177,25 +234,52 @@ fn norms_and_sum_rows() {
 fn soft_max_with_mask_alibi_and_sinks() {
     let ne = [33, 4, 3, 2];
     let n = 33 * 24;
-    for (mt, max_bias, with_sinks) in [(DType::F16, 8.0, true), (DType::F32, 0.0, false), (DType::F32, 0.0, true)] {
+    for (mt, max_bias, with_sinks) in [
+        (DType::F16, 8.0, true),
+        (DType::F32, 0.0, false),
+        (DType::F32, 0.0, true),
+    ] {
         let mut a = Host::transposed(DType::F32, ne, &rand_vals(n, -3.0, 3.0));
         let mne = [33, 6, 3, 1];
-        let mvals: Vec<f32> = rand_vals(33 * 18, -1.0, 1.0).into_iter().enumerate().map(|(i, v)| if i % 5 == 2 { f32::NEG_INFINITY } else { v }).collect();
+        let mvals: Vec<f32> = rand_vals(33 * 18, -1.0, 1.0)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| if i % 5 == 2 { f32::NEG_INFINITY } else { v })
+            .collect();
         let mut mask = Host::new(mt, mne, &mvals);
         let mut sinks = Host::new(DType::F32, [3, 1, 1, 1], &rand_vals(3, -1.0, 2.0));
         let mut dst = Host::poisoned(DType::F32, ne);
         let sv = sinks.values();
         let (sview, mview) = (sinks.view(), mask.view());
-        soft_max(&a.view(), Some(&mview), if with_sinks { Some(&sview) } else { None }, &dst.view(), 0.7, max_bias).unwrap();
+        soft_max(
+            &a.view(),
+            Some(&mview),
+            if with_sinks { Some(&sview) } else { None },
+            &dst.view(),
+            0.7,
+            max_bias,
+        )
+        .unwrap();
         let (av, mv) = (a.values(), mask.values());
         let mut want = Vec::new();
         for r in 0..24 {
-            let (i1, i2, i3) = (r % 4, (r / 4) % 3, r / 12);
+            // The mask [33, 6, 3, 1] broadcasts over i3.
+            let (i1, i2) = (r % 4, (r / 4) % 3);
             let slope = alibi_slope(max_bias, i2, 3) as f64;
-            let mrow = &mv[(i1 + 6 * (i2 + 3 * (i3 % 1))) * 33..][..33];
-            let x: Vec<f64> = (0..33).map(|i| av[r * 33 + i] as f64 * 0.7 + slope * mrow[i] as f64).collect();
-            let sink = if with_sinks { Some(sv[i2] as f64) } else { None };
-            let max = x.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+            let mrow = &mv[(i1 + 6 * i2) * 33..][..33];
+            let x: Vec<f64> = (0..33)
+                .map(|i| av[r * 33 + i] as f64 * 0.7 + slope * mrow[i] as f64)
+                .collect();
+            let sink = if with_sinks {
+                Some(sv[i2] as f64)
+            } else {
+                None
+            };
+            let max = x
+                .iter()
+                .copied()
+                .chain(sink)
+                .fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = x.iter().chain(sink.as_ref()).map(|v| (v - max).exp()).sum();
             want.extend(x.iter().map(|v| ((v - max).exp() / total) as f32));
         }
@@ -209,7 +293,8 @@ fn rope_ref(x: &[f32], pos: f32, p: &RopeParams, ff: Option<&[f32]>) -> Vec<f32>
     let corr = yarn_corr_dims(nd, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
     let mut out = x.to_vec();
     for k in 0..nd / 2 {
-        let theta_extrap = pos as f64 * (p.freq_base as f64).powf(-2.0 * k as f64 / nd as f64) / ff.map_or(1.0, |f| f[k] as f64);
+        let theta_extrap = pos as f64 * (p.freq_base as f64).powf(-2.0 * k as f64 / nd as f64)
+            / ff.map_or(1.0, |f| f[k] as f64);
         let interp = p.freq_scale as f64 * theta_extrap;
         let mut mscale = p.attn_factor as f64;
         let mut theta = interp;
@@ -220,7 +305,11 @@ fn rope_ref(x: &[f32], pos: f32, p: &RopeParams, ff: Option<&[f32]>) -> Vec<f32>
             mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale as f64).ln();
         }
         let (c, s) = (theta.cos() * mscale, theta.sin() * mscale);
-        let (i, j) = if p.mode == RopeMode::Normal { (2 * k, 2 * k + 1) } else { (k, k + nd / 2) };
+        let (i, j) = if p.mode == RopeMode::Normal {
+            (2 * k, 2 * k + 1)
+        } else {
+            (k, k + nd / 2)
+        };
         out[i] = (x[i] as f64 * c - x[j] as f64 * s) as f32;
         out[j] = (x[i] as f64 * s + x[j] as f64 * c) as f32;
     }
@@ -232,7 +321,11 @@ fn rope_modes_partial_factors_and_yarn() {
     let (hd, nh, nt) = (10, 3, 4);
     let ne = [hd, nh, nt, 1];
     for mode in [RopeMode::Normal, RopeMode::Neox] {
-        for (yarn, with_ff, t) in [(false, false, DType::F32), (true, true, DType::F32), (true, false, DType::F16)] {
+        for (yarn, with_ff, t) in [
+            (false, false, DType::F32),
+            (true, true, DType::F32),
+            (true, false, DType::F16),
+        ] {
             let mut p = RopeParams::simple(mode, 8, 10000.0);
             if yarn {
                 p.n_ctx_orig = 64;
@@ -247,10 +340,32 @@ fn rope_modes_partial_factors_and_yarn() {
             let mut ff = Host::new(DType::F32, [4, 1, 1, 1], &ffv);
             let mut dst = Host::poisoned(t, ne);
             let ffview = ff.view();
-            rope(&a.view(), &pos.view(), if with_ff { Some(&ffview) } else { None }, &dst.view(), &p).unwrap();
+            rope(
+                &a.view(),
+                &pos.view(),
+                if with_ff { Some(&ffview) } else { None },
+                &dst.view(),
+                &p,
+            )
+            .unwrap();
             let av = a.values();
-            let want: Vec<f32> = av.chunks(hd).enumerate().flat_map(|(r, x)| rope_ref(x, positions[r / nh], &p, if with_ff { Some(&ffv[..]) } else { None })).collect();
-            assert_close(&dst.values(), &rounded(t, hd, &want), tol_of(t).max(1e-4) * 2.0);
+            let want: Vec<f32> = av
+                .chunks(hd)
+                .enumerate()
+                .flat_map(|(r, x)| {
+                    rope_ref(
+                        x,
+                        positions[r / nh],
+                        &p,
+                        if with_ff { Some(&ffv[..]) } else { None },
+                    )
+                })
+                .collect();
+            assert_close(
+                &dst.values(),
+                &rounded(t, hd, &want),
+                tol_of(t).max(1e-4) * 2.0,
+            );
         }
     }
 }
@@ -258,18 +373,51 @@ fn rope_modes_partial_factors_and_yarn() {
 #[test]
 fn flash_attn_matches_naive_attention() {
     let (d, dv, nq, nkv, h, hkv) = (64, 32, 3, 7, 4, 2);
-    for (kt, softcap, max_bias, with_sinks) in [(DType::F32, 0.0, 0.0, false), (DType::F16, 0.0, 0.0, true), (DType::Q8_0, 30.0, 0.0, false), (DType::Q4_0, 0.0, 4.0, true), (DType::BF16, 0.0, 0.0, true)] {
+    for (kt, softcap, max_bias, with_sinks) in [
+        (DType::F32, 0.0, 0.0, false),
+        (DType::F16, 0.0, 0.0, true),
+        (DType::Q8_0, 30.0, 0.0, false),
+        (DType::Q4_0, 0.0, 4.0, true),
+        (DType::BF16, 0.0, 0.0, true),
+    ] {
         let mut q = Host::transposed(DType::F32, [d, nq, h, 1], &rand_vals(d * nq * h, -1.0, 1.0));
         let mut k = Host::new(kt, [d, nkv, hkv, 1], &rand_vals(d * nkv * hkv, -1.0, 1.0));
         let mut v = Host::new(kt, [dv, nkv, hkv, 1], &rand_vals(dv * nkv * hkv, -1.0, 1.0));
-        let mvals: Vec<f32> = (0..nkv * 4).map(|i| if i % nkv > (i / nkv) + 4 { f32::NEG_INFINITY } else { (i % 3) as f32 * -0.5 }).collect();
+        let mvals: Vec<f32> = (0..nkv * 4)
+            .map(|i| {
+                if i % nkv > (i / nkv) + 4 {
+                    f32::NEG_INFINITY
+                } else {
+                    (i % 3) as f32 * -0.5
+                }
+            })
+            .collect();
         let mut mask = Host::new(DType::F16, [nkv, 4, 1, 1], &mvals);
         let mut sinks = Host::new(DType::F32, [h, 1, 1, 1], &rand_vals(h, -1.0, 1.0));
         let mut dst = Host::poisoned(DType::F32, [dv, h, nq, 1]);
-        let p = FaParams { scale: 0.125, max_bias, softcap };
+        let p = FaParams {
+            scale: 0.125,
+            max_bias,
+            softcap,
+        };
         let sview = sinks.view();
-        flash_attn_ext(&q.view(), &k.view(), &v.view(), Some(&mask.view()), if with_sinks { Some(&sview) } else { None }, &dst.view(), p).unwrap();
-        let (qv, kv, vv, mv, sv) = (q.values(), k.values(), v.values(), mask.values(), sinks.values());
+        flash_attn_ext(
+            &q.view(),
+            &k.view(),
+            &v.view(),
+            Some(&mask.view()),
+            if with_sinks { Some(&sview) } else { None },
+            &dst.view(),
+            p,
+        )
+        .unwrap();
+        let (qv, kv, vv, mv, sv) = (
+            q.values(),
+            k.values(),
+            v.values(),
+            mask.values(),
+            sinks.values(),
+        );
         let mut want = vec![0f32; dv * h * nq];
         for iq in 0..nq {
             for hh in 0..h {
@@ -279,7 +427,12 @@ fn flash_attn_matches_naive_attention() {
                 let scores: Vec<f64> = (0..nkv)
                     .map(|j| {
                         let kr = &kv[(j + nkv * hk) * d..][..d];
-                        let mut s = qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * 0.125;
+                        let mut s = qr
+                            .iter()
+                            .zip(kr)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                            * 0.125;
                         if softcap != 0.0 {
                             s = softcap as f64 * (s / softcap as f64).tanh();
                         }
@@ -287,10 +440,20 @@ fn flash_attn_matches_naive_attention() {
                     })
                     .collect();
                 let sink = with_sinks.then(|| sv[hh] as f64);
-                let max = scores.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
-                let total: f64 = scores.iter().chain(sink.as_ref()).map(|s| (s - max).exp()).sum();
+                let max = scores
+                    .iter()
+                    .copied()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = scores
+                    .iter()
+                    .chain(sink.as_ref())
+                    .map(|s| (s - max).exp())
+                    .sum();
                 for c in 0..dv {
-                    let acc: f64 = (0..nkv).map(|j| (scores[j] - max).exp() * vv[(j + nkv * hk) * dv + c] as f64).sum();
+                    let acc: f64 = (0..nkv)
+                        .map(|j| (scores[j] - max).exp() * vv[(j + nkv * hk) * dv + c] as f64)
+                        .sum();
                     want[(hh + h * iq) * dv + c] = (acc / total) as f32;
                 }
             }
@@ -303,7 +466,10 @@ fn flash_attn_matches_naive_attention() {
 fn argsort_is_stable_and_top_k_prefers_lower_index() {
     for ne0 in [1, 7, 33] {
         let ne = [ne0, 4, 3, 1];
-        let vals: Vec<f32> = rand_vals(ne0 * 12, 0.0, 5.0).into_iter().map(|v| v.floor()).collect();
+        let vals: Vec<f32> = rand_vals(ne0 * 12, 0.0, 5.0)
+            .into_iter()
+            .map(|v| v.floor())
+            .collect();
         let mut a = source(DType::F32, ne, &vals, ne0 > 1);
         let av = a.values();
         for order in [SortOrder::Asc, SortOrder::Desc] {

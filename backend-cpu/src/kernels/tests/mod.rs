@@ -28,7 +28,8 @@ impl Host {
         for (r, chunk) in vals.chunks(ne[0]).enumerate() {
             if dtype == DType::I32 {
                 for (i, v) in chunk.iter().enumerate() {
-                    bytes[r * row + 4 * i..r * row + 4 * i + 4].copy_from_slice(&(*v as i32).to_le_bytes());
+                    bytes[r * row + 4 * i..r * row + 4 * i + 4]
+                        .copy_from_slice(&(*v as i32).to_le_bytes());
                 }
             } else {
                 quantize_row(dtype, chunk, &mut bytes[r * row..(r + 1) * row]).unwrap();
@@ -41,7 +42,14 @@ impl Host {
     pub fn transposed(dtype: DType, ne: [usize; 4], vals: &[f32]) -> Host {
         assert!(!dtype.is_quantized());
         let store = Layout::contiguous(dtype, [ne[1], ne[0], ne[2], ne[3]]);
-        let mut h = Host { bytes: vec![0u8; store.nbytes()], layout: Layout { dtype, ne, nb: [store.nb[1], store.nb[0], store.nb[2], store.nb[3]] } };
+        let mut h = Host {
+            bytes: vec![0u8; store.nbytes()],
+            layout: Layout {
+                dtype,
+                ne,
+                nb: [store.nb[1], store.nb[0], store.nb[2], store.nb[3]],
+            },
+        };
         let v = h.view();
         for (e, &x) in vals.iter().enumerate() {
             // SAFETY: in range of the view.
@@ -53,7 +61,10 @@ impl Host {
     /// A contiguous destination with every byte 0xFF (NaN for float types).
     pub fn poisoned(dtype: DType, ne: [usize; 4]) -> Host {
         let layout = Layout::contiguous(dtype, ne);
-        Host { bytes: vec![0xFF; layout.nbytes().max(1)], layout }
+        Host {
+            bytes: vec![0xFF; layout.nbytes().max(1)],
+            layout,
+        }
     }
 
     /// Logical values in ggml order as f32.
@@ -72,7 +83,12 @@ impl Host {
 
 /// (i0, i1, i2, i3) of flat element `e`.
 pub fn idx4(e: usize, ne: &[usize; 4]) -> [usize; 4] {
-    [e % ne[0], (e / ne[0]) % ne[1], (e / ne[0] / ne[1]) % ne[2], e / ne[0] / ne[1] / ne[2]]
+    [
+        e % ne[0],
+        (e / ne[0]) % ne[1],
+        (e / ne[0] / ne[1]) % ne[2],
+        e / ne[0] / ne[1] / ne[2],
+    ]
 }
 
 pub fn rand_vals(n: usize, lo: f32, hi: f32) -> Vec<f32> {
