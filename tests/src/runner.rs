@@ -1,0 +1,106 @@
+//! Runs one case on one backend: builds the graph (inputs as contiguous leaves, viewed as the case
+//! asks), allocates it, fills the inputs, poisons the output, computes, reads back and compares.
+
+use crate::case::{draw_leaf, Case, Gen, ViewKind};
+use crate::check::compare;
+use crate::codec::{decode, encode};
+use crate::dense::Dense;
+use crate::exec;
+use ggml_core::{Backend, Graph, Result, TensorId};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// The result of one case on one backend.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Pass(String),
+    Fail(String),
+    /// The device does not support an op of the case.
+    Skip(String),
+}
+
+/// One input as built: its leaf, the tensor the op sees, the leaf's bytes, the values the op sees.
+struct BuiltInput {
+    leaf: TensorId,
+    bytes: Vec<u8>,
+    values: Dense,
+}
+
+fn build_input(graph: &mut Graph, rng: &mut StdRng, spec: &crate::case::InputSpec) -> Result<(BuiltInput, TensorId)> {
+    let leaf_ne = spec.view.leaf_ne(spec.ne);
+    let leaf = graph.new_input(spec.dtype, &leaf_ne)?;
+    let (bytes, seen) = if spec.gen == Gen::Poison {
+        (vec![0xFF; graph.layout(leaf).nbytes()], Dense::from_fn(leaf_ne, |_| f64::NAN))
+    } else {
+        let bytes = encode(spec.dtype, leaf_ne, &draw_leaf(rng, spec.gen, leaf_ne).data)?;
+        let seen = decode(spec.dtype, leaf_ne, &bytes)?;
+        (bytes, seen)
+    };
+    let op_input = match spec.view {
+        ViewKind::Contig => leaf,
+        ViewKind::Permute([1, 0, 2, 3]) => graph.transpose(leaf)?,
+        ViewKind::Permute(axes) => graph.permute(leaf, axes)?,
+        ViewKind::Pad { offset, .. } => {
+            let l = *graph.layout(leaf);
+            let off = offset / spec.dtype.block_size() * spec.dtype.type_size();
+            graph.view(leaf, &spec.ne, &l.nb[1..], off)?
+        }
+    };
+    let values = spec.view.apply(&seen, spec.ne);
+    Ok((BuiltInput { leaf, bytes, values }, op_input))
+}
+
+/// Runs `case` on `backend`; never panics (a panic of the backend is a failure).
+pub fn run_case(backend: &Arc<dyn Backend>, case: &Case) -> Outcome {
+    match catch_unwind(AssertUnwindSafe(|| try_run_case(backend, case))) {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => Outcome::Fail(format!("error: {e}")),
+        Err(p) => {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            Outcome::Fail(format!("panic: {}", msg.unwrap_or_default()))
+        }
+    }
+}
+
+fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
+    let mut rng = StdRng::seed_from_u64(case.seed);
+    let mut graph = Graph::new();
+    let mut inputs = Vec::with_capacity(case.inputs.len());
+    let mut op_inputs = Vec::with_capacity(case.inputs.len());
+    for spec in &case.inputs {
+        let (b, t) = build_input(&mut graph, &mut rng, spec)?;
+        inputs.push(b);
+        op_inputs.push(t);
+    }
+    let out = (case.build)(&mut graph, &op_inputs)?;
+    graph.output(out);
+
+    let device = backend.device();
+    let nodes: Vec<TensorId> = graph.nodes().to_vec();
+    if let Some(&n) = nodes.iter().find(|&&n| !graph.tensor(n).op.is_view() && !device.supports_op(&graph, n)) {
+        return Ok(Outcome::Skip(format!("{} does not support {}", device.name(), graph.tensor(n).op.name())));
+    }
+
+    exec::alloc(backend, &mut graph)?;
+    for b in &inputs {
+        graph.set_bytes(b.leaf, &b.bytes)?;
+    }
+    // Poison the result (unless it aliases an input the case filled, as cpy and set_rows do):
+    // 0xFF bytes are NaN in every float type and -1 as I32, so unwritten elements cannot pass.
+    if graph.tensor(out).view.is_none() {
+        let d = graph.data(out)?;
+        d.buffer.fill(d.offset, graph.layout(out).nbytes(), 0xFF)?;
+    }
+    exec::compute(backend, &graph)?;
+
+    let l = *graph.layout(out);
+    let got = decode(l.dtype, l.ne, &graph.get_bytes(out)?)?;
+    let values: Vec<Dense> = inputs.into_iter().map(|b| b.values).collect();
+    let want = (case.reference)(&values)?;
+    Ok(match compare(case.check, &got, &want, &values[0]) {
+        Ok(m) => Outcome::Pass(m),
+        Err(m) => Outcome::Fail(m),
+    })
+}
