@@ -25,7 +25,10 @@ impl TView {
     pub fn of_slice(bytes: &mut [u8], dtype: DType, ne: [usize; 4]) -> Self {
         let layout = Layout::contiguous(dtype, ne);
         assert!(bytes.len() >= layout.nbytes(), "slice too small for tensor");
-        TView { ptr: bytes.as_mut_ptr(), layout }
+        TView {
+            ptr: bytes.as_mut_ptr(),
+            layout,
+        }
     }
 
     pub fn dtype(&self) -> DType {

@@ -56,19 +56,41 @@ pub trait Buffer: Send + Sync + Any {
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()>;
     /// Writes `rows` rows of `row_len` bytes: row `r` goes from `data[r * src_stride..]` to
     /// `offset + r * dst_stride`.
-    fn set_2d(&self, offset: usize, data: &[u8], rows: usize, row_len: usize, dst_stride: usize, src_stride: usize) -> Result<()> {
+    fn set_2d(
+        &self,
+        offset: usize,
+        data: &[u8],
+        rows: usize,
+        row_len: usize,
+        dst_stride: usize,
+        src_stride: usize,
+    ) -> Result<()> {
         check_2d(data.len(), rows, row_len, src_stride)?;
         for r in 0..rows {
-            self.set(offset + r * dst_stride, &data[r * src_stride..r * src_stride + row_len])?;
+            self.set(
+                offset + r * dst_stride,
+                &data[r * src_stride..r * src_stride + row_len],
+            )?;
         }
         Ok(())
     }
     /// Reads `rows` rows of `row_len` bytes: row `r` comes from `offset + r * src_stride` and lands at
     /// `out[r * dst_stride..]`.
-    fn get_2d(&self, offset: usize, out: &mut [u8], rows: usize, row_len: usize, src_stride: usize, dst_stride: usize) -> Result<()> {
+    fn get_2d(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        rows: usize,
+        row_len: usize,
+        src_stride: usize,
+        dst_stride: usize,
+    ) -> Result<()> {
         check_2d(out.len(), rows, row_len, dst_stride)?;
         for r in 0..rows {
-            self.get(offset + r * src_stride, &mut out[r * dst_stride..r * dst_stride + row_len])?;
+            self.get(
+                offset + r * src_stride,
+                &mut out[r * dst_stride..r * dst_stride + row_len],
+            )?;
         }
         Ok(())
     }
@@ -80,10 +102,16 @@ pub fn check_2d(len: usize, rows: usize, row_len: usize, stride: usize) -> Resul
     if rows == 0 {
         return Ok(());
     }
-    let need = (rows - 1).checked_mul(stride).and_then(|v| v.checked_add(row_len));
+    let need = (rows - 1)
+        .checked_mul(stride)
+        .and_then(|v| v.checked_add(row_len));
     match need {
         Some(n) if n <= len && row_len <= stride.max(row_len) => Ok(()),
-        _ => Err(Error::OutOfBounds { offset: 0, len: need.unwrap_or(usize::MAX), size: len }),
+        _ => Err(Error::OutOfBounds {
+            offset: 0,
+            len: need.unwrap_or(usize::MAX),
+            size: len,
+        }),
     }
 }
 

@@ -89,7 +89,7 @@ impl DType {
 
     /// Bytes of one row of `n` elements; `None` if `n` is not a whole number of blocks.
     pub const fn row_size(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         match (n / self.block_size()).checked_mul(self.type_size()) {
@@ -147,7 +147,9 @@ impl DType {
 
     /// Parses a name as printed by [`DType::name`] (case-insensitive).
     pub fn from_name(name: &str) -> Option<DType> {
-        DType::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+        DType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 }
 

@@ -18,7 +18,11 @@ pub enum Error {
         available: usize,
     },
     #[error("access out of bounds: offset {offset} + {len} bytes > buffer size {size}")]
-    OutOfBounds { offset: usize, len: usize, size: usize },
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
     #[error("tensor {0} has no data: it is neither allocated nor a view of allocated data")]
     NoData(String),
     #[error("backend error ({backend}): {msg}")]

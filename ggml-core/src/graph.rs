@@ -85,7 +85,10 @@ impl Graph {
 
     /// The tensor that owns the memory of `id` (itself unless it is a view) and the byte offset into it.
     pub fn storage_of(&self, id: TensorId) -> ViewOf {
-        self.tensors[id.index()].view.unwrap_or(ViewOf { root: id, offset: 0 })
+        self.tensors[id.index()].view.unwrap_or(ViewOf {
+            root: id,
+            offset: 0,
+        })
     }
 
     /// The data of `id`, resolved through views.
@@ -106,7 +109,16 @@ impl Graph {
     pub fn set_bytes(&self, id: TensorId, bytes: &[u8]) -> Result<()> {
         let t = self.tensor(id);
         if !t.is_contiguous() || bytes.len() != t.nbytes() {
-            return Err(layout_err("set", format!("{}: {} bytes for {:?} (contiguous: {})", t.name, bytes.len(), t.ne(), t.is_contiguous())));
+            return Err(layout_err(
+                "set",
+                format!(
+                    "{}: {} bytes for {:?} (contiguous: {})",
+                    t.name,
+                    bytes.len(),
+                    t.ne(),
+                    t.is_contiguous()
+                ),
+            ));
         }
         let d = self.data(id)?;
         d.buffer.set(d.offset, bytes)
@@ -136,14 +148,24 @@ impl Graph {
     pub fn get_f32(&self, id: TensorId) -> Result<Vec<f32>> {
         let t = self.tensor(id);
         if t.dtype() != DType::F32 {
-            return Err(Error::UnsupportedType { dtype: t.dtype(), what: "get_f32".into() });
+            return Err(Error::UnsupportedType {
+                dtype: t.dtype(),
+                what: "get_f32".into(),
+            });
         }
         let b = self.get_bytes(id)?;
-        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     pub fn set_name(&mut self, id: TensorId, name: impl Into<String>) {
         self.tensors[id.index()].name = name.into();
+    }
+
+    /// Appends a tensor as is (used by schedulers for cross-backend copies); not added to the nodes.
+    pub fn push_tensor(&mut self, t: Tensor) -> TensorId {
+        self.push(t)
     }
 
     fn push(&mut self, t: Tensor) -> TensorId {
@@ -156,7 +178,10 @@ impl Graph {
         if id.index() < self.tensors.len() {
             Ok(())
         } else {
-            Err(Error::Other(format!("tensor id {} is not in this graph", id.0)))
+            Err(Error::Other(format!(
+                "tensor id {} is not in this graph",
+                id.0
+            )))
         }
     }
 
@@ -170,9 +195,14 @@ impl Graph {
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
         if full[0] % dtype.block_size() != 0 {
-            return Err(layout_err("new_tensor", format!("rows of {} are not whole {dtype} blocks", full[0])));
+            return Err(layout_err(
+                "new_tensor",
+                format!("rows of {} are not whole {dtype} blocks", full[0]),
+            ));
         }
-        full.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).ok_or_else(|| layout_err("new_tensor", format!("{full:?} overflows")))?;
+        full.iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .ok_or_else(|| layout_err("new_tensor", format!("{full:?} overflows")))?;
         let id = self.push(Tensor {
             name: String::new(),
             layout: Layout::contiguous(dtype, full),
@@ -194,14 +224,23 @@ impl Graph {
     }
 
     /// A leaf bound to existing data (a weight or a cache), flagged as weight when `weight` is set.
-    pub fn new_bound(&mut self, layout: Layout, data: DataRef, name: &str, weight: bool) -> TensorId {
+    pub fn new_bound(
+        &mut self,
+        layout: Layout,
+        data: DataRef,
+        name: &str,
+        weight: bool,
+    ) -> TensorId {
         self.push(Tensor {
             name: name.to_string(),
             layout,
             op: Op::None,
             src: vec![],
             view: None,
-            flags: TensorFlags { weight, ..Default::default() },
+            flags: TensorFlags {
+                weight,
+                ..Default::default()
+            },
             data: Some(data),
         })
     }
@@ -222,7 +261,15 @@ impl Graph {
             (Layout::contiguous(dtype, ne), None)
         };
         let name = format!("{}_{}", op.name(), self.tensors.len());
-        Ok(self.push(Tensor { name, layout, op, src: srcs.to_vec(), view, flags: TensorFlags::default(), data: None }))
+        Ok(self.push(Tensor {
+            name,
+            layout,
+            op,
+            src: srcs.to_vec(),
+            view,
+            flags: TensorFlags::default(),
+            data: None,
+        }))
     }
 
     pub fn get_rows(&mut self, table: TensorId, ids: TensorId) -> Result<TensorId> {
@@ -234,7 +281,12 @@ impl Graph {
     pub fn mul_mat(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.op(Op::MulMat, &[a, b], None)
     }
-    pub fn mul_mat_id(&mut self, experts: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+    pub fn mul_mat_id(
+        &mut self,
+        experts: TensorId,
+        b: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId> {
         self.op(Op::MulMatId, &[experts, b, ids], None)
     }
     pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
@@ -290,19 +342,50 @@ impl Graph {
     pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         self.op(Op::Norm { eps }, &[a], None)
     }
-    pub fn rope(&mut self, a: TensorId, pos: TensorId, freq_factors: Option<TensorId>, p: RopeParams) -> Result<TensorId> {
+    pub fn rope(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        freq_factors: Option<TensorId>,
+        p: RopeParams,
+    ) -> Result<TensorId> {
         let mut srcs = vec![a, pos];
         srcs.extend(freq_factors);
         self.op(Op::Rope(p), &srcs, None)
     }
-    pub fn soft_max(&mut self, a: TensorId, mask: Option<TensorId>, sinks: Option<TensorId>, scale: f32, max_bias: f32) -> Result<TensorId> {
+    pub fn soft_max(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
         let srcs = optional_tail(a, &[], mask, sinks)?;
         self.op(Op::SoftMax { scale, max_bias }, &srcs, None)
     }
     #[allow(clippy::too_many_arguments)]
-    pub fn flash_attn_ext(&mut self, q: TensorId, k: TensorId, v: TensorId, mask: Option<TensorId>, sinks: Option<TensorId>, scale: f32, max_bias: f32, softcap: f32) -> Result<TensorId> {
+    pub fn flash_attn_ext(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+    ) -> Result<TensorId> {
         let srcs = optional_tail(q, &[k, v], mask, sinks)?;
-        self.op(Op::FlashAttnExt { scale, max_bias, softcap }, &srcs, None)
+        self.op(
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            },
+            &srcs,
+            None,
+        )
     }
     pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
         self.op(Op::Concat { dim }, &[a, b], None)
@@ -331,29 +414,70 @@ impl Graph {
 
     // ---- layout ops ----
 
-    fn push_view(&mut self, src: TensorId, op: Op, layout: Layout, extra_offset: usize) -> Result<TensorId> {
+    fn push_view(
+        &mut self,
+        src: TensorId,
+        op: Op,
+        layout: Layout,
+        extra_offset: usize,
+    ) -> Result<TensorId> {
         let base = self.storage_of(src);
         let name = format!("{}({})", op.name(), self.tensor(src).name);
-        let view = ViewOf { root: base.root, offset: base.offset + extra_offset };
+        let view = ViewOf {
+            root: base.root,
+            offset: base.offset + extra_offset,
+        };
         let root_bytes = self.tensor(base.root).nbytes();
         if view.offset + layout.nbytes() > root_bytes {
-            return Err(layout_err(op.name(), format!("view of {} bytes at {} exceeds {} bytes of {}", layout.nbytes(), view.offset, root_bytes, self.tensor(base.root).name)));
+            return Err(layout_err(
+                op.name(),
+                format!(
+                    "view of {} bytes at {} exceeds {} bytes of {}",
+                    layout.nbytes(),
+                    view.offset,
+                    root_bytes,
+                    self.tensor(base.root).name
+                ),
+            ));
         }
-        let flags = TensorFlags { weight: self.tensor(src).flags.weight, ..Default::default() };
-        Ok(self.push(Tensor { name, layout, op, src: vec![src], view: Some(view), flags, data: None }))
+        let flags = TensorFlags {
+            weight: self.tensor(src).flags.weight,
+            ..Default::default()
+        };
+        Ok(self.push(Tensor {
+            name,
+            layout,
+            op,
+            src: vec![src],
+            view: Some(view),
+            flags,
+            data: None,
+        }))
     }
 
     /// A strided view: `ne` elements with byte strides `nb[1..]` (nb[0] is the element size) at `offset`.
-    pub fn view(&mut self, src: TensorId, ne: &[usize], nb_rest: &[usize], offset: usize) -> Result<TensorId> {
+    pub fn view(
+        &mut self,
+        src: TensorId,
+        ne: &[usize],
+        nb_rest: &[usize],
+        offset: usize,
+    ) -> Result<TensorId> {
         self.check_id(src)?;
         if ne.is_empty() || ne.len() > 4 || nb_rest.len() + 1 != ne.len() {
-            return Err(layout_err("view", format!("{} dims with {} strides", ne.len(), nb_rest.len())));
+            return Err(layout_err(
+                "view",
+                format!("{} dims with {} strides", ne.len(), nb_rest.len()),
+            ));
         }
         let dtype = self.tensor(src).dtype();
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
         if full[0] % dtype.block_size() != 0 {
-            return Err(layout_err("view", format!("rows of {} are not whole {dtype} blocks", full[0])));
+            return Err(layout_err(
+                "view",
+                format!("rows of {} are not whole {dtype} blocks", full[0]),
+            ));
         }
         let mut layout = Layout::contiguous(dtype, full);
         for (i, &s) in nb_rest.iter().enumerate() {
@@ -370,15 +494,22 @@ impl Graph {
         self.check_id(src)?;
         let t = self.tensor(src);
         if !t.is_contiguous() {
-            return Err(layout_err("reshape", format!("{} is not contiguous", t.name)));
+            return Err(layout_err(
+                "reshape",
+                format!("{} is not contiguous", t.name),
+            ));
         }
         if ne.is_empty() || ne.len() > 4 {
             return Err(layout_err("reshape", format!("{} dimensions", ne.len())));
         }
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
-        if full.iter().product::<usize>() != t.nelements() || full[0] % t.dtype().block_size() != 0 {
-            return Err(layout_err("reshape", format!("{:?} into {:?}", t.ne(), full)));
+        if full.iter().product::<usize>() != t.nelements() || full[0] % t.dtype().block_size() != 0
+        {
+            return Err(layout_err(
+                "reshape",
+                format!("{:?} into {:?}", t.ne(), full),
+            ));
         }
         let layout = Layout::contiguous(t.dtype(), full);
         self.push_view(src, Op::Reshape, layout, 0)
@@ -390,18 +521,24 @@ impl Graph {
         let mut seen = [false; 4];
         for &a in &axes {
             if a > 3 || seen[a] {
-                return Err(layout_err("permute", format!("{axes:?} is not a permutation")));
+                return Err(layout_err(
+                    "permute",
+                    format!("{axes:?} is not a permutation"),
+                ));
             }
             seen[a] = true;
         }
         let t = self.tensor(src);
         if t.dtype().is_quantized() && axes[0] != 0 {
-            return Err(layout_err("permute", "axis 0 of a quantized tensor must stay".into()));
+            return Err(layout_err(
+                "permute",
+                "axis 0 of a quantized tensor must stay".into(),
+            ));
         }
         let mut layout = t.layout;
-        for i in 0..4 {
-            layout.ne[axes[i]] = t.layout.ne[i];
-            layout.nb[axes[i]] = t.layout.nb[i];
+        for (i, &to) in axes.iter().enumerate() {
+            layout.ne[to] = t.layout.ne[i];
+            layout.nb[to] = t.layout.nb[i];
         }
         self.push_view(src, Op::Permute { axes }, layout, 0)
     }
@@ -411,7 +548,10 @@ impl Graph {
         self.check_id(src)?;
         let t = self.tensor(src);
         if t.dtype().is_quantized() {
-            return Err(layout_err("transpose", "cannot transpose a quantized tensor".into()));
+            return Err(layout_err(
+                "transpose",
+                "cannot transpose a quantized tensor".into(),
+            ));
         }
         let mut layout = t.layout;
         layout.ne.swap(0, 1);
@@ -420,7 +560,12 @@ impl Graph {
     }
 }
 
-fn optional_tail(first: TensorId, rest: &[TensorId], mask: Option<TensorId>, sinks: Option<TensorId>) -> Result<Vec<TensorId>> {
+fn optional_tail(
+    first: TensorId,
+    rest: &[TensorId],
+    mask: Option<TensorId>,
+    sinks: Option<TensorId>,
+) -> Result<Vec<TensorId>> {
     let mut srcs = vec![first];
     srcs.extend_from_slice(rest);
     match (mask, sinks) {
@@ -428,7 +573,12 @@ fn optional_tail(first: TensorId, rest: &[TensorId], mask: Option<TensorId>, sin
             srcs.push(m);
             srcs.extend(s);
         }
-        (None, Some(_)) => return Err(layout_err("attention", "sinks need a mask source slot; pass a mask".into())),
+        (None, Some(_)) => {
+            return Err(layout_err(
+                "attention",
+                "sinks need a mask source slot; pass a mask".into(),
+            ))
+        }
         (None, None) => {}
     }
     Ok(srcs)

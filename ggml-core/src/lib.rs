@@ -6,11 +6,16 @@ pub mod dtype;
 pub mod error;
 pub mod gguf;
 pub mod graph;
+pub mod host_buffer;
 pub mod op;
 pub mod quant;
+pub mod registry;
+pub mod sched;
 pub mod tensor;
 
-pub use backend::{Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo};
+pub use backend::{
+    Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
+};
 pub use dtype::{DType, QK_K};
 pub use error::{Error, Result};
 pub use graph::Graph;

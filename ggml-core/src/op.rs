@@ -30,7 +30,10 @@ pub enum GluOp {
     Geglu,
     GegluErf,
     /// gpt-oss: `g = min(gate, limit)`, `u = clamp(up, -limit, limit)`, `out = g * sigmoid(alpha * g) * (u + 1)`.
-    SwigluOai { alpha: f32, limit: f32 },
+    SwigluOai {
+        alpha: f32,
+        limit: f32,
+    },
 }
 
 /// Rotary embedding layouts.
@@ -87,11 +90,15 @@ pub enum Op {
     /// A leaf: weight or input.
     None,
     /// `[src]`: a strided view at a byte offset.
-    View { offset: usize },
+    View {
+        offset: usize,
+    },
     /// `[src]`: same bytes, new shape (src contiguous).
     Reshape,
     /// `[src]`: axis `i` of the source becomes axis `axes[i]` of the result.
-    Permute { axes: [usize; 4] },
+    Permute {
+        axes: [usize; 4],
+    },
     /// `[src]`: swap axes 0 and 1.
     Transpose,
     /// `[src, dst]`: copy src into dst (type conversion allowed); the result is a view of dst.
@@ -115,53 +122,88 @@ pub enum Op {
     Mul,
     Div,
     /// `[a]`: a * scale + bias.
-    Scale { scale: f32, bias: f32 },
-    Clamp { min: f32, max: f32 },
+    Scale {
+        scale: f32,
+        bias: f32,
+    },
+    Clamp {
+        min: f32,
+        max: f32,
+    },
     Unary(UnaryOp),
     /// `[a]` (gate and up halves along axis 0) or `[gate, up]`. `swapped` takes up from the first half.
-    Glu { op: GluOp, swapped: bool },
-    RmsNorm { eps: f32 },
-    Norm { eps: f32 },
+    Glu {
+        op: GluOp,
+        swapped: bool,
+    },
+    RmsNorm {
+        eps: f32,
+    },
+    Norm {
+        eps: f32,
+    },
     /// `[a, positions (I32, one per a.ne[2])]` or `[a, positions, freq_factors (F32, n_dims/2)]`;
     /// a [head_dim, n_head, n_tokens, 1].
     Rope(RopeParams),
     /// `[a]`, `[a, mask]` or `[a, mask, sinks]`: softmax over axis 0 of `a * scale + mask` (mask F32/F16
     /// [ne0, >= ne1, broadcast over ne2/ne3]); ALiBi slopes when `max_bias > 0`; sinks F32 [ne2] add one
     /// extra logit per head to the normaliser.
-    SoftMax { scale: f32, max_bias: f32 },
+    SoftMax {
+        scale: f32,
+        max_bias: f32,
+    },
     /// `[q, k, v]`, `[q, k, v, mask]`, `[q, k, v, mask, sinks]`: q [D, Nq, H, S], k [D, Nkv, Hkv, S],
     /// v [Dv, Nkv, Hkv, S] with H % Hkv == 0; mask F16/F32 [Nkv, >= Nq]; result F32 [Dv, H, Nq, S].
     /// `softcap > 0` applies `softcap * tanh(x / softcap)` to the scaled scores.
-    FlashAttnExt { scale: f32, max_bias: f32, softcap: f32 },
+    FlashAttnExt {
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+    },
     /// `[a, b]`: concatenation along `dim`.
-    Concat { dim: usize },
+    Concat {
+        dim: usize,
+    },
     /// `[a]` F32: I32 indices that sort each row.
-    Argsort { order: SortOrder },
+    Argsort {
+        order: SortOrder,
+    },
     /// `[a]` F32: I32 indices of the k largest values of each row, largest first.
-    TopK { k: usize },
+    TopK {
+        k: usize,
+    },
     /// `[a]`: sum of each row, result [1, ne1, ne2, ne3].
     SumRows,
 }
 
 fn shape_err(op: &'static str, msg: impl Into<String>) -> Error {
-    Error::Shape { op, msg: msg.into() }
+    Error::Shape {
+        op,
+        msg: msg.into(),
+    }
 }
 
 fn can_repeat(b: &Layout, a: &Layout) -> bool {
-    (0..4).all(|d| b.ne[d] != 0 && a.ne[d] % b.ne[d] == 0)
+    (0..4).all(|d| b.ne[d] != 0 && a.ne[d].is_multiple_of(b.ne[d]))
 }
 
 fn expect_type(op: &'static str, what: &str, got: DType, allowed: &[DType]) -> Result<()> {
     if allowed.contains(&got) {
         Ok(())
     } else {
-        Err(shape_err(op, format!("{what} has type {got}, expected one of {allowed:?}")))
+        Err(shape_err(
+            op,
+            format!("{what} has type {got}, expected one of {allowed:?}"),
+        ))
     }
 }
 
 fn expect_srcs(op: &'static str, srcs: &[&Layout], min: usize, max: usize) -> Result<()> {
     if srcs.len() < min || srcs.len() > max {
-        return Err(shape_err(op, format!("takes {min}..={max} sources, got {}", srcs.len())));
+        return Err(shape_err(
+            op,
+            format!("takes {min}..={max} sources, got {}", srcs.len()),
+        ));
     }
     Ok(())
 }
@@ -222,7 +264,10 @@ impl Op {
 
     /// True for ops that only reinterpret their source's bytes (no compute, no memory of their own).
     pub fn is_view(&self) -> bool {
-        matches!(self, Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose)
+        matches!(
+            self,
+            Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose
+        )
     }
 
     /// True for ops whose result aliases their destination source (`cpy`, `set_rows`).
@@ -237,13 +282,19 @@ impl Op {
         let name = self.name();
         match self {
             Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
-                Err(shape_err(name, "layout ops are built by the graph builder, not inferred"))
+                Err(shape_err(
+                    name,
+                    "layout ops are built by the graph builder, not inferred",
+                ))
             }
             Op::Cpy => {
                 expect_srcs(name, srcs, 2, 2)?;
                 let (a, b) = (srcs[0], srcs[1]);
                 if a.nelements() != b.nelements() {
-                    return Err(shape_err(name, format!("{:?} and {:?} differ in element count", a.ne, b.ne)));
+                    return Err(shape_err(
+                        name,
+                        format!("{:?} and {:?} differ in element count", a.ne, b.ne),
+                    ));
                 }
                 check_row_blocks(name, b.dtype, b.ne[0])?;
                 Ok((b.dtype, b.ne))
@@ -259,9 +310,16 @@ impl Op {
                 let (a, ids) = (srcs[0], srcs[1]);
                 expect_type(name, "ids", ids.dtype, &[DType::I32])?;
                 if ids.ne[1] != a.ne[2] || ids.ne[2] != a.ne[3] || ids.ne[3] != 1 {
-                    return Err(shape_err(name, format!("ids {:?} do not match table {:?}", ids.ne, a.ne)));
+                    return Err(shape_err(
+                        name,
+                        format!("ids {:?} do not match table {:?}", ids.ne, a.ne),
+                    ));
                 }
-                let t = if a.dtype == DType::I32 { DType::I32 } else { DType::F32 };
+                let t = if a.dtype == DType::I32 {
+                    DType::I32
+                } else {
+                    DType::F32
+                };
                 Ok((t, [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]]))
             }
             Op::SetRows => {
@@ -271,10 +329,20 @@ impl Op {
                 expect_type(name, "ids", ids.dtype, &[DType::I32])?;
                 check_row_blocks(name, dst.dtype, dst.ne[0])?;
                 if src.ne[0] != dst.ne[0] || ids.ne[0] != src.ne[1] {
-                    return Err(shape_err(name, format!("dst {:?}, src {:?}, ids {:?}", dst.ne, src.ne, ids.ne)));
+                    return Err(shape_err(
+                        name,
+                        format!("dst {:?}, src {:?}, ids {:?}", dst.ne, src.ne, ids.ne),
+                    ));
                 }
-                if src.ne[2] % ids.ne[1] != 0 || src.ne[3] % ids.ne[2] != 0 || dst.ne[2] != src.ne[2] || dst.ne[3] != src.ne[3] {
-                    return Err(shape_err(name, format!("dst {:?}, src {:?}, ids {:?}", dst.ne, src.ne, ids.ne)));
+                if src.ne[2] % ids.ne[1] != 0
+                    || src.ne[3] % ids.ne[2] != 0
+                    || dst.ne[2] != src.ne[2]
+                    || dst.ne[3] != src.ne[3]
+                {
+                    return Err(shape_err(
+                        name,
+                        format!("dst {:?}, src {:?}, ids {:?}", dst.ne, src.ne, ids.ne),
+                    ));
                 }
                 Ok((dst.dtype, dst.ne))
             }
@@ -282,7 +350,10 @@ impl Op {
                 expect_srcs(name, srcs, 2, 2)?;
                 let (a, b) = (srcs[0], srcs[1]);
                 if a.ne[0] != b.ne[0] || b.ne[2] % a.ne[2] != 0 || b.ne[3] % a.ne[3] != 0 {
-                    return Err(shape_err(name, format!("cannot multiply {:?} by {:?}", a.ne, b.ne)));
+                    return Err(shape_err(
+                        name,
+                        format!("cannot multiply {:?} by {:?}", a.ne, b.ne),
+                    ));
                 }
                 expect_type(name, "b", b.dtype, &FLOATS)?;
                 if a.dtype == DType::I32 {
@@ -295,8 +366,15 @@ impl Op {
                 let (w, b, ids) = (srcs[0], srcs[1], srcs[2]);
                 expect_type(name, "ids", ids.dtype, &[DType::I32])?;
                 expect_type(name, "b", b.dtype, &FLOATS)?;
-                if w.ne[0] != b.ne[0] || w.ne[3] != 1 || b.ne[2] != ids.ne[1] || (b.ne[1] != 1 && b.ne[1] != ids.ne[0]) {
-                    return Err(shape_err(name, format!("experts {:?}, b {:?}, ids {:?}", w.ne, b.ne, ids.ne)));
+                if w.ne[0] != b.ne[0]
+                    || w.ne[3] != 1
+                    || b.ne[2] != ids.ne[1]
+                    || (b.ne[1] != 1 && b.ne[1] != ids.ne[0])
+                {
+                    return Err(shape_err(
+                        name,
+                        format!("experts {:?}, b {:?}, ids {:?}", w.ne, b.ne, ids.ne),
+                    ));
                 }
                 Ok((DType::F32, [w.ne[1], ids.ne[0], ids.ne[1], 1]))
             }
@@ -306,7 +384,10 @@ impl Op {
                 expect_type(name, "a", a.dtype, &FLOATS)?;
                 expect_type(name, "b", b.dtype, &FLOATS)?;
                 if !can_repeat(b, a) {
-                    return Err(shape_err(name, format!("{:?} does not broadcast to {:?}", b.ne, a.ne)));
+                    return Err(shape_err(
+                        name,
+                        format!("{:?} does not broadcast to {:?}", b.ne, a.ne),
+                    ));
                 }
                 Ok((a.dtype, a.ne))
             }
@@ -316,8 +397,15 @@ impl Op {
                 expect_type(name, "a", a.dtype, &[DType::F32])?;
                 expect_type(name, "b", b.dtype, &[DType::F32])?;
                 expect_type(name, "ids", ids.dtype, &[DType::I32])?;
-                if b.ne[0] != a.ne[0] || ids.ne[0] != a.ne[1] || ids.ne[1] != a.ne[2] || a.ne[3] != 1 {
-                    return Err(shape_err(name, format!("a {:?}, b {:?}, ids {:?}", a.ne, b.ne, ids.ne)));
+                if b.ne[0] != a.ne[0]
+                    || ids.ne[0] != a.ne[1]
+                    || ids.ne[1] != a.ne[2]
+                    || a.ne[3] != 1
+                {
+                    return Err(shape_err(
+                        name,
+                        format!("a {:?}, b {:?}, ids {:?}", a.ne, b.ne, ids.ne),
+                    ));
                 }
                 Ok((DType::F32, a.ne))
             }
@@ -332,12 +420,18 @@ impl Op {
                 expect_type(name, "a", a.dtype, &FLOATS)?;
                 if let Some(b) = srcs.get(1) {
                     if b.ne != a.ne || b.dtype != a.dtype {
-                        return Err(shape_err(name, format!("gate {:?} and up {:?} differ", a.ne, b.ne)));
+                        return Err(shape_err(
+                            name,
+                            format!("gate {:?} and up {:?} differ", a.ne, b.ne),
+                        ));
                     }
                     Ok((a.dtype, a.ne))
                 } else {
-                    if a.ne[0] % 2 != 0 {
-                        return Err(shape_err(name, format!("fused gate/up width {} is odd", a.ne[0])));
+                    if !a.ne[0].is_multiple_of(2) {
+                        return Err(shape_err(
+                            name,
+                            format!("fused gate/up width {} is odd", a.ne[0]),
+                        ));
                     }
                     Ok((a.dtype, [a.ne[0] / 2, a.ne[1], a.ne[2], a.ne[3]]))
                 }
@@ -346,7 +440,14 @@ impl Op {
                 expect_srcs(name, srcs, 1, 1)?;
                 expect_type(name, "a", srcs[0].dtype, &[DType::F32])?;
                 let ne = srcs[0].ne;
-                Ok((DType::F32, if *self == Op::SumRows { [1, ne[1], ne[2], ne[3]] } else { ne }))
+                Ok((
+                    DType::F32,
+                    if *self == Op::SumRows {
+                        [1, ne[1], ne[2], ne[3]]
+                    } else {
+                        ne
+                    },
+                ))
             }
             Op::Rope(p) => {
                 expect_srcs(name, srcs, 2, 3)?;
@@ -354,12 +455,18 @@ impl Op {
                 expect_type(name, "a", a.dtype, &[DType::F32, DType::F16])?;
                 expect_type(name, "positions", pos.dtype, &[DType::I32])?;
                 if pos.ne[0] != a.ne[2] || p.n_dims > a.ne[0] || p.n_dims % 2 != 0 {
-                    return Err(shape_err(name, format!("a {:?}, positions {:?}, n_dims {}", a.ne, pos.ne, p.n_dims)));
+                    return Err(shape_err(
+                        name,
+                        format!("a {:?}, positions {:?}, n_dims {}", a.ne, pos.ne, p.n_dims),
+                    ));
                 }
                 if let Some(f) = srcs.get(2) {
                     expect_type(name, "freq_factors", f.dtype, &[DType::F32])?;
                     if f.ne[0] < p.n_dims / 2 {
-                        return Err(shape_err(name, format!("freq_factors has {} < n_dims/2 values", f.ne[0])));
+                        return Err(shape_err(
+                            name,
+                            format!("freq_factors has {} < n_dims/2 values", f.ne[0]),
+                        ));
                     }
                 }
                 Ok((a.dtype, a.ne))
@@ -370,14 +477,24 @@ impl Op {
                 expect_type(name, "a", a.dtype, &[DType::F32])?;
                 if let Some(m) = srcs.get(1) {
                     expect_type(name, "mask", m.dtype, &[DType::F32, DType::F16])?;
-                    if m.ne[0] != a.ne[0] || m.ne[1] < a.ne[1] || a.ne[2] % m.ne[2] != 0 || a.ne[3] % m.ne[3] != 0 {
-                        return Err(shape_err(name, format!("mask {:?} does not fit {:?}", m.ne, a.ne)));
+                    if m.ne[0] != a.ne[0]
+                        || m.ne[1] < a.ne[1]
+                        || !a.ne[2].is_multiple_of(m.ne[2])
+                        || !a.ne[3].is_multiple_of(m.ne[3])
+                    {
+                        return Err(shape_err(
+                            name,
+                            format!("mask {:?} does not fit {:?}", m.ne, a.ne),
+                        ));
                     }
                 }
                 if let Some(s) = srcs.get(2) {
                     expect_type(name, "sinks", s.dtype, &[DType::F32])?;
                     if s.ne[0] != a.ne[2] {
-                        return Err(shape_err(name, format!("sinks {:?} for {} heads", s.ne, a.ne[2])));
+                        return Err(shape_err(
+                            name,
+                            format!("sinks {:?} for {} heads", s.ne, a.ne[2]),
+                        ));
                     }
                 }
                 Ok((DType::F32, a.ne))
@@ -386,21 +503,59 @@ impl Op {
                 expect_srcs(name, srcs, 3, 5)?;
                 let (q, k, v) = (srcs[0], srcs[1], srcs[2]);
                 expect_type(name, "q", q.dtype, &[DType::F32])?;
-                expect_type(name, "k", k.dtype, &[DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0])?;
-                expect_type(name, "v", v.dtype, &[DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0])?;
-                if q.ne[0] != k.ne[0] || k.ne[1] != v.ne[1] || k.ne[2] != v.ne[2] || k.ne[2] == 0 || q.ne[2] % k.ne[2] != 0 || q.ne[3] != k.ne[3] || k.ne[3] != v.ne[3] {
-                    return Err(shape_err(name, format!("q {:?}, k {:?}, v {:?}", q.ne, k.ne, v.ne)));
+                expect_type(
+                    name,
+                    "k",
+                    k.dtype,
+                    &[
+                        DType::F32,
+                        DType::F16,
+                        DType::BF16,
+                        DType::Q8_0,
+                        DType::Q4_0,
+                    ],
+                )?;
+                expect_type(
+                    name,
+                    "v",
+                    v.dtype,
+                    &[
+                        DType::F32,
+                        DType::F16,
+                        DType::BF16,
+                        DType::Q8_0,
+                        DType::Q4_0,
+                    ],
+                )?;
+                if q.ne[0] != k.ne[0]
+                    || k.ne[1] != v.ne[1]
+                    || k.ne[2] != v.ne[2]
+                    || k.ne[2] == 0
+                    || q.ne[2] % k.ne[2] != 0
+                    || q.ne[3] != k.ne[3]
+                    || k.ne[3] != v.ne[3]
+                {
+                    return Err(shape_err(
+                        name,
+                        format!("q {:?}, k {:?}, v {:?}", q.ne, k.ne, v.ne),
+                    ));
                 }
                 if let Some(m) = srcs.get(3) {
                     expect_type(name, "mask", m.dtype, &[DType::F32, DType::F16])?;
                     if m.ne[0] != k.ne[1] || m.ne[1] < q.ne[1] {
-                        return Err(shape_err(name, format!("mask {:?} for q {:?}, k {:?}", m.ne, q.ne, k.ne)));
+                        return Err(shape_err(
+                            name,
+                            format!("mask {:?} for q {:?}, k {:?}", m.ne, q.ne, k.ne),
+                        ));
                     }
                 }
                 if let Some(s) = srcs.get(4) {
                     expect_type(name, "sinks", s.dtype, &[DType::F32])?;
                     if s.ne[0] != q.ne[2] {
-                        return Err(shape_err(name, format!("sinks {:?} for {} heads", s.ne, q.ne[2])));
+                        return Err(shape_err(
+                            name,
+                            format!("sinks {:?} for {} heads", s.ne, q.ne[2]),
+                        ));
                     }
                 }
                 Ok((DType::F32, [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]))
@@ -408,8 +563,12 @@ impl Op {
             Op::Concat { dim } => {
                 expect_srcs(name, srcs, 2, 2)?;
                 let (a, b) = (srcs[0], srcs[1]);
-                if *dim > 3 || a.dtype != b.dtype || (0..4).any(|d| d != *dim && a.ne[d] != b.ne[d]) {
-                    return Err(shape_err(name, format!("cannot concat {:?} and {:?} on {dim}", a.ne, b.ne)));
+                if *dim > 3 || a.dtype != b.dtype || (0..4).any(|d| d != *dim && a.ne[d] != b.ne[d])
+                {
+                    return Err(shape_err(
+                        name,
+                        format!("cannot concat {:?} and {:?} on {dim}", a.ne, b.ne),
+                    ));
                 }
                 if a.dtype.is_quantized() {
                     return Err(shape_err(name, "quantized concat"));
@@ -437,8 +596,11 @@ impl Op {
 }
 
 fn check_row_blocks(op: &'static str, t: DType, ne0: usize) -> Result<()> {
-    if ne0 % t.block_size() != 0 {
-        return Err(shape_err(op, format!("rows of {ne0} are not whole {t} blocks")));
+    if !ne0.is_multiple_of(t.block_size()) {
+        return Err(shape_err(
+            op,
+            format!("rows of {ne0} are not whole {t} blocks"),
+        ));
     }
     Ok(())
 }

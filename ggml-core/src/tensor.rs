@@ -30,7 +30,10 @@ impl DataRef {
 
     /// The same buffer, `extra` bytes further.
     pub fn advanced(&self, extra: usize) -> DataRef {
-        DataRef { buffer: self.buffer.clone(), offset: self.offset + extra }
+        DataRef {
+            buffer: self.buffer.clone(),
+            offset: self.offset + extra,
+        }
     }
 
     /// Host address of the first byte, if the buffer is host-accessible.
@@ -141,7 +144,10 @@ impl Layout {
 
     /// Byte offset of element (i0, i1, i2, i3) for scalar types, or of the block holding i0 for quantized ones.
     pub fn offset_of(&self, i: [usize; 4]) -> usize {
-        (i[0] / self.dtype.block_size()) * self.nb[0] + i[1] * self.nb[1] + i[2] * self.nb[2] + i[3] * self.nb[3]
+        (i[0] / self.dtype.block_size()) * self.nb[0]
+            + i[1] * self.nb[1]
+            + i[2] * self.nb[2]
+            + i[3] * self.nb[3]
     }
 }
 
