@@ -18,7 +18,7 @@ pub enum Class {
 /// NMSE bound of a float result of type `out` from an op of class `class` (F32 data in and out unless
 /// `out` is narrower: F16 rounds to 11 bits, NMSE about 8e-8; BF16 to 8 bits, about 5e-6).
 pub fn float_bound(class: Class, out: DType) -> f64 {
-    let f32_bound = match class {
+    let f32_bound: f64 = match class {
         Class::Exact => 1e-12,
         Class::Math => 1e-9,
         Class::Approx => 1e-6,

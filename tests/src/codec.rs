@@ -4,9 +4,16 @@
 use crate::dense::Dense;
 use ggml_core::{DType, Error, Layout, Result};
 
+fn check_blocks(dtype: DType, ne: [usize; 4]) -> Result<Layout> {
+    if ne[0] % dtype.block_size() != 0 {
+        return Err(Error::Other(format!("rows of {} are not whole {dtype} blocks", ne[0])));
+    }
+    Ok(Layout::contiguous(dtype, ne))
+}
+
 /// Encodes the values of a contiguous tensor of type `dtype` and shape `ne` (f64 rounded to f32 first).
 pub fn encode(dtype: DType, ne: [usize; 4], values: &[f64]) -> Result<Vec<u8>> {
-    let layout = Layout::contiguous(dtype, ne);
+    let layout = check_blocks(dtype, ne)?;
     if dtype == DType::I32 {
         return Ok(values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect());
     }
@@ -21,7 +28,7 @@ pub fn encode(dtype: DType, ne: [usize; 4], values: &[f64]) -> Result<Vec<u8>> {
 
 /// Decodes the bytes of a contiguous tensor of type `dtype` and shape `ne`.
 pub fn decode(dtype: DType, ne: [usize; 4], bytes: &[u8]) -> Result<Dense> {
-    let layout = Layout::contiguous(dtype, ne);
+    let layout = check_blocks(dtype, ne)?;
     if bytes.len() != layout.nbytes() {
         return Err(Error::Other(format!("{} bytes for a {dtype} tensor {ne:?}", bytes.len())));
     }

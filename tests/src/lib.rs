@@ -11,9 +11,10 @@ pub mod cases;
 pub mod check;
 pub mod codec;
 pub mod dense;
-pub mod exec;
 pub mod reference;
 pub mod runner;
+#[cfg(test)]
+mod selftest;
 
 use ggml_core::Backend;
 use runner::Outcome;
@@ -111,4 +112,26 @@ pub fn run_cases(backend: Arc<dyn Backend>, seed: u64, cases: &[case::Case]) -> 
     }
     report.seconds = start.elapsed().as_secs_f64();
     report
+}
+
+/// Runs the suite on every device in `devices` of backend family `family`, printing each report;
+/// prints `skipped: no <family> device` when there is none. Returns the reports.
+pub fn run_family(family: &str, devices: Vec<Arc<dyn ggml_core::Device>>) -> Vec<Report> {
+    let devices: Vec<_> = devices.into_iter().filter(|d| d.family() == family).collect();
+    if devices.is_empty() {
+        println!("skipped: no {family} device");
+        return Vec::new();
+    }
+    devices
+        .iter()
+        .map(|d| {
+            let backend = d.new_backend().unwrap_or_else(|e| panic!("{}: new_backend failed: {e}", d.name()));
+            let report = run_suite(backend);
+            println!("{}", report.summary());
+            for s in &report.skipped {
+                println!("{s}");
+            }
+            report
+        })
+        .collect()
 }

@@ -5,7 +5,7 @@ use crate::case::{draw_leaf, Case, Gen, ViewKind};
 use crate::check::compare;
 use crate::codec::{decode, encode};
 use crate::dense::Dense;
-use crate::exec;
+use ggml_core::sched::Scheduler;
 use ggml_core::{Backend, Graph, Result, TensorId};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -64,28 +64,43 @@ pub fn run_case(backend: &Arc<dyn Backend>, case: &Case) -> Outcome {
     }
 }
 
-fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
+/// A case's graph before allocation: the result tensor, the inputs' leaves and bytes, and the values
+/// the op sees.
+pub struct Built {
+    pub graph: Graph,
+    pub out: TensorId,
+    leaves: Vec<(TensorId, Vec<u8>)>,
+    pub values: Vec<Dense>,
+}
+
+/// Builds `case`'s graph and draws its inputs (from the case's seed).
+pub fn build(case: &Case) -> Result<Built> {
     let mut rng = StdRng::seed_from_u64(case.seed);
     let mut graph = Graph::new();
-    let mut inputs = Vec::with_capacity(case.inputs.len());
-    let mut op_inputs = Vec::with_capacity(case.inputs.len());
+    let (mut leaves, mut values, mut op_inputs) = (Vec::new(), Vec::new(), Vec::new());
     for spec in &case.inputs {
         let (b, t) = build_input(&mut graph, &mut rng, spec)?;
-        inputs.push(b);
+        leaves.push((b.leaf, b.bytes));
+        values.push(b.values);
         op_inputs.push(t);
     }
     let out = (case.build)(&mut graph, &op_inputs)?;
     graph.output(out);
+    Ok(Built { graph, out, leaves, values })
+}
 
+fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
+    let Built { mut graph, out, leaves, values } = build(case)?;
     let device = backend.device();
     let nodes: Vec<TensorId> = graph.nodes().to_vec();
     if let Some(&n) = nodes.iter().find(|&&n| !graph.tensor(n).op.is_view() && !device.supports_op(&graph, n)) {
         return Ok(Outcome::Skip(format!("{} does not support {}", device.name(), graph.tensor(n).op.name())));
     }
 
-    exec::alloc(backend, &mut graph)?;
-    for b in &inputs {
-        graph.set_bytes(b.leaf, &b.bytes)?;
+    let mut sched = Scheduler::new(vec![backend.clone()]);
+    sched.alloc(&mut graph)?;
+    for (leaf, bytes) in &leaves {
+        graph.set_bytes(*leaf, bytes)?;
     }
     // Poison the result (unless it aliases an input the case filled, as cpy and set_rows do):
     // 0xFF bytes are NaN in every float type and -1 as I32, so unwritten elements cannot pass.
@@ -93,11 +108,10 @@ fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
         let d = graph.data(out)?;
         d.buffer.fill(d.offset, graph.layout(out).nbytes(), 0xFF)?;
     }
-    exec::compute(backend, &graph)?;
+    sched.compute(&graph)?;
 
     let l = *graph.layout(out);
     let got = decode(l.dtype, l.ne, &graph.get_bytes(out)?)?;
-    let values: Vec<Dense> = inputs.into_iter().map(|b| b.values).collect();
     let want = (case.reference)(&values)?;
     Ok(match compare(case.check, &got, &want, &values[0]) {
         Ok(m) => Outcome::Pass(m),
