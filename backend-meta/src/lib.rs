@@ -2,4 +2,5 @@
 //! Weights and KV cache are split across the devices; partial sums are joined by AllReduce.
 //! The crate knows nothing about any vendor: it talks to devices only through the core traits.
 
+pub mod buffer;
 pub mod split;
