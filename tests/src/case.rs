@@ -31,7 +31,10 @@ pub enum ViewKind {
     /// `graph.permute(leaf, axes)` ([1, 0, 2, 3] is built with `graph.transpose`).
     Permute([usize; 4]),
     /// A strided view of the first `ne[0]` elements at element `offset` of leaf rows `pad` longer.
-    Pad { pad: usize, offset: usize },
+    Pad {
+        pad: usize,
+        offset: usize,
+    },
 }
 
 impl ViewKind {
@@ -55,9 +58,17 @@ impl ViewKind {
 
     /// A random non-contiguous layout valid for `dtype` and `ne`; with `keep_rows`, axis 0 stays
     /// contiguous (as ggml requires of mul_mat operands and of sources of quantizing copies).
-    pub fn random_noncontig(rng: &mut StdRng, dtype: DType, ne: [usize; 4], keep_rows: bool) -> ViewKind {
+    pub fn random_noncontig(
+        rng: &mut StdRng,
+        dtype: DType,
+        ne: [usize; 4],
+        keep_rows: bool,
+    ) -> ViewKind {
         let bs = dtype.block_size();
-        let mut choices = vec![ViewKind::Pad { pad: 2 * bs, offset: bs }];
+        let mut choices = vec![ViewKind::Pad {
+            pad: 2 * bs,
+            offset: bs,
+        }];
         if ne[1] > 1 || ne[2] > 1 {
             choices.push(ViewKind::Permute([0, 2, 1, 3]));
         }
@@ -89,7 +100,12 @@ pub struct InputSpec {
 impl InputSpec {
     /// A contiguous input with N(0, 1) values.
     pub fn new(dtype: DType, ne: [usize; 4]) -> InputSpec {
-        InputSpec { dtype, ne, gen: Gen::Normal(1.0), view: ViewKind::Contig }
+        InputSpec {
+            dtype,
+            ne,
+            gen: Gen::Normal(1.0),
+            view: ViewKind::Contig,
+        }
     }
     pub fn gen(mut self, gen: Gen) -> InputSpec {
         self.gen = gen;
@@ -189,7 +205,10 @@ pub fn draw_leaf(rng: &mut StdRng, gen: Gen, ne: [usize; 4]) -> Dense {
         let (i1, i2, i3) = (r % ne[1], r / ne[1] % ne[2], r / ne[1] / ne[2]);
         let row = d.row_mut(i1, i2, i3);
         match gen {
-            Gen::Ids { max, distinct: true } => {
+            Gen::Ids {
+                max,
+                distinct: true,
+            } => {
                 assert!(row.len() <= max, "{} distinct ids out of {max}", row.len());
                 let mut all: Vec<usize> = (0..max).collect();
                 all.shuffle(rng);

@@ -57,9 +57,14 @@ pub fn store_bound(target: DType) -> f64 {
 
 /// Normalized mean squared error sum((x - r)^2) / sum(r^2); plain MSE when the reference is ~0.
 pub fn nmse(x: &[f64], r: &[f64]) -> f64 {
+    nmse_floor(x, r, 0.0)
+}
+
+/// NMSE whose denominator is at least `n * floor^2`: values far below `floor` count as that large.
+pub fn nmse_floor(x: &[f64], r: &[f64], floor: f64) -> f64 {
     let err: f64 = x.iter().zip(r).map(|(a, b)| (a - b) * (a - b)).sum();
-    let norm: f64 = r.iter().map(|b| b * b).sum();
     let n = r.len().max(1) as f64;
+    let norm = r.iter().map(|b| b * b).sum::<f64>().max(n * floor * floor);
     if norm < 1e-20 * n {
         err / n
     } else {
@@ -67,28 +72,63 @@ pub fn nmse(x: &[f64], r: &[f64]) -> f64 {
     }
 }
 
-/// Compares `got` with `want` under `check`; `input0` is the op's first input (for sort checks).
-/// Returns a message on failure.
-pub fn compare(check: Check, got: &Dense, want: &Dense, input0: &Dense) -> Result<String, String> {
+/// Magnitude below which a result of type `out` loses relative precision (16 times its smallest
+/// normal: F16 results of 1e-5 are subnormal and only good to a few percent).
+pub fn magnitude_floor(out: DType) -> f64 {
+    match out {
+        DType::F16 => 16.0 * 6.103_515_625e-5,
+        _ => 16.0 * f32::MIN_POSITIVE as f64,
+    }
+}
+
+/// Compares `got` (of type `out`) with `want` under `check`; `input0` is the op's first input (for
+/// sort checks). Returns a message on failure.
+pub fn compare(
+    check: Check,
+    out: DType,
+    got: &Dense,
+    want: &Dense,
+    input0: &Dense,
+) -> Result<String, String> {
     if got.ne != want.ne {
         return Err(format!("result shape {:?}, expected {:?}", got.ne, want.ne));
     }
     match check {
         Check::Nmse(bound) => {
-            if let Some(k) = (0..got.len()).find(|&k| !got.data[k].is_finite() && want.data[k].is_finite()) {
-                return Err(format!("element {k} is {} (reference {}): unwritten or overflowed output", got.data[k], want.data[k]));
+            if let Some(k) =
+                (0..got.len()).find(|&k| !got.data[k].is_finite() && want.data[k].is_finite())
+            {
+                return Err(format!(
+                    "element {k} is {} (reference {}): unwritten or overflowed output",
+                    got.data[k], want.data[k]
+                ));
             }
-            let e = nmse(&got.data, &want.data);
+            // A bound loose enough for F16 precision admits F16 intermediates (ggml's fp16 GELU
+            // table), which also have F16's subnormal floor.
+            let floor = if bound >= float_bound(Class::Exact, DType::F16) {
+                magnitude_floor(DType::F16)
+            } else {
+                magnitude_floor(out)
+            };
+            let e = nmse_floor(&got.data, &want.data, floor);
             if e <= bound {
                 Ok(format!("nmse {e:.3e}"))
             } else {
-                Err(format!("nmse {e:.3e} > bound {bound:.1e}; {}", first_diffs(got, want)))
+                Err(format!(
+                    "nmse {e:.3e} > bound {bound:.1e}; {}",
+                    first_diffs(got, want)
+                ))
             }
         }
-        Check::Exact => match (0..got.len()).find(|&k| got.data[k].to_bits() != want.data[k].to_bits()) {
-            None => Ok("exact".into()),
-            Some(k) => Err(format!("element {k} is {}, expected {}", got.data[k], want.data[k])),
-        },
+        Check::Exact => {
+            match (0..got.len()).find(|&k| got.data[k].to_bits() != want.data[k].to_bits()) {
+                None => Ok("exact".into()),
+                Some(k) => Err(format!(
+                    "element {k} is {}, expected {}",
+                    got.data[k], want.data[k]
+                )),
+            }
+        }
         Check::Sorted(order) => check_rows(got, input0, |idx, vals| {
             let sorted = idx.windows(2).all(|w| match order {
                 SortOrder::Asc => vals[w[0]] <= vals[w[1]],
@@ -107,14 +147,22 @@ pub fn compare(check: Check, got: &Dense, want: &Dense, input0: &Dense) -> Resul
             if picked == desc[..idx.len()] {
                 Ok(())
             } else {
-                Err(format!("{idx:?} picks {picked:?}, the top {} of {vals:?} are {:?}", idx.len(), &desc[..idx.len()]))
+                Err(format!(
+                    "{idx:?} picks {picked:?}, the top {} of {vals:?} are {:?}",
+                    idx.len(),
+                    &desc[..idx.len()]
+                ))
             }
         }),
     }
 }
 
 /// Per row: indices must be distinct and in range, then `f(indices, input row)` decides.
-fn check_rows(got: &Dense, input: &Dense, f: impl Fn(&[usize], &[f64]) -> Result<(), String>) -> Result<String, String> {
+fn check_rows(
+    got: &Dense,
+    input: &Dense,
+    f: impl Fn(&[usize], &[f64]) -> Result<(), String>,
+) -> Result<String, String> {
     for i3 in 0..got.ne[3] {
         for i2 in 0..got.ne[2] {
             for i1 in 0..got.ne[1] {
@@ -138,14 +186,21 @@ fn check_rows(got: &Dense, input: &Dense, f: impl Fn(&[usize], &[f64]) -> Result
 
 /// The largest differences, for failure messages.
 fn first_diffs(got: &Dense, want: &Dense) -> String {
-    let mut d: Vec<(f64, usize)> = (0..got.len()).map(|k| ((got.data[k] - want.data[k]).abs(), k)).collect();
+    let mut d: Vec<(f64, usize)> = (0..got.len())
+        .map(|k| ((got.data[k] - want.data[k]).abs(), k))
+        .collect();
     d.sort_by(|a, b| b.0.total_cmp(&a.0));
     let shown: Vec<String> = d
         .iter()
         .take(3)
         .map(|&(_, k)| {
             let ne = got.ne;
-            let i = [k % ne[0], k / ne[0] % ne[1], k / ne[0] / ne[1] % ne[2], k / ne[0] / ne[1] / ne[2]];
+            let i = [
+                k % ne[0],
+                k / ne[0] % ne[1],
+                k / ne[0] / ne[1] % ne[2],
+                k / ne[0] / ne[1] / ne[2],
+            ];
             format!("at {i:?} got {} want {}", got.data[k], want.data[k])
         })
         .collect();
@@ -156,5 +211,7 @@ fn first_diffs(got: &Dense, want: &Dense) -> String {
 /// path converts Q to K's dot type and, for F16 V, accumulates in F16), never tighter than `Math`.
 pub fn attn_bound(kv: DType) -> f64 {
     let accumulate = if kv == DType::F16 { 5e-6 } else { 0.0 };
-    weight_bound(kv).max(accumulate).max(float_bound(Class::Math, DType::F32))
+    weight_bound(kv)
+        .max(accumulate)
+        .max(float_bound(Class::Math, DType::F32))
 }

@@ -5,8 +5,11 @@ use crate::dense::Dense;
 use ggml_core::{DType, Error, Layout, Result};
 
 fn check_blocks(dtype: DType, ne: [usize; 4]) -> Result<Layout> {
-    if ne[0] % dtype.block_size() != 0 {
-        return Err(Error::Other(format!("rows of {} are not whole {dtype} blocks", ne[0])));
+    if !ne[0].is_multiple_of(dtype.block_size()) {
+        return Err(Error::Other(format!(
+            "rows of {} are not whole {dtype} blocks",
+            ne[0]
+        )));
     }
     Ok(Layout::contiguous(dtype, ne))
 }
@@ -15,12 +18,18 @@ fn check_blocks(dtype: DType, ne: [usize; 4]) -> Result<Layout> {
 pub fn encode(dtype: DType, ne: [usize; 4], values: &[f64]) -> Result<Vec<u8>> {
     let layout = check_blocks(dtype, ne)?;
     if dtype == DType::I32 {
-        return Ok(values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect());
+        return Ok(values
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect());
     }
     let row_bytes = layout.row_bytes();
     let mut out = vec![0u8; layout.nbytes()];
     let row_f32: Vec<f32> = values.iter().map(|&v| v as f32).collect();
-    for (src, dst) in row_f32.chunks_exact(ne[0]).zip(out.chunks_exact_mut(row_bytes)) {
+    for (src, dst) in row_f32
+        .chunks_exact(ne[0])
+        .zip(out.chunks_exact_mut(row_bytes))
+    {
         quant::quantize_row(dtype, src, dst)?;
     }
     Ok(out)
@@ -30,10 +39,16 @@ pub fn encode(dtype: DType, ne: [usize; 4], values: &[f64]) -> Result<Vec<u8>> {
 pub fn decode(dtype: DType, ne: [usize; 4], bytes: &[u8]) -> Result<Dense> {
     let layout = check_blocks(dtype, ne)?;
     if bytes.len() != layout.nbytes() {
-        return Err(Error::Other(format!("{} bytes for a {dtype} tensor {ne:?}", bytes.len())));
+        return Err(Error::Other(format!(
+            "{} bytes for a {dtype} tensor {ne:?}",
+            bytes.len()
+        )));
     }
     if dtype == DType::I32 {
-        let data = bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect();
+        let data = bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect();
         return Ok(Dense::from_vec(ne, data));
     }
     let mut data = Vec::with_capacity(layout.nelements());

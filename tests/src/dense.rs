@@ -11,11 +11,18 @@ pub struct Dense {
 
 impl Dense {
     pub fn zeros(ne: [usize; 4]) -> Dense {
-        Dense { ne, data: vec![0.0; ne.iter().product()] }
+        Dense {
+            ne,
+            data: vec![0.0; ne.iter().product()],
+        }
     }
 
     pub fn from_vec(ne: [usize; 4], data: Vec<f64>) -> Dense {
-        assert_eq!(data.len(), ne.iter().product::<usize>(), "data length does not match {ne:?}");
+        assert_eq!(
+            data.len(),
+            ne.iter().product::<usize>(),
+            "data length does not match {ne:?}"
+        );
         Dense { ne, data }
     }
 
@@ -88,7 +95,10 @@ impl Dense {
     }
 
     pub fn map(&self, f: impl Fn(f64) -> f64) -> Dense {
-        Dense { ne: self.ne, data: self.data.iter().map(|&x| f(x)).collect() }
+        Dense {
+            ne: self.ne,
+            data: self.data.iter().map(|&x| f(x)).collect(),
+        }
     }
 
     /// ggml's permute: axis `k` of `self` becomes axis `axes[k]` of the result.
@@ -97,7 +107,9 @@ impl Dense {
         for k in 0..4 {
             ne[axes[k]] = self.ne[k];
         }
-        Dense::from_fn(ne, |j| self.at([j[axes[0]], j[axes[1]], j[axes[2]], j[axes[3]]]))
+        Dense::from_fn(ne, |j| {
+            self.at([j[axes[0]], j[axes[1]], j[axes[2]], j[axes[3]]])
+        })
     }
 
     /// Swaps axes 0 and 1.
@@ -107,7 +119,11 @@ impl Dense {
 
     /// Elements `offset .. offset + n` along `dim`.
     pub fn slice(&self, dim: usize, offset: usize, n: usize) -> Dense {
-        assert!(offset + n <= self.ne[dim], "slice {offset}+{n} of {} on axis {dim}", self.ne[dim]);
+        assert!(
+            offset + n <= self.ne[dim],
+            "slice {offset}+{n} of {} on axis {dim}",
+            self.ne[dim]
+        );
         let mut ne = self.ne;
         ne[dim] = n;
         Dense::from_fn(ne, |mut i| {

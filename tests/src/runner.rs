@@ -28,11 +28,18 @@ struct BuiltInput {
     values: Dense,
 }
 
-fn build_input(graph: &mut Graph, rng: &mut StdRng, spec: &crate::case::InputSpec) -> Result<(BuiltInput, TensorId)> {
+fn build_input(
+    graph: &mut Graph,
+    rng: &mut StdRng,
+    spec: &crate::case::InputSpec,
+) -> Result<(BuiltInput, TensorId)> {
     let leaf_ne = spec.view.leaf_ne(spec.ne);
     let leaf = graph.new_input(spec.dtype, &leaf_ne)?;
     let (bytes, seen) = if spec.gen == Gen::Poison {
-        (vec![0xFF; graph.layout(leaf).nbytes()], Dense::from_fn(leaf_ne, |_| f64::NAN))
+        (
+            vec![0xFF; graph.layout(leaf).nbytes()],
+            Dense::from_fn(leaf_ne, |_| f64::NAN),
+        )
     } else {
         let bytes = encode(spec.dtype, leaf_ne, &draw_leaf(rng, spec.gen, leaf_ne).data)?;
         let seen = decode(spec.dtype, leaf_ne, &bytes)?;
@@ -49,7 +56,14 @@ fn build_input(graph: &mut Graph, rng: &mut StdRng, spec: &crate::case::InputSpe
         }
     };
     let values = spec.view.apply(&seen, spec.ne);
-    Ok((BuiltInput { leaf, bytes, values }, op_input))
+    Ok((
+        BuiltInput {
+            leaf,
+            bytes,
+            values,
+        },
+        op_input,
+    ))
 }
 
 /// Runs `case` on `backend`; never panics (a panic of the backend is a failure).
@@ -58,7 +72,10 @@ pub fn run_case(backend: &Arc<dyn Backend>, case: &Case) -> Outcome {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => Outcome::Fail(format!("error: {e}")),
         Err(p) => {
-            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
             Outcome::Fail(format!("panic: {}", msg.unwrap_or_default()))
         }
     }
@@ -86,15 +103,32 @@ pub fn build(case: &Case) -> Result<Built> {
     }
     let out = (case.build)(&mut graph, &op_inputs)?;
     graph.output(out);
-    Ok(Built { graph, out, leaves, values })
+    Ok(Built {
+        graph,
+        out,
+        leaves,
+        values,
+    })
 }
 
 fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
-    let Built { mut graph, out, leaves, values } = build(case)?;
+    let Built {
+        mut graph,
+        out,
+        leaves,
+        values,
+    } = build(case)?;
     let device = backend.device();
     let nodes: Vec<TensorId> = graph.nodes().to_vec();
-    if let Some(&n) = nodes.iter().find(|&&n| !graph.tensor(n).op.is_view() && !device.supports_op(&graph, n)) {
-        return Ok(Outcome::Skip(format!("{} does not support {}", device.name(), graph.tensor(n).op.name())));
+    if let Some(&n) = nodes
+        .iter()
+        .find(|&&n| !graph.tensor(n).op.is_view() && !device.supports_op(&graph, n))
+    {
+        return Ok(Outcome::Skip(format!(
+            "{} does not support {}",
+            device.name(),
+            graph.tensor(n).op.name()
+        )));
     }
 
     let mut sched = Scheduler::new(vec![backend.clone()]);
@@ -113,8 +147,10 @@ fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
     let l = *graph.layout(out);
     let got = decode(l.dtype, l.ne, &graph.get_bytes(out)?)?;
     let want = (case.reference)(&values)?;
-    Ok(match compare(case.check, &got, &want, &values[0]) {
-        Ok(m) => Outcome::Pass(m),
-        Err(m) => Outcome::Fail(m),
-    })
+    Ok(
+        match compare(case.check, l.dtype, &got, &want, &values[0]) {
+            Ok(m) => Outcome::Pass(m),
+            Err(m) => Outcome::Fail(m),
+        },
+    )
 }

@@ -25,11 +25,26 @@ fn every_case_builds_and_its_reference_matches_the_graph_shape() {
     let cases = all_cases(seed);
     assert!(cases.len() >= 300, "only {} cases", cases.len());
     for (i, case) in cases.iter().enumerate() {
-        let built = build(case).unwrap_or_else(|e| panic!("case #{i} {} does not build: {e} (seed {seed})", case.describe()));
-        let want = (case.reference)(&built.values).unwrap_or_else(|e| panic!("case #{i} reference: {e}"));
-        assert_eq!(want.ne, built.graph.layout(built.out).ne, "case #{i} {} (seed {seed})", case.describe());
+        let built = build(case).unwrap_or_else(|e| {
+            panic!(
+                "case #{i} {} does not build: {e} (seed {seed})",
+                case.describe()
+            )
+        });
+        let want =
+            (case.reference)(&built.values).unwrap_or_else(|e| panic!("case #{i} reference: {e}"));
+        assert_eq!(
+            want.ne,
+            built.graph.layout(built.out).ne,
+            "case #{i} {} (seed {seed})",
+            case.describe()
+        );
         if matches!(case.check, Check::Nmse(_)) {
-            assert!(want.data.iter().all(|v| v.is_finite()), "case #{i} {}: reference not finite (seed {seed})", case.describe());
+            assert!(
+                want.data.iter().all(|v| v.is_finite()),
+                "case #{i} {}: reference not finite (seed {seed})",
+                case.describe()
+            );
         }
     }
 }
@@ -43,12 +58,22 @@ fn flash_attention_equals_softmax_of_scaled_scores_times_v() {
     let mut mask = Dense::zeros([n_kv, n_q, 1, 1]);
     mask.set([4, 1, 0, 0], f64::NEG_INFINITY);
     let sinks = Dense::from_vec([h, 1, 1, 1], vec![0.3, -1.0]);
-    let p = AttnParams { scale: 0.4, max_bias: 0.0, softcap: 0.0 };
+    let p = AttnParams {
+        scale: 0.4,
+        max_bias: 0.0,
+        softcap: 0.0,
+    };
     let got = flash_attn_ext(&q, &k, &v, Some(&mask), Some(&sinks), p);
     for head in 0..h {
         let qh = q.slice(2, head, 1);
         let scores = mul_mat(&k, &qh); // [n_kv, n_q]
-        let probs = soft_max(&scores, Some(&mask), Some(&sinks.slice(0, head, 1)), p.scale, 0.0);
+        let probs = soft_max(
+            &scores,
+            Some(&mask),
+            Some(&sinks.slice(0, head, 1)),
+            p.scale,
+            0.0,
+        );
         let out = mul_mat(&v.transpose(), &probs); // [d, n_q]
         for iq in 0..n_q {
             for i in 0..d {
@@ -69,8 +94,16 @@ fn softmax_rows_sum_to_one_and_rope_is_a_rotation() {
     let pos = Dense::from_vec([3, 1, 1, 1], vec![0.0, 5.0, 17.0]);
     for mode in [RopeMode::Normal, RopeMode::Neox] {
         let y = rope(&x, &pos, None, &RopeParams::simple(mode, 12, 10000.0));
-        assert_eq!(y.slice(2, 0, 1), x.slice(2, 0, 1), "position 0 is the identity");
-        assert_eq!(y.slice(0, 12, 4), x.slice(0, 12, 4), "dimensions past n_dims pass through");
+        assert_eq!(
+            y.slice(2, 0, 1),
+            x.slice(2, 0, 1),
+            "position 0 is the identity"
+        );
+        assert_eq!(
+            y.slice(0, 12, 4),
+            x.slice(0, 12, 4),
+            "dimensions past n_dims pass through"
+        );
         for t in 1..3 {
             let n = |d: &Dense| d.row(1, t, 0).iter().map(|v| v * v).sum::<f64>();
             assert!((n(&y) - n(&x)).abs() < 1e-9, "rotation keeps the norm");
@@ -84,46 +117,88 @@ fn set_rows_then_get_rows_returns_the_rows() {
     let src = normal(7, [5, 3, 2, 1]);
     let ids = Dense::from_vec([3, 1, 1, 1], vec![4.0, 0.0, 2.0]);
     let out = set_rows(&dst, &src, &ids);
-    let back = get_rows(&out, &Dense::from_vec([3, 2, 1, 1], vec![4.0, 0.0, 2.0, 4.0, 0.0, 2.0]));
+    let back = get_rows(
+        &out,
+        &Dense::from_vec([3, 2, 1, 1], vec![4.0, 0.0, 2.0, 4.0, 0.0, 2.0]),
+    );
     assert_eq!(back, src);
     assert_eq!(out.row(1, 0, 0), dst.row(1, 0, 0));
+}
+
+fn compare_f32(check: Check, got: &Dense, want: &Dense, input0: &Dense) -> Result<String, String> {
+    compare(check, DType::F32, got, want, input0)
 }
 
 #[test]
 fn comparisons_reject_wrong_results() {
     let want = normal(8, [7, 3, 1, 1]);
     let mut got = want.clone();
-    assert!(compare(Check::Nmse(1e-12), &got, &want, &want).is_ok());
+    assert!(compare_f32(Check::Nmse(1e-12), &got, &want, &want).is_ok());
     got.data[5] = f64::NAN;
-    assert!(compare(Check::Nmse(1.0), &got, &want, &want).is_err(), "NaN must fail whatever the bound");
+    assert!(
+        compare_f32(Check::Nmse(1.0), &got, &want, &want).is_err(),
+        "NaN must fail whatever the bound"
+    );
     let off = want.map(|x| x * 1.001);
-    assert!(compare(Check::Nmse(1e-7), &off, &want, &want).is_err());
+    assert!(compare_f32(Check::Nmse(1e-7), &off, &want, &want).is_err());
     assert!((nmse(&off.data, &want.data) - 1e-6).abs() < 1e-9);
+
+    // An F16 result in the subnormal range is judged against the F16 magnitude floor.
+    let tiny = Dense::from_vec([1, 1, 1, 1], vec![-5.0e-6]);
+    let tiny_got = Dense::from_vec([1, 1, 1, 1], vec![-4.94e-6]);
+    assert!(compare(Check::Nmse(1e-6), DType::F16, &tiny_got, &tiny, &tiny).is_ok());
+    assert!(compare(Check::Nmse(1e-9), DType::F32, &tiny_got, &tiny, &tiny).is_err());
 
     let vals = Dense::from_vec([4, 1, 1, 1], vec![2.0, 5.0, 5.0, 1.0]);
     let tie_swapped = Dense::from_vec([4, 1, 1, 1], vec![2.0, 1.0, 0.0, 3.0]);
-    assert_eq!(argsort(&vals, SortOrder::Desc).data, vec![1.0, 2.0, 0.0, 3.0]);
-    assert!(compare(Check::Sorted(SortOrder::Desc), &tie_swapped, &argsort(&vals, SortOrder::Desc), &vals).is_ok());
-    assert!(compare(Check::Sorted(SortOrder::Asc), &tie_swapped, &tie_swapped, &vals).is_err());
+    assert_eq!(
+        argsort(&vals, SortOrder::Desc).data,
+        vec![1.0, 2.0, 0.0, 3.0]
+    );
+    assert!(compare_f32(
+        Check::Sorted(SortOrder::Desc),
+        &tie_swapped,
+        &argsort(&vals, SortOrder::Desc),
+        &vals
+    )
+    .is_ok());
+    assert!(compare_f32(
+        Check::Sorted(SortOrder::Asc),
+        &tie_swapped,
+        &tie_swapped,
+        &vals
+    )
+    .is_err());
     let repeated = Dense::from_vec([2, 1, 1, 1], vec![1.0, 1.0]);
-    assert!(compare(Check::TopK, &repeated, &repeated, &vals).is_err());
+    assert!(compare_f32(Check::TopK, &repeated, &repeated, &vals).is_err());
     let top2 = Dense::from_vec([2, 1, 1, 1], vec![2.0, 1.0]);
-    assert!(compare(Check::TopK, &top2, &top2, &vals).is_ok());
+    assert!(compare_f32(Check::TopK, &top2, &top2, &vals).is_ok());
     let wrong = Dense::from_vec([2, 1, 1, 1], vec![2.0, 0.0]);
-    assert!(compare(Check::TopK, &wrong, &top2, &vals).is_err());
+    assert!(compare_f32(Check::TopK, &wrong, &top2, &vals).is_err());
 }
 
 #[test]
 fn codecs_round_trip_through_every_type() {
     let x = normal(9, [256, 2, 1, 1]);
-    assert!(encode(DType::Q4K, [64, 1, 1, 1], &x.data[..64]).is_err(), "a partial block is refused");
+    assert!(
+        encode(DType::Q4K, [64, 1, 1, 1], &x.data[..64]).is_err(),
+        "a partial block is refused"
+    );
     for t in WEIGHTS {
         let r = round_trip(t, &x).unwrap();
         assert_eq!(round_trip(t, &r).unwrap().ne, x.ne);
         assert!(nmse(&r.data, &x.data) < 1e-1, "{t}");
     }
     let ids = Dense::from_vec([3, 1, 1, 1], vec![0.0, 7.0, -2.0]);
-    assert_eq!(decode(DType::I32, ids.ne, &encode(DType::I32, ids.ne, &ids.data).unwrap()).unwrap(), ids);
+    assert_eq!(
+        decode(
+            DType::I32,
+            ids.ne,
+            &encode(DType::I32, ids.ne, &ids.data).unwrap()
+        )
+        .unwrap(),
+        ids
+    );
 }
 
 /// Bounds are honest: quantizing activations to the weight's dot type as ggml does (and rounding to
@@ -144,7 +219,14 @@ fn activation_bounds() {
             };
             worst = worst.max(nmse(&mul_mat(&a, &act).data, &exact.data));
         }
-        assert!(worst * 4.0 < weight_bound(w) || w == DType::F32, "{w}: activation rounding gives nmse {worst:.2e}, bound {:.1e}", weight_bound(w));
-        println!("{w}: activation rounding nmse {worst:.2e}, bound {:.1e}", weight_bound(w));
+        assert!(
+            worst * 4.0 < weight_bound(w) || w == DType::F32,
+            "{w}: activation rounding gives nmse {worst:.2e}, bound {:.1e}",
+            weight_bound(w)
+        );
+        println!(
+            "{w}: activation rounding nmse {worst:.2e}, bound {:.1e}",
+            weight_bound(w)
+        );
     }
 }

@@ -8,7 +8,12 @@ fn cpu_backend_conforms() {
     let reports = run_family("cpu", ggml_core::registry::devices());
     for r in &reports {
         // The CPU backend implements every op: nothing may be skipped.
-        assert!(r.skipped.is_empty(), "{} skipped cases:\n{}", r.backend, r.skipped.join("\n"));
+        assert!(
+            r.skipped.is_empty(),
+            "{} skipped cases:\n{}",
+            r.backend,
+            r.skipped.join("\n")
+        );
         r.assert_ok();
     }
 }

@@ -8,8 +8,15 @@ use std::process::Command;
 fn plugin_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> -> target/<profile>/
-    let dir = exe.parent().and_then(Path::parent).expect("target profile directory");
-    let name = format!("{}backend_cpu{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile directory");
+    let name = format!(
+        "{}backend_cpu{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
     dir.join(name)
 }
 
@@ -28,12 +35,17 @@ fn build_plugin(lib: &Path) {
     let target_dir = profile_dir.parent().expect("target directory");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "backend-cpu", "--lib"]).arg("--target-dir").arg(target_dir);
+    cmd.args(["build", "-p", "backend-cpu", "--lib"])
+        .arg("--target-dir")
+        .arg(target_dir);
     if release {
         cmd.arg("--release");
     }
     let status = cmd.status().expect("running cargo build -p backend-cpu");
-    assert!(status.success(), "cargo build -p backend-cpu failed: {status}");
+    assert!(
+        status.success(),
+        "cargo build -p backend-cpu failed: {status}"
+    );
 }
 
 #[test]
@@ -43,10 +55,16 @@ fn cpu_plugin_conforms() {
         build_plugin(&lib);
     }
     assert!(lib.exists(), "{} was not built", lib.display());
-    let reg = ggml_core::registry::load_plugin(&lib).unwrap_or_else(|e| panic!("loading {}: {e}", lib.display()));
+    let reg = ggml_core::registry::load_plugin(&lib)
+        .unwrap_or_else(|e| panic!("loading {}: {e}", lib.display()));
     let reports = run_family("cpu", reg.devices());
     for r in &reports {
-        assert!(r.skipped.is_empty(), "{} skipped cases:\n{}", r.backend, r.skipped.join("\n"));
+        assert!(
+            r.skipped.is_empty(),
+            "{} skipped cases:\n{}",
+            r.backend,
+            r.skipped.join("\n")
+        );
         r.assert_ok();
     }
 }

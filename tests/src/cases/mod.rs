@@ -32,7 +32,13 @@ pub const WEIGHTS: [DType; 12] = [
 ];
 
 /// Targets of cpy, cast and set_rows.
-pub const STORE_TARGETS: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+pub const STORE_TARGETS: [DType; 5] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+];
 
 /// Odd and even sizes for axis 0 of float tensors.
 const SIZES0: [usize; 7] = [1, 3, 7, 33, 64, 65, 129];
@@ -54,7 +60,11 @@ pub struct CaseSet {
 
 impl CaseSet {
     pub fn new(seed: u64) -> CaseSet {
-        CaseSet { rng: StdRng::seed_from_u64(seed), seed, cases: Vec::new() }
+        CaseSet {
+            rng: StdRng::seed_from_u64(seed),
+            seed,
+            cases: Vec::new(),
+        }
     }
 
     pub fn push(
@@ -67,7 +77,15 @@ impl CaseSet {
         reference: impl Fn(&[Dense]) -> Result<Dense> + Send + Sync + 'static,
     ) {
         let seed = mix(self.seed ^ mix(self.cases.len() as u64));
-        self.cases.push(Case { op, params, inputs, build: Box::new(build), reference: Box::new(reference), check, seed });
+        self.cases.push(Case {
+            op,
+            params,
+            inputs,
+            build: Box::new(build),
+            reference: Box::new(reference),
+            check,
+            seed,
+        });
     }
 
     pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
@@ -76,7 +94,12 @@ impl CaseSet {
 
     /// A random 4-D shape with an odd or even axis 0 and small outer axes.
     pub fn shape(&mut self) -> [usize; 4] {
-        [self.pick(&SIZES0), self.pick(&[1, 2, 5, 7]), self.pick(&[1, 3]), self.pick(&[1, 2])]
+        [
+            self.pick(&SIZES0),
+            self.pick(&[1, 2, 5, 7]),
+            self.pick(&[1, 3]),
+            self.pick(&[1, 2]),
+        ]
     }
 
     /// A random axis-0 size that is a whole number of `dtype` blocks (odd block counts included).
@@ -107,11 +130,16 @@ impl CaseSet {
     }
 }
 
+/// Rounds of generation: each round draws every op's cases again with new shapes and layouts.
+const ROUNDS: usize = 2;
+
 /// Every case of the suite for `seed`.
 pub fn all_cases(seed: u64) -> Vec<Case> {
     let mut set = CaseSet::new(seed);
-    elementwise::add_cases(&mut set);
-    matrix::add_cases(&mut set);
-    attention::add_cases(&mut set);
+    for _ in 0..ROUNDS {
+        elementwise::add_cases(&mut set);
+        matrix::add_cases(&mut set);
+        attention::add_cases(&mut set);
+    }
     set.cases
 }

@@ -6,8 +6,16 @@ use ggml_core::{RopeMode, RopeParams};
 use std::f64::consts::PI;
 
 /// ggml's `ggml_rope_yarn_corr_dims`: the first and last dimension pair of the YaRN ramp.
-pub fn rope_yarn_corr_dims(n_dims: usize, n_ctx_orig: usize, freq_base: f64, beta_fast: f64, beta_slow: f64) -> [f64; 2] {
-    let corr_dim = |n_rot: f64| n_dims as f64 * (n_ctx_orig as f64 / (n_rot * 2.0 * PI)).ln() / (2.0 * freq_base.ln());
+pub fn rope_yarn_corr_dims(
+    n_dims: usize,
+    n_ctx_orig: usize,
+    freq_base: f64,
+    beta_fast: f64,
+    beta_slow: f64,
+) -> [f64; 2] {
+    let corr_dim = |n_rot: f64| {
+        n_dims as f64 * (n_ctx_orig as f64 / (n_rot * 2.0 * PI)).ln() / (2.0 * freq_base.ln())
+    };
     let start = corr_dim(beta_fast).floor();
     let end = corr_dim(beta_slow).ceil();
     [start.max(0.0), end.min(n_dims as f64 - 1.0)]
@@ -32,7 +40,13 @@ fn rope_yarn(theta_extrap: f64, p: &RopeParams, corr: [f64; 2], i0: usize) -> (f
 pub fn rope(a: &Dense, pos: &Dense, freq_factors: Option<&Dense>, p: &RopeParams) -> Dense {
     let n_dims = p.n_dims;
     let theta_scale = (p.freq_base as f64).powf(-2.0 / n_dims as f64);
-    let corr = rope_yarn_corr_dims(n_dims, p.n_ctx_orig, p.freq_base as f64, p.beta_fast as f64, p.beta_slow as f64);
+    let corr = rope_yarn_corr_dims(
+        n_dims,
+        p.n_ctx_orig,
+        p.freq_base as f64,
+        p.beta_fast as f64,
+        p.beta_slow as f64,
+    );
     let mut out = a.clone();
     for i3 in 0..a.ne[3] {
         for i2 in 0..a.ne[2] {
@@ -91,7 +105,13 @@ fn softmax_into(logits: &[f64], sink: Option<f64>, out: &mut [f64]) {
 }
 
 /// Softmax over axis 0 of `a * scale + slope * mask`, mask rows `[i1, i2 % m2, i3 % m3]`.
-pub fn soft_max(a: &Dense, mask: Option<&Dense>, sinks: Option<&Dense>, scale: f32, max_bias: f32) -> Dense {
+pub fn soft_max(
+    a: &Dense,
+    mask: Option<&Dense>,
+    sinks: Option<&Dense>,
+    scale: f32,
+    max_bias: f32,
+) -> Dense {
     let mut out = Dense::zeros(a.ne);
     let mut logits = vec![0.0; a.ne[0]];
     for i3 in 0..a.ne[3] {
@@ -102,7 +122,11 @@ pub fn soft_max(a: &Dense, mask: Option<&Dense>, sinks: Option<&Dense>, scale: f
                     let m = mask.map_or(0.0, |m| m.at([i0, i1, i2 % m.ne[2], i3 % m.ne[3]]));
                     *l = a.at([i0, i1, i2, i3]) * scale as f64 + slope * m;
                 }
-                softmax_into(&logits, sinks.map(|s| s.at([i2, 0, 0, 0])), out.row_mut(i1, i2, i3));
+                softmax_into(
+                    &logits,
+                    sinks.map(|s| s.at([i2, 0, 0, 0])),
+                    out.row_mut(i1, i2, i3),
+                );
             }
         }
     }
@@ -119,7 +143,14 @@ pub struct AttnParams {
 
 /// q [D, Nq, H, S], k [D, Nkv, Hkv, S], v [Dv, Nkv, Hkv, S], mask [Nkv, >= Nq, m2, m3];
 /// result [Dv, H, Nq, S].
-pub fn flash_attn_ext(q: &Dense, k: &Dense, v: &Dense, mask: Option<&Dense>, sinks: Option<&Dense>, p: AttnParams) -> Dense {
+pub fn flash_attn_ext(
+    q: &Dense,
+    k: &Dense,
+    v: &Dense,
+    mask: Option<&Dense>,
+    sinks: Option<&Dense>,
+    p: AttnParams,
+) -> Dense {
     let (n_q, n_head, n_seq) = (q.ne[1], q.ne[2], q.ne[3]);
     let (n_kv, dv) = (k.ne[1], v.ne[0]);
     let group = n_head / k.ne[2];
@@ -145,7 +176,9 @@ pub fn flash_attn_ext(q: &Dense, k: &Dense, v: &Dense, mask: Option<&Dense>, sin
                 let o = out.row_mut(h, iq, s);
                 for (j, &pj) in probs.iter().enumerate() {
                     if pj != 0.0 {
-                        o.iter_mut().zip(v.row(j, hk, s)).for_each(|(acc, &x)| *acc += pj * x);
+                        o.iter_mut()
+                            .zip(v.row(j, hk, s))
+                            .for_each(|(acc, &x)| *acc += pj * x);
                     }
                 }
             }

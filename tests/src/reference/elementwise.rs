@@ -76,7 +76,12 @@ pub enum BinOp {
 pub fn binary(op: BinOp, a: &Dense, b: &Dense) -> Dense {
     Dense::from_fn(a.ne, |i| {
         let x = a.at(i);
-        let y = b.at([i[0] % b.ne[0], i[1] % b.ne[1], i[2] % b.ne[2], i[3] % b.ne[3]]);
+        let y = b.at([
+            i[0] % b.ne[0],
+            i[1] % b.ne[1],
+            i[2] % b.ne[2],
+            i[3] % b.ne[3],
+        ]);
         match op {
             BinOp::Add => x + y,
             BinOp::Sub => x - y,
@@ -156,7 +161,9 @@ pub fn norm(a: &Dense, eps: f32) -> Dense {
 }
 
 pub fn sum_rows(a: &Dense) -> Dense {
-    Dense::from_fn([1, a.ne[1], a.ne[2], a.ne[3]], |i| a.row(i[1], i[2], i[3]).iter().sum())
+    Dense::from_fn([1, a.ne[1], a.ne[2], a.ne[3]], |i| {
+        a.row(i[1], i[2], i[3]).iter().sum()
+    })
 }
 
 pub fn concat(a: &Dense, b: &Dense, dim: usize) -> Dense {
@@ -174,7 +181,9 @@ pub fn concat(a: &Dense, b: &Dense, dim: usize) -> Dense {
 
 /// `a[:, i1, i2] + b[:, ids[i1, i2]]`.
 pub fn add_id(a: &Dense, b: &Dense, ids: &Dense) -> Dense {
-    Dense::from_fn(a.ne, |i| a.at(i) + b.at([i[0], ids.id([i[1], i[2], 0, 0]), 0, 0]))
+    Dense::from_fn(a.ne, |i| {
+        a.at(i) + b.at([i[0], ids.id([i[1], i[2], 0, 0]), 0, 0])
+    })
 }
 
 #[cfg(test)]
@@ -184,7 +193,12 @@ mod tests {
     #[test]
     fn erf_matches_known_values() {
         // Values from Abramowitz & Stegun, table 7.1.
-        for (x, e) in [(0.5, 0.520_499_877_813_047), (1.0, 0.842_700_792_949_715), (2.0, 0.995_322_265_018_953), (3.5, 0.999_999_256_901_628)] {
+        for (x, e) in [
+            (0.5, 0.520_499_877_813_047),
+            (1.0, 0.842_700_792_949_715),
+            (2.0, 0.995_322_265_018_953),
+            (3.5, 0.999_999_256_901_628),
+        ] {
             assert!((erf(x) - e).abs() < 1e-13, "erf({x}) = {}", erf(x));
             assert!((erf(-x) + e).abs() < 1e-13);
         }

@@ -11,7 +11,9 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// result[m, n, i2, i3] = dot(a[:, m, i2 / (B2 / A2), i3 / (B3 / A3)], b[:, n, i2, i3]).
 pub fn mul_mat(a: &Dense, b: &Dense) -> Dense {
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    Dense::from_fn([a.ne[1], b.ne[1], b.ne[2], b.ne[3]], |i| dot(a.row(i[0], i[2] / r2, i[3] / r3), b.row(i[1], i[2], i[3])))
+    Dense::from_fn([a.ne[1], b.ne[1], b.ne[2], b.ne[3]], |i| {
+        dot(a.row(i[0], i[2] / r2, i[3] / r3), b.row(i[1], i[2], i[3]))
+    })
 }
 
 /// experts [K, M, E], b [K, B1, T], ids [n_used, T]: result[m, e, t] = dot(experts[:, m, ids[e, t]], b[:, e % B1, t]).
@@ -24,7 +26,9 @@ pub fn mul_mat_id(experts: &Dense, b: &Dense, ids: &Dense) -> Dense {
 
 /// result[:, i, j2, j3] = table[:, ids[i, j2, j3], j2, j3].
 pub fn get_rows(table: &Dense, ids: &Dense) -> Dense {
-    Dense::from_fn([table.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]], |i| table.at([i[0], ids.id([i[1], i[2], i[3], 0]), i[2], i[3]]))
+    Dense::from_fn([table.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]], |i| {
+        table.at([i[0], ids.id([i[1], i[2], i[3], 0]), i[2], i[3]])
+    })
 }
 
 /// dst with dst[:, ids[i, i2 % I1, i3 % I2], i2, i3] = src[:, i, i2, i3].
@@ -53,7 +57,10 @@ pub fn argsort(a: &Dense, order: SortOrder) -> Dense {
                     SortOrder::Asc => row[x].total_cmp(&row[y]),
                     SortOrder::Desc => row[y].total_cmp(&row[x]),
                 });
-                out.row_mut(i1, i2, i3).iter_mut().zip(idx).for_each(|(o, j)| *o = j as f64);
+                out.row_mut(i1, i2, i3)
+                    .iter_mut()
+                    .zip(idx)
+                    .for_each(|(o, j)| *o = j as f64);
             }
         }
     }
