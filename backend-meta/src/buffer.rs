@@ -288,6 +288,57 @@ impl Buffer for MetaBuffer {
     }
 }
 
+/// A byte range of another buffer, seen as a buffer of its own (for assembling device parts that live
+/// inside compute buffers).
+pub struct Window {
+    buffer: Arc<dyn Buffer>,
+    offset: usize,
+    len: usize,
+}
+
+impl Window {
+    pub fn new(buffer: Arc<dyn Buffer>, offset: usize, len: usize) -> Result<Window> {
+        check_range(offset, len, buffer.size())?;
+        Ok(Window {
+            buffer,
+            offset,
+            len,
+        })
+    }
+}
+
+impl Buffer for Window {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn name(&self) -> String {
+        format!(
+            "{}[{}..{}]",
+            self.buffer.name(),
+            self.offset,
+            self.offset + self.len
+        )
+    }
+    fn host_ptr(&self) -> Option<*mut u8> {
+        self.buffer.host_ptr().map(|p| p.wrapping_add(self.offset))
+    }
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len(), self.len)?;
+        self.buffer.set(self.offset + offset, data)
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range(offset, out.len(), self.len)?;
+        self.buffer.get(self.offset + offset, out)
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        check_range(offset, len, self.len)?;
+        self.buffer.fill(self.offset + offset, len, value)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

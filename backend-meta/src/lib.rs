@@ -3,4 +3,14 @@
 //! The crate knows nothing about any vendor: it talks to devices only through the core traits.
 
 pub mod buffer;
+mod collective;
+pub mod device;
+pub mod exec;
+pub mod layout;
+mod program;
+pub mod rules;
 pub mod split;
+
+pub use device::{MetaDevice, MetaError, WeightSplit};
+pub use exec::{MetaBackend, MetaStats};
+pub use split::{Segment, SplitState};

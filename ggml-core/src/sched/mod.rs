@@ -6,6 +6,8 @@
 pub mod memplan;
 mod plan;
 
+pub use plan::structure_key;
+
 use crate::backend::{Backend, Buffer, BufferType, Device};
 use crate::error::Result;
 use crate::graph::Graph;

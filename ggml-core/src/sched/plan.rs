@@ -47,9 +47,9 @@ impl Plan {
     }
 }
 
-/// A hash of everything the plan depends on: ops, parameters, layouts, sources, views, flags and which
+/// A hash of a graph's structure: everything a plan depends on: ops, parameters, layouts, sources, views, flags and which
 /// buffer each bound tensor uses.
-pub(crate) fn structure_key(graph: &Graph) -> u64 {
+pub fn structure_key(graph: &Graph) -> u64 {
     let mut h = DefaultHasher::new();
     graph.len().hash(&mut h);
     graph.nodes().hash(&mut h);

@@ -1,0 +1,449 @@
+//! Split rules: for each op, the split state of its result and the state each source must be in,
+//! given the sources' states. One rule per op. Where sources are not in a state the op can use as is,
+//! the rule names the state to convert them to (partial → mirrored is an AllReduce, split → mirrored a
+//! gather, mirrored → split a local slice), and the executor inserts the conversion.
+
+use crate::split::SplitState;
+use ggml_core::{Graph, Op, TensorId};
+
+/// The state an op needs a source in.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Want {
+    /// Whatever it is now.
+    AsIs,
+    /// This exact state (conversions inserted as needed).
+    State(SplitState),
+}
+
+/// What an op does with split sources.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    pub srcs: Vec<Want>,
+    pub out: SplitState,
+    /// The op adds a mirrored term to a partial sum: only device 0 applies that term.
+    pub once: bool,
+}
+
+/// Errors of split-state derivation.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no split rule for {op} ({name}) with source states [{states}]: {why}")]
+pub struct RuleError {
+    pub op: String,
+    pub name: String,
+    pub states: String,
+    pub why: String,
+}
+
+fn err(graph: &Graph, node: TensorId, s: &[SplitState], why: impl Into<String>) -> RuleError {
+    let t = graph.tensor(node);
+    RuleError {
+        op: t.op.name().into(),
+        name: t.name.clone(),
+        states: s
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        why: why.into(),
+    }
+}
+
+use SplitState::{Mirrored, Partial};
+
+fn all_mirrored(n: usize) -> Vec<Want> {
+    vec![Want::State(Mirrored); n]
+}
+
+/// A rule computing on mirrored copies of every source (reducing or gathering them first).
+fn mirrored_rule(n: usize) -> Rule {
+    Rule {
+        srcs: all_mirrored(n),
+        out: Mirrored,
+        once: false,
+    }
+}
+
+/// A mirrored source used next to a split one: slice it like `like` when it spans the split axis,
+/// keep it when it broadcasts along that axis.
+fn slice_or_broadcast(graph: &Graph, src: TensorId, like: &SplitState, full_len: usize) -> Want {
+    let axis = like.axis().expect("split state");
+    let len = graph.layout(src).ne[axis];
+    if len == 1 && full_len != 1 {
+        Want::AsIs
+    } else {
+        Want::State(like.clone())
+    }
+}
+
+/// Element-wise ops on one source (scale, clamp, unary, cont, cast).
+fn unary_rule(s: &SplitState, linear: bool) -> Rule {
+    match s {
+        Partial if linear => Rule {
+            srcs: vec![Want::AsIs],
+            out: Partial,
+            once: false,
+        },
+        Partial => mirrored_rule(1),
+        other => Rule {
+            srcs: vec![Want::AsIs],
+            out: other.clone(),
+            once: false,
+        },
+    }
+}
+
+/// Ops that reduce or permute along axis 0 (norms, softmax rows, sorts): any split but axis 0 passes.
+fn row_rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Rule {
+    match &s[0] {
+        st @ SplitState::Split { axis, .. } if *axis != 0 => {
+            let full = graph.layout(node).ne[*axis];
+            let mut srcs = vec![Want::AsIs];
+            for (i, _) in s.iter().enumerate().skip(1) {
+                let src = graph.tensor(node).src[i];
+                srcs.push(slice_or_broadcast(graph, src, st, full));
+            }
+            Rule {
+                srcs,
+                out: st.clone(),
+                once: false,
+            }
+        }
+        _ => mirrored_rule(s.len()),
+    }
+}
+
+/// The rule of `node` given its sources' states.
+pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, RuleError> {
+    let t = graph.tensor(node);
+    let src = |i: usize| t.src[i];
+    let same = |a: &SplitState, b: &SplitState| a == b;
+    Ok(match &t.op {
+        Op::MulMat => match (&s[0], &s[1]) {
+            (SplitState::Split { axis: 1, segments }, Mirrored) => Rule {
+                srcs: vec![Want::AsIs, Want::AsIs],
+                out: SplitState::Split {
+                    axis: 0,
+                    segments: segments.clone(),
+                },
+                once: false,
+            },
+            (a @ SplitState::Split { axis: 0, .. }, b) if !matches!(b, Partial) => Rule {
+                srcs: vec![Want::AsIs, Want::State(a.clone())],
+                out: Partial,
+                once: false,
+            },
+            (
+                SplitState::Split {
+                    axis: ax @ (2 | 3),
+                    segments: sa,
+                },
+                SplitState::Split {
+                    axis: bx,
+                    segments: sb,
+                },
+            ) if ax == bx => {
+                let (na, nb) = (graph.layout(src(0)).ne[*ax], graph.layout(src(1)).ne[*ax]);
+                let aligned = sa.len() == sb.len()
+                    && sa.iter().zip(sb).all(|(x, y)| {
+                        x.slices
+                            .iter()
+                            .zip(&y.slices)
+                            .all(|(&p, &q)| q * na == p * nb)
+                    });
+                if !aligned {
+                    return Err(err(graph, node, s, "head slices of a and b do not line up"));
+                }
+                Rule {
+                    srcs: vec![Want::AsIs, Want::AsIs],
+                    out: s[1].clone(),
+                    once: false,
+                }
+            }
+            (Mirrored, b @ SplitState::Split { axis, .. }) if *axis >= 1 => {
+                let full = graph.layout(src(1)).ne[*axis];
+                let wa = if *axis == 1 {
+                    Want::AsIs
+                } else {
+                    slice_or_broadcast(graph, src(0), b, full)
+                };
+                Rule {
+                    srcs: vec![wa, Want::AsIs],
+                    out: b.clone(),
+                    once: false,
+                }
+            }
+            _ => mirrored_rule(2),
+        },
+        Op::MulMatId => match (&s[0], &s[1]) {
+            (SplitState::Split { axis: 1, segments }, _) => Rule {
+                srcs: vec![Want::AsIs, Want::State(Mirrored), Want::State(Mirrored)],
+                out: SplitState::Split {
+                    axis: 0,
+                    segments: segments.clone(),
+                },
+                once: false,
+            },
+            (a @ SplitState::Split { axis: 0, .. }, _) => Rule {
+                srcs: vec![Want::AsIs, Want::State(a.clone()), Want::State(Mirrored)],
+                out: Partial,
+                once: false,
+            },
+            _ => mirrored_rule(3),
+        },
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            let linear_in_a = true;
+            let linear_in_b = matches!(t.op, Op::Add | Op::Sub | Op::Mul);
+            let additive = matches!(t.op, Op::Add | Op::Sub);
+            match (&s[0], &s[1]) {
+                (Partial, Partial) if additive => Rule {
+                    srcs: vec![Want::AsIs, Want::AsIs],
+                    out: Partial,
+                    once: false,
+                },
+                (Partial, Mirrored) if linear_in_a => Rule {
+                    srcs: vec![Want::AsIs, Want::AsIs],
+                    out: Partial,
+                    once: additive,
+                },
+                (Mirrored, Partial) if linear_in_b && !additive => Rule {
+                    srcs: vec![Want::AsIs, Want::AsIs],
+                    out: Partial,
+                    once: false,
+                },
+                (a @ SplitState::Split { axis, .. }, b)
+                    if !matches!(b, Partial) && (same(a, b) || matches!(b, Mirrored)) =>
+                {
+                    let full = graph.layout(node).ne[*axis];
+                    let wb = if same(a, b) {
+                        Want::AsIs
+                    } else {
+                        slice_or_broadcast(graph, src(1), a, full)
+                    };
+                    Rule {
+                        srcs: vec![Want::AsIs, wb],
+                        out: a.clone(),
+                        once: false,
+                    }
+                }
+                (Mirrored, b @ SplitState::Split { axis, .. })
+                    if graph.layout(src(0)).ne[*axis] == graph.layout(src(1)).ne[*axis] =>
+                {
+                    Rule {
+                        srcs: vec![Want::State(b.clone()), Want::AsIs],
+                        out: b.clone(),
+                        once: false,
+                    }
+                }
+                _ => mirrored_rule(2),
+            }
+        }
+        Op::AddId => match (&s[0], &s[1]) {
+            (Partial, Mirrored) => Rule {
+                srcs: vec![Want::AsIs, Want::AsIs, Want::State(Mirrored)],
+                out: Partial,
+                once: true,
+            },
+            (a @ SplitState::Split { axis: 0, .. }, _) => Rule {
+                srcs: vec![Want::AsIs, Want::State(a.clone()), Want::State(Mirrored)],
+                out: a.clone(),
+                once: false,
+            },
+            _ => mirrored_rule(3),
+        },
+        Op::Scale { bias, .. } => {
+            let mut r = unary_rule(&s[0], true);
+            r.once = r.out == Partial && *bias != 0.0;
+            r
+        }
+        Op::Unary(ggml_core::UnaryOp::Neg) => unary_rule(&s[0], true),
+        Op::Clamp { .. } | Op::Unary(_) | Op::Cont => unary_rule(&s[0], false),
+        Op::Glu { .. } if t.src.len() == 2 => match (&s[0], &s[1]) {
+            (a, b) if a == b && *a != Partial => Rule {
+                srcs: vec![Want::AsIs, Want::AsIs],
+                out: a.clone(),
+                once: false,
+            },
+            _ => mirrored_rule(2),
+        },
+        Op::Glu { .. } => match &s[0] {
+            SplitState::Split { axis: 0, segments }
+                if segments.len() == 2 && segments[0].slices == segments[1].slices =>
+            {
+                Rule {
+                    srcs: vec![Want::AsIs],
+                    out: SplitState::Split {
+                        axis: 0,
+                        segments: vec![segments[0].clone()],
+                    },
+                    once: false,
+                }
+            }
+            st @ SplitState::Split { axis, .. } if *axis != 0 => Rule {
+                srcs: vec![Want::AsIs],
+                out: st.clone(),
+                once: false,
+            },
+            _ => mirrored_rule(1),
+        },
+        Op::RmsNorm { .. } | Op::Norm { .. } | Op::Argsort { .. } | Op::TopK { .. } => {
+            row_rule(graph, node, s)
+        }
+        Op::SumRows => match &s[0] {
+            Partial => Rule {
+                srcs: vec![Want::AsIs],
+                out: Partial,
+                once: false,
+            },
+            _ => row_rule(graph, node, s),
+        },
+        Op::SoftMax { max_bias, .. } => {
+            if *max_bias > 0.0 && matches!(s[0], SplitState::Split { axis: 2, .. }) {
+                return Err(err(graph, node, s, "ALiBi slopes need global head indices"));
+            }
+            let mut r = row_rule(graph, node, &s[..s.len().min(2)]);
+            if s.len() == 3 {
+                let sinks = match &r.out {
+                    SplitState::Split { axis: 2, segments } => Want::State(SplitState::Split {
+                        axis: 0,
+                        segments: segments.clone(),
+                    }),
+                    SplitState::Split { .. } => {
+                        return Err(err(graph, node, s, "sinks with a split other than heads"))
+                    }
+                    _ => Want::State(Mirrored),
+                };
+                r.srcs.push(sinks);
+            }
+            r
+        }
+        Op::Rope(_) => match &s[0] {
+            st @ SplitState::Split { axis, .. } if *axis >= 1 => {
+                let mut srcs = vec![Want::AsIs, Want::State(Mirrored)];
+                if t.src.len() == 3 {
+                    srcs.push(Want::State(Mirrored));
+                }
+                Rule {
+                    srcs,
+                    out: st.clone(),
+                    once: false,
+                }
+            }
+            _ => mirrored_rule(t.src.len()),
+        },
+        Op::FlashAttnExt { max_bias, .. } => match (&s[0], &s[1], &s[2]) {
+            (
+                SplitState::Split {
+                    axis: 2,
+                    segments: sq,
+                },
+                k @ SplitState::Split {
+                    axis: 2,
+                    segments: sk,
+                },
+                v,
+            ) if k == v => {
+                if *max_bias > 0.0 {
+                    return Err(err(graph, node, s, "ALiBi slopes need global head indices"));
+                }
+                let (hq, hk) = (graph.layout(src(0)).ne[2], graph.layout(src(1)).ne[2]);
+                let aligned = sq.len() == sk.len()
+                    && sq.iter().zip(sk).all(|(x, y)| {
+                        x.slices
+                            .iter()
+                            .zip(&y.slices)
+                            .all(|(&q, &k)| q * hk == k * hq)
+                    });
+                if !aligned {
+                    return Err(err(
+                        graph,
+                        node,
+                        s,
+                        "query heads and KV heads are not split by whole GQA groups",
+                    ));
+                }
+                let mut srcs = vec![Want::AsIs, Want::AsIs, Want::AsIs];
+                if t.src.len() >= 4 {
+                    let mask = src(3);
+                    srcs.push(if graph.layout(mask).ne[2] == 1 {
+                        Want::State(Mirrored)
+                    } else {
+                        Want::State(s[0].clone())
+                    });
+                }
+                if t.src.len() == 5 {
+                    srcs.push(Want::State(SplitState::Split {
+                        axis: 0,
+                        segments: sq.clone(),
+                    }));
+                }
+                Rule {
+                    srcs,
+                    out: SplitState::Split {
+                        axis: 1,
+                        segments: sq.clone(),
+                    },
+                    once: false,
+                }
+            }
+            _ => mirrored_rule(t.src.len()),
+        },
+        Op::GetRows => match &s[0] {
+            st @ SplitState::Split { axis: 0, .. } => Rule {
+                srcs: vec![Want::AsIs, Want::State(Mirrored)],
+                out: st.clone(),
+                once: false,
+            },
+            _ => mirrored_rule(2),
+        },
+        Op::SetRows => match &s[0] {
+            Partial => {
+                return Err(err(
+                    graph,
+                    node,
+                    s,
+                    "cannot write rows into a partial tensor",
+                ))
+            }
+            dst => {
+                let wsrc = if let SplitState::Split { axis, .. } = dst {
+                    if *axis == 1 {
+                        return Err(err(graph, node, s, "rows are the written axis"));
+                    } else {
+                        Want::State(dst.clone())
+                    }
+                } else {
+                    Want::State(Mirrored)
+                };
+                Rule {
+                    srcs: vec![Want::AsIs, wsrc, Want::State(Mirrored)],
+                    out: dst.clone(),
+                    once: false,
+                }
+            }
+        },
+        Op::Cpy => match &s[1] {
+            Partial => return Err(err(graph, node, s, "cannot copy into a partial tensor")),
+            dst => Rule {
+                srcs: vec![Want::State(dst.clone()), Want::AsIs],
+                out: dst.clone(),
+                once: false,
+            },
+        },
+        Op::Concat { dim } => match (&s[0], &s[1]) {
+            (a @ SplitState::Split { axis, .. }, b) if a == b && axis != dim => Rule {
+                srcs: vec![Want::AsIs, Want::AsIs],
+                out: a.clone(),
+                once: false,
+            },
+            _ => mirrored_rule(2),
+        },
+        Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
+            return Err(err(
+                graph,
+                node,
+                s,
+                "layout ops carry their source's state (see the layout module)",
+            ));
+        }
+    })
+}
