@@ -3,6 +3,8 @@
 //! same output on meta(cpu x N) as on one CPU device, for several device counts and ratios; the MoE
 //! reduction is delayed past the expert sum; a repeated graph hits the program cache.
 
+#![allow(clippy::too_many_arguments)]
+
 use backend_cpu::device::cpu_devices;
 use backend_meta::{MetaDevice, WeightSplit};
 use ggml_core::backend::{Backend, Buffer, Device};

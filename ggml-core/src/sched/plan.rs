@@ -198,11 +198,11 @@ pub(crate) fn build(
     };
     for (i, &n) in compute.iter().enumerate() {
         let t = graph.tensor(n);
-        touch(
-            graph.storage_of(n).root,
-            if t.flags.output { last_step.max(i) } else { i },
-            &mut life,
-        );
+        touch(graph.storage_of(n).root, i, &mut life);
+        if t.flags.output {
+            // An output that is a view keeps its root alive to the end.
+            touch(graph.storage_of(n).root, last_step.max(i), &mut life);
+        }
         for &s in &t.src {
             touch(graph.storage_of(s).root, i, &mut life);
         }
