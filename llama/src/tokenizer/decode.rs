@@ -102,6 +102,56 @@ impl Tokenizer {
     }
 }
 
+/// Turns a stream of generated tokens into text, holding back the bytes of an incomplete UTF-8
+/// sequence until the tokens that complete it arrive.
+#[derive(Debug, Default, Clone)]
+pub struct StreamDecoder {
+    pending: Vec<u8>,
+}
+
+impl StreamDecoder {
+    pub fn new() -> StreamDecoder {
+        StreamDecoder::default()
+    }
+
+    /// Adds token `id` (rendered as [`Tokenizer::token_to_piece`]) and returns the text that is
+    /// complete so far. Bytes that can never become valid UTF-8 come out as U+FFFD.
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
+        self.pending.extend(tokenizer.token_to_piece(id));
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        None => {
+                            self.pending.drain(..valid);
+                            return out;
+                        }
+                        Some(bad) => {
+                            out.push('\u{FFFD}');
+                            self.pending.drain(..valid + bad);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The held-back bytes at the end of the stream, lossily.
+    pub fn finish(&mut self) -> String {
+        let s = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        s
+    }
+}
+
 /// llama.cpp's three passes of space cleaning: no space before `?!.,`, a lone `'` between spaces
 /// loses both spaces, and no space before the contractions `'s 'm 're 've`.
 fn clean_spaces(text: &mut Vec<u8>) {

@@ -21,6 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use ggml_core::gguf::GgufFile;
 
+pub use decode::StreamDecoder;
 pub use pretokenize::PreTokenizer;
 pub use vocab::{ModelKind, SpecialTokens};
 
@@ -212,6 +213,12 @@ impl Tokenizer {
     /// Whether encoding with `add_special` appends EOS.
     pub fn add_eos(&self) -> bool {
         self.vocab.add_eos && self.vocab.special.eos.is_some()
+    }
+
+    /// Whether [`Tokenizer::decode`] removes spaces before punctuation and contractions (llama.cpp's
+    /// `clean_spaces`), so that it does not always give back the encoded text.
+    pub fn cleans_spaces(&self) -> bool {
+        self.vocab.clean_spaces
     }
 
     /// Whether `id` is a control token (rendered as nothing unless asked for).

@@ -208,6 +208,12 @@ fn spm_space_prefix_byte_fallback_and_bos() {
     assert_eq!(tok.decode(&ids), "hié");
     // Partial UTF-8 pieces for streaming.
     assert_eq!(tok.token_to_piece(3 + 0xC3), vec![0xC3]);
+    let mut stream = super::StreamDecoder::new();
+    assert_eq!(stream.push(&tok, 3 + 0xC3), "");
+    assert_eq!(stream.push(&tok, 3 + 0xA9), "é");
+    assert_eq!(stream.push(&tok, 3 + 0xFF), "\u{FFFD}");
+    assert_eq!(stream.push(&tok, 3 + 0xE2), "");
+    assert_eq!(stream.finish(), "\u{FFFD}");
     // Special tokens with parse_special, and the space prefix after them.
     assert_eq!(tok.encode("<s>hi", false, true), vec![1, hi]);
     assert_eq!(tok.eos(), Some(2));

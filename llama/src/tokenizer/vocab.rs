@@ -65,6 +65,8 @@ pub(crate) struct Vocab {
     /// Control, user-defined and unknown tokens, longest text first (the order in which they are
     /// searched for in the input).
     pub special_cache: Vec<u32>,
+    /// The `<0xXX>` token of every byte, where the vocabulary has one.
+    pub hex_byte_tokens: [Option<u32>; 256],
     pub add_bos: bool,
     pub add_eos: bool,
     pub add_space_prefix: bool,
@@ -332,6 +334,7 @@ impl Vocab {
             special,
             eog: BTreeSet::new(),
             special_cache: Vec::new(),
+            hex_byte_tokens: [None; 256],
             add_bos,
             add_eos,
             add_space_prefix,
@@ -339,6 +342,9 @@ impl Vocab {
             clean_spaces,
             ignore_merges,
         };
+        for b in 0..=255u8 {
+            vocab.hex_byte_tokens[b as usize] = vocab.text_to_token(&format!("<0x{b:02X}>"));
+        }
         vocab.detect_special_tokens();
         vocab.build_special_cache();
         if let Some(name) = get_str(file, "general.name") {
@@ -463,7 +469,7 @@ impl Vocab {
 
     /// The token of byte `b` in the `<0xXX>` form, if the vocabulary has it.
     pub fn byte_token_hex(&self, b: u8) -> Option<u32> {
-        self.text_to_token(&format!("<0x{b:02X}>"))
+        self.hex_byte_tokens[b as usize]
     }
 
     /// The byte a `<0xXX>` token stands for.
