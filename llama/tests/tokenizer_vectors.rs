@@ -72,7 +72,11 @@ fn tokenizer_vectors() {
         let out = std::fs::read_to_string(format!("{}.out", path.display())).unwrap();
         let inputs = parse_inputs(&inp);
         let expected = parse_outputs(&out);
-        assert_eq!(inputs.len(), expected.len(), "{name}: .inp/.out counts differ");
+        assert_eq!(
+            inputs.len(),
+            expected.len(),
+            "{name}: .inp/.out counts differ"
+        );
 
         let t1 = Instant::now();
         let mut ok = 0;
@@ -108,7 +112,11 @@ fn tokenizer_long_text_is_fast() {
         println!("skipped: fixtures not found");
         return;
     };
-    for stem in ["ggml-vocab-llama-spm", "ggml-vocab-qwen2", "ggml-vocab-gemma-4"] {
+    for stem in [
+        "ggml-vocab-llama-spm",
+        "ggml-vocab-qwen2",
+        "ggml-vocab-gemma-4",
+    ] {
         let path = dir.join(format!("{stem}.gguf"));
         let file = GgufFile::open(&path).unwrap();
         let tok = Tokenizer::from_gguf(&file).unwrap();
@@ -117,7 +125,11 @@ fn tokenizer_long_text_is_fast() {
         let t = Instant::now();
         let ids = tok.encode(&text, true, true);
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        println!("{stem}: {} bytes -> {} tokens in {ms:.2} ms", text.len(), ids.len());
+        println!(
+            "{stem}: {} bytes -> {} tokens in {ms:.2} ms",
+            text.len(),
+            ids.len()
+        );
         assert!(!ids.is_empty());
         assert!(ms < 500.0, "{stem}: encoding took {ms} ms");
     }
@@ -180,8 +192,7 @@ fn tokenizer_loads_arch_models() {
     paths.sort();
     for path in paths {
         let file = GgufFile::open(&path).unwrap();
-        let tok = Tokenizer::from_gguf(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let tok = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let ids = tok.encode("Hello world, 123 <|im_start|>", true, true);
         println!(
             "{}: {:?} n_vocab {} -> {} ids, eog {:?}",

@@ -72,13 +72,20 @@ impl Tokenizer {
         let v = &self.vocab;
         let mut ids = ids;
         let mut remove_space = v.add_space_prefix;
-        if remove_special && v.add_bos && ids.first().is_some() && ids.first() == v.special.bos.as_ref()
-        {
-            remove_space = false;
-            ids = &ids[1..];
+        if remove_special && v.add_bos {
+            if let (Some(first), Some(bos)) = (ids.first(), v.special.bos) {
+                if *first == bos {
+                    remove_space = false;
+                    ids = &ids[1..];
+                }
+            }
         }
-        if remove_special && v.add_eos && ids.last().is_some() && ids.last() == v.special.eos.as_ref() {
-            ids = &ids[..ids.len() - 1];
+        if remove_special && v.add_eos {
+            if let (Some((last, rest)), Some(eos)) = (ids.split_last(), v.special.eos) {
+                if *last == eos {
+                    ids = rest;
+                }
+            }
         }
         let mut out = Vec::new();
         for &id in ids {
@@ -185,7 +192,8 @@ fn clean_spaces(text: &mut Vec<u8>) {
             let x1 = src[i + 1];
             let x2 = src.get(i + 2).copied();
             let contraction = matches!(x1, b's' | b'm')
-                || (i + 2 < src.len() && matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))));
+                || (i + 2 < src.len()
+                    && matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))));
             if contraction {
                 out.pop();
             }

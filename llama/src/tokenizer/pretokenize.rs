@@ -157,9 +157,7 @@ impl Splitter {
         let regexes = pre
             .regex_sources()
             .into_iter()
-            .map(|src| {
-                Regex::new(src).map_err(|e| TokenizerError::Regex(format!("{src}: {e}")))
-            })
+            .map(|src| Regex::new(src).map_err(|e| TokenizerError::Regex(format!("{src}: {e}"))))
             .collect::<Result<_, _>>()?;
         Ok(Splitter { regexes })
     }

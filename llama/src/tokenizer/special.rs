@@ -21,7 +21,11 @@ fn is_c_space(c: char) -> bool {
 }
 
 /// Splits `text` into fragments at the special tokens it contains.
-pub(crate) fn partition<'t>(vocab: &Vocab, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+pub(crate) fn partition<'t>(
+    vocab: &Vocab,
+    text: &'t str,
+    parse_special: bool,
+) -> Vec<Fragment<'t>> {
     if text.is_empty() {
         return Vec::new();
     }

@@ -18,7 +18,9 @@ fn bpe_file(extra: Vec<(&str, Value)>) -> GgufFile {
     let table = super::bpe::byte_to_unicode_table();
     let mut tokens: Vec<String> = table.iter().map(|c| c.to_string()).collect();
     let mut types = vec![1i32; 256];
-    for t in ["he", "ll", "llo", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld"] {
+    for t in [
+        "he", "ll", "llo", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld",
+    ] {
         tokens.push(t.to_string());
         types.push(1);
     }
@@ -151,9 +153,18 @@ fn corrupt_but_loadable_vocab_does_not_panic() {
     let f = build(vec![
         ("tokenizer.ggml.model", Value::from("gpt2")),
         ("tokenizer.ggml.pre", Value::from("gpt-2")),
-        ("tokenizer.ggml.tokens", Value::from(vec!["", "a", "<0xZZ>", "ab"])),
-        ("tokenizer.ggml.token_type", Value::from(vec![1i32, 1, 6, 99])),
-        ("tokenizer.ggml.merges", Value::from(vec!["a b", "nospace", " ", "é x"])),
+        (
+            "tokenizer.ggml.tokens",
+            Value::from(vec!["", "a", "<0xZZ>", "ab"]),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::from(vec![1i32, 1, 6, 99]),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::from(vec!["a b", "nospace", " ", "é x"]),
+        ),
         ("tokenizer.ggml.bos_token_id", Value::U32(1000)),
         ("tokenizer.ggml.eos_token_id", Value::I32(-1)),
     ]);
@@ -177,7 +188,13 @@ fn spm_file(extra: Vec<(&str, Value)>) -> GgufFile {
         types.push(6);
         scores.push(0.0);
     }
-    for (t, s) in [("▁", -1.0f32), ("h", -2.0), ("i", -2.0), ("hi", -1.5), ("▁hi", -0.5)] {
+    for (t, s) in [
+        ("▁", -1.0f32),
+        ("h", -2.0),
+        ("i", -2.0),
+        ("hi", -1.5),
+        ("▁hi", -0.5),
+    ] {
         tokens.push(t.to_string());
         types.push(1);
         scores.push(s);
@@ -214,6 +231,11 @@ fn spm_space_prefix_byte_fallback_and_bos() {
     assert_eq!(stream.push(&tok, 3 + 0xFF), "\u{FFFD}");
     assert_eq!(stream.push(&tok, 3 + 0xE2), "");
     assert_eq!(stream.finish(), "\u{FFFD}");
+    // Decoding as llama.cpp: the prefixed space goes unless a leading BOS was removed.
+    assert_eq!(tok.detokenize(&[1, hi], true, false), b" hi");
+    assert_eq!(tok.decode(&[hi]), "hi");
+    assert_eq!(tok.detokenize(&[1, hi], false, true), b"<s> hi");
+    assert_eq!(tok.decode(&[1, hi]), " hi");
     // Special tokens with parse_special, and the space prefix after them.
     assert_eq!(tok.encode("<s>hi", false, true), vec![1, hi]);
     assert_eq!(tok.eos(), Some(2));
@@ -223,7 +245,10 @@ fn spm_space_prefix_byte_fallback_and_bos() {
 
 #[test]
 fn spm_without_space_prefix() {
-    let file = spm_file(vec![("tokenizer.ggml.add_space_prefix", Value::Bool(false))]);
+    let file = spm_file(vec![(
+        "tokenizer.ggml.add_space_prefix",
+        Value::Bool(false),
+    )]);
     let tok = Tokenizer::from_gguf(&file).unwrap();
     let hi = tok.token_id("hi").unwrap();
     assert_eq!(tok.encode("hi", false, false), vec![hi]);

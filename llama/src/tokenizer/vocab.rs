@@ -181,7 +181,11 @@ impl Vocab {
                 (ModelKind::Spm, PreTokenizer::Unsplit, special)
             }
             "gpt2" => {
-                let pre_name = if pre_name.is_empty() { "default" } else { pre_name };
+                let pre_name = if pre_name.is_empty() {
+                    "default"
+                } else {
+                    pre_name
+                };
                 let pre = PreTokenizer::from_name(pre_name)
                     .ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre_name.to_string()))?;
                 let special = SpecialTokens {
@@ -191,7 +195,11 @@ impl Vocab {
                 };
                 (ModelKind::Bpe, pre, special)
             }
-            "gemma4" => (ModelKind::Bpe, PreTokenizer::Gemma4, SpecialTokens::default()),
+            "gemma4" => (
+                ModelKind::Bpe,
+                PreTokenizer::Gemma4,
+                SpecialTokens::default(),
+            ),
             other => return Err(TokenizerError::UnknownModel(other.to_string())),
         };
 
@@ -461,7 +469,11 @@ impl Vocab {
             ] {
                 if let Some(id) = self.text_to_token(text) {
                     let a = &mut self.attrs[id as usize];
-                    *a = if on { *a | attr::RSTRIP } else { *a & !attr::RSTRIP };
+                    *a = if on {
+                        *a | attr::RSTRIP
+                    } else {
+                        *a & !attr::RSTRIP
+                    };
                 }
             }
         }
