@@ -2,13 +2,13 @@
 //!
 //! Each pre-tokenized word is cut into UTF-8 characters (for byte-level vocabularies the word has
 //! first been mapped byte by byte to GPT-2's printable characters), then the adjacent pair with the
-//! lowest merge rank (leftmost on ties) is merged until no pair has a rank. Pairs wait in a binary
-//! heap; a popped pair whose symbols changed since it was pushed is skipped. A final symbol that is
-//! not a token falls back to one token per byte.
+//! lowest merge rank (leftmost on ties) is merged until no pair has a rank (see [`super::merge`]).
+//! A final symbol that is not a token falls back to one token per byte.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
+use super::merge::Symbols;
 use super::vocab::Vocab;
 
 /// The merge table: every string that appears on either side of a merge gets a small id, and the
@@ -84,35 +84,6 @@ pub(crate) fn unicode_to_byte_map(table: &[char; 256]) -> HashMap<char, u8> {
         .collect()
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-#[derive(PartialEq, Eq)]
-struct Bigram {
-    rank: u32,
-    left: usize,
-    right: usize,
-    size: usize,
-}
-
-impl Ord for Bigram {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // Max-heap: the lowest rank first, then the leftmost.
-        Reverse((self.rank, self.left)).cmp(&Reverse((other.rank, other.left)))
-    }
-}
-
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 /// The BPE tokenizer of one vocabulary.
 pub(crate) struct BpeModel<'v> {
     pub vocab: &'v Vocab,
@@ -127,79 +98,20 @@ impl BpeModel<'_> {
         if word.is_empty() {
             return;
         }
-        let mut symbols: Vec<Symbol> = Vec::new();
         let whole = (self.vocab.ignore_merges
             || (self.gemma4_newlines && word.bytes().all(|b| b == b'\n')))
             && self.vocab.text_to_token(word).is_some();
-        if whole {
-            symbols.push(Symbol {
-                start: 0,
-                len: word.len(),
-                prev: None,
-                next: None,
-            });
+        let mut symbols = if whole {
+            Symbols::whole(word)
         } else {
-            for (i, (start, ch)) in word.char_indices().enumerate() {
-                let len = ch.len_utf8();
-                symbols.push(Symbol {
-                    start,
-                    len,
-                    prev: i.checked_sub(1),
-                    next: (start + len < word.len()).then_some(i + 1),
-                });
-            }
-        }
-
-        let mut queue = BinaryHeap::new();
-        for i in 1..symbols.len() {
-            self.push_bigram(word, &symbols, i - 1, i, &mut queue);
-        }
-        while let Some(bigram) = queue.pop() {
-            let (l, r) = (symbols[bigram.left], symbols[bigram.right]);
-            if l.len == 0 || r.len == 0 || l.len + r.len != bigram.size {
-                continue;
-            }
-            symbols[bigram.left].len += r.len;
-            symbols[bigram.right].len = 0;
-            symbols[bigram.left].next = r.next;
-            if let Some(n) = r.next {
-                symbols[n].prev = Some(bigram.left);
-            }
-            if let Some(p) = l.prev {
-                self.push_bigram(word, &symbols, p, bigram.left, &mut queue);
-            }
-            if let Some(n) = r.next {
-                self.push_bigram(word, &symbols, bigram.left, n, &mut queue);
-            }
-        }
-
-        for sym in symbols.iter().filter(|s| s.len > 0) {
-            let text = &word[sym.start..sym.start + sym.len];
-            match self.vocab.text_to_token(text) {
+            Symbols::chars(word)
+        };
+        symbols.merge(|left, right, _| self.merges.rank(left, right).map(Reverse));
+        for piece in symbols.pieces() {
+            match self.vocab.text_to_token(piece) {
                 Some(id) => out.push(id),
-                None => self.byte_fallback(text, out),
+                None => self.byte_fallback(piece, out),
             }
-        }
-    }
-
-    fn push_bigram(
-        &self,
-        word: &str,
-        symbols: &[Symbol],
-        left: usize,
-        right: usize,
-        queue: &mut BinaryHeap<Bigram>,
-    ) {
-        let (l, r) = (&symbols[left], &symbols[right]);
-        let lt = &word[l.start..l.start + l.len];
-        let rt = &word[r.start..r.start + r.len];
-        if let Some(rank) = self.merges.rank(lt, rt) {
-            queue.push(Bigram {
-                rank,
-                left,
-                right,
-                size: l.len + r.len,
-            });
         }
     }
 

@@ -12,6 +12,7 @@
 
 mod bpe;
 mod decode;
+mod merge;
 mod pretokenize;
 mod special;
 mod spm;
