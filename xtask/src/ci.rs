@@ -142,6 +142,8 @@ fn secs(d: Duration) -> String {
 pub fn run_all() -> Result<()> {
     let root = paths::repo_root();
     let total = Instant::now();
+    // The GGUF cross-check test reads our files with the Python reference implementation.
+    let python = crate::python::dequant_python()?;
     let mut timings: Vec<(String, String)> = Vec::new();
     for Step { name, args } in steps()? {
         let args = match args {
@@ -154,7 +156,12 @@ pub fn run_all() -> Result<()> {
         };
         println!("==> {name}: cargo {}", args.join(" "));
         let start = Instant::now();
-        let result = process::run(Command::new(cargo()).current_dir(&root).args(&args));
+        let result = process::run(
+            Command::new(cargo())
+                .current_dir(&root)
+                .env("GGML_TP_GGUF_PYTHON", &python)
+                .args(&args),
+        );
         let took = start.elapsed();
         println!(
             "==> {name}: {} in {}",
