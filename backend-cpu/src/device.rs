@@ -151,6 +151,12 @@ impl Device for CpuDevice {
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         buffer.host_ptr().is_some()
     }
+    fn owns(&self, buffer: &dyn Buffer) -> bool {
+        buffer
+            .as_any()
+            .downcast_ref::<crate::memory::CpuBuffer>()
+            .is_some_and(|b| Arc::ptr_eq(b.account(), &self.account))
+    }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         self.buffer_type.clone()
     }

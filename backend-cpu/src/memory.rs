@@ -21,6 +21,11 @@ pub struct MemAccount {
 }
 
 impl MemAccount {
+    /// Name of the device this account belongs to.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
     pub fn new(device: impl Into<String>, budget: usize) -> Arc<Self> {
         Arc::new(MemAccount {
             device: device.into(),
@@ -61,6 +66,13 @@ pub struct CpuBuffer {
     ptr: NonNull<u8>,
     size: usize,
     account: Arc<MemAccount>,
+}
+
+impl CpuBuffer {
+    /// The account (device) this buffer's memory is charged to.
+    pub fn account(&self) -> &Arc<MemAccount> {
+        &self.account
+    }
 }
 
 // SAFETY: the buffer is a plain heap block; concurrent access ordering is the scheduler's job (see

@@ -190,3 +190,51 @@ fn nodes_run_where_supported_and_data_is_copied_between_backends() {
         .unwrap_err();
     assert!(err.to_string().contains("sqr"), "{err}");
 }
+
+#[test]
+fn layers_run_on_the_device_that_holds_their_weights() {
+    use ggml_core::Layout;
+    let devs = backend_cpu::device::cpu_devices(2, 2).unwrap();
+    let mut g = Graph::new();
+    let x = g.new_input(DType::F32, &[16, 2]).unwrap();
+    let mut cur = x;
+    let mut values = Vec::new();
+    for (l, dev) in [&devs[0], &devs[0], &devs[1], &devs[1]]
+        .into_iter()
+        .enumerate()
+    {
+        let layout = Layout::contiguous(DType::F32, [16, 16, 1, 1]);
+        let buf = dev.buffer_type().alloc(layout.nbytes()).unwrap();
+        let w: Vec<f32> = (0..256)
+            .map(|i| ((i * 7 + l * 3) % 13) as f32 / 13.0 - 0.5)
+            .collect();
+        buf.set(0, bytemuck::cast_slice(&w)).unwrap();
+        values.push(w);
+        let wt = g.new_bound(layout, DataRef::new(buf, 0), &format!("w{l}"), true);
+        cur = g.mul_mat(wt, cur).unwrap();
+    }
+    g.output(cur);
+    let backends: Vec<Arc<dyn Backend>> = devs.iter().map(|d| d.new_backend().unwrap()).collect();
+    let mut s = Scheduler::new(backends);
+    s.alloc(&mut g).unwrap();
+    let input: Vec<f32> = (0..32).map(|i| i as f32 / 32.0).collect();
+    g.set_f32(x, &input).unwrap();
+    s.compute(&g).unwrap();
+    let splits: Vec<(usize, usize)> = s.splits().iter().map(|(b, n)| (*b, n.len())).collect();
+    assert_eq!(splits, vec![(0, 2), (1, 2)]);
+    // The same product computed directly.
+    let mut v = input.clone();
+    for w in &values {
+        let mut out = vec![0f32; 32];
+        for t in 0..2 {
+            for m in 0..16 {
+                out[t * 16 + m] = (0..16).map(|k| w[m * 16 + k] * v[t * 16 + k]).sum();
+            }
+        }
+        v = out;
+    }
+    let got = g.get_f32(cur).unwrap();
+    for (a, b) in got.iter().zip(&v) {
+        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}

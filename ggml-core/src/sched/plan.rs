@@ -303,8 +303,12 @@ fn assign(graph: &Graph, devices: &[Arc<dyn Device>], compute: &[TensorId]) -> R
         let bound_home = |id: TensorId| -> Option<usize> {
             let root = graph.storage_of(id).root;
             let d = graph.tensor(root).data.as_ref()?;
-            if d.buffer.host_ptr().is_some() {
-                return None;
+            let owner = supported
+                .iter()
+                .copied()
+                .find(|&b| devices[b].owns(d.buffer.as_ref()));
+            if owner.is_some() || d.buffer.host_ptr().is_some() {
+                return owner;
             }
             supported
                 .iter()
