@@ -60,6 +60,7 @@ pub struct MetaDevice {
     devices: Vec<Arc<dyn Device>>,
     ratios: Vec<f32>,
     family: &'static str,
+    input_split: parking_lot::Mutex<Option<usize>>,
     this: Weak<MetaDevice>,
 }
 
@@ -90,6 +91,7 @@ impl MetaDevice {
             devices,
             ratios,
             family,
+            input_split: parking_lot::Mutex::new(None),
             this: this.clone(),
         }))
     }
@@ -100,6 +102,17 @@ impl MetaDevice {
 
     pub fn ratios(&self) -> &[f32] {
         &self.ratios
+    }
+
+    /// Feeds graph inputs to the devices as slices along `axis` (where the input spans it), as if
+    /// their producer had split them; `None` (the default) keeps inputs whole on every device. Used to
+    /// drive every op's split rules with the conformance suite.
+    pub fn set_input_split(&self, axis: Option<usize>) {
+        *self.input_split.lock() = axis;
+    }
+
+    pub(crate) fn input_split(&self) -> Option<usize> {
+        *self.input_split.lock()
     }
 
     /// The split state of a weight declared with `spec`; `rotate` (the layer index) spreads the
