@@ -15,8 +15,11 @@ use std::sync::Arc;
 
 /// A join between stages.
 pub(crate) enum Boundary {
-    /// Sum the partial `locals` in place.
-    Reduce { locals: Vec<TensorId> },
+    /// Sum the partial `locals` in place (with `doubling` when the family has no communicator).
+    Reduce {
+        locals: Vec<TensorId>,
+        doubling: Option<crate::doubling::Doubling>,
+    },
     /// Assemble split `locals` into whole `targets` on every device.
     Gather {
         layout: Layout,
@@ -311,6 +314,7 @@ impl<'a> Builder<'a> {
         self.keep.push(targets.clone());
         self.stage().after.push(crate::program::Boundary::Reduce {
             locals: targets.clone(),
+            doubling: None,
         });
         self.new_stage();
         if in_place {
@@ -445,6 +449,7 @@ pub(crate) fn build(
     device: &MetaDevice,
     backends: &[Arc<dyn Backend>],
     key: u64,
+    has_communicator: bool,
 ) -> Result<Program> {
     let n = backends.len();
     let aliased: HashSet<TensorId> = meta
@@ -507,11 +512,34 @@ pub(crate) fn build(
         s.alloc(g)?;
         scheds.push(s);
     }
+    let mut stages = b.stages;
+    if !has_communicator && n > 1 {
+        let threshold = device.reduce_options().bf16_min_bytes;
+        for stage in &mut stages {
+            for boundary in &mut stage.after {
+                if let Boundary::Reduce { locals, doubling } = boundary {
+                    let own = locals
+                        .iter()
+                        .enumerate()
+                        .map(|(d, &l)| graphs[d].data(l))
+                        .collect::<Result<Vec<_>>>()?;
+                    let layout = *graphs[0].layout(locals[0]);
+                    *doubling = Some(crate::doubling::Doubling::new(
+                        device.devices(),
+                        backends,
+                        own,
+                        layout,
+                        threshold,
+                    )?);
+                }
+            }
+        }
+    }
     Ok(Program {
         key,
         graphs,
         _scheds: scheds,
-        stages: b.stages,
+        stages,
         inputs: b.inputs,
         outputs,
     })
