@@ -288,4 +288,12 @@ fn errors_not_panics() {
     let b1 = TView::of_slice(&mut bbuf, DType::F32, [64, 1, 4, 1]);
     let d1 = TView::of_slice(&mut dbuf, DType::F32, [4, 1, 4, 1]);
     assert!(mul_mat_id(&e, &b1, &ids, &d1).is_err());
+    // K = 0: an empty sum.
+    let mut empty = vec![0u8; 0];
+    let a0 = TView::of_slice(&mut empty, DType::F32, [0, 4, 1, 1]);
+    let b0 = TView::of_slice(&mut empty, DType::F32, [0, 9, 1, 1]);
+    let mut dbuf: Vec<u8> = bytemuck::cast_slice(&[f32::NAN; 36]).to_vec();
+    let d0 = TView::of_slice(&mut dbuf, DType::F32, [4, 9, 1, 1]);
+    mul_mat(&a0, &b0, &d0).unwrap();
+    assert!(to_f32(&dbuf).iter().all(|&v| v == 0.0));
 }
