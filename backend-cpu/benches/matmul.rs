@@ -122,6 +122,7 @@ fn bench_gemm(c: &mut Criterion) {
     g.finish();
 }
 
+#[cfg(target_arch = "x86_64")]
 /// The best of 30 short runs of `f` (which returns a rate): the runs that were not preempted.
 fn best_of(f: impl Fn() -> f64) -> f64 {
     (0..30).map(|_| f()).fold(0.0, f64::max)

@@ -6,7 +6,7 @@
 //! - a cache-blocked GEMM for many columns: the activation columns are packed once per job into
 //!   panels of `NR` columns (`[panel][k][NR]`), each task packs `KC x MC` blocks of weights into
 //!   panels of `MR = 2 * LANES` rows (`[panel][k][MR]`, widened to f32), and a register-tiled
-//!   `MR x NR` micro-kernel (AVX-512: 32 x 12, AVX2: 16 x 6, portable: 16 x 4) accumulates in
+//!   `MR x NR` micro-kernel (AVX-512: 32 x 12, AVX2 and NEON: 16 x 6, portable: 16 x 4) accumulates in
 //!   registers and adds its tile to the destination.
 //!
 //! F16 / BF16 weights are widened exactly to f32 and multiplied in f32 (the activations are not
@@ -320,7 +320,32 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::*;
+    use crate::matmul::vec::Neon8;
+
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn rows_neon(
+        wt: DType,
+        job: &Job,
+        k: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        // SAFETY: NEON checked by the dispatcher; pointers forwarded from the caller.
+        unsafe { rows_any::<Neon8>(wt, job, k, rows, cols) }
+    }
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn gemm_neon(t: &GemmTask) {
+        // SAFETY: NEON checked by the dispatcher; pointers forwarded from the caller.
+        unsafe { gemm_task_any::<Neon8, NR_NEON>(t) }
+    }
+}
+
 const NR_SCALAR: usize = 4;
+/// Same panel width as AVX2 (so `pack_b_panel::<NR_AVX2>` packs NEON panels too).
+const NR_NEON: usize = NR_AVX2;
 const NR_AVX2: usize = 6;
 const NR_AVX512: usize = 12;
 
@@ -344,6 +369,8 @@ pub(crate) unsafe fn rows(
             SimdLevel::Avx2 => x86::rows_avx2(wt, job, k, rows, cols),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => x86::rows_avx512(wt, job, k, rows, cols),
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon => arm::rows_neon(wt, job, k, rows, cols),
             _ => rows_any::<Scalar8>(wt, job, k, rows, cols),
         }
     }
@@ -357,7 +384,8 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
     let (nr, mr) = match level {
         SimdLevel::Avx2 => (NR_AVX2, 16),
         SimdLevel::Avx512 => (NR_AVX512, 32),
-        _ => (NR_SCALAR, 16),
+        SimdLevel::Neon => (NR_NEON, 16),
+        SimdLevel::Scalar => (NR_SCALAR, 16),
     };
     let n = job.acts.len();
     let n_panels = n.div_ceil(nr);
@@ -403,6 +431,8 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
                 SimdLevel::Avx2 => x86::gemm_avx2(&t),
                 #[cfg(target_arch = "x86_64")]
                 SimdLevel::Avx512 => x86::gemm_avx512(&t),
+                #[cfg(target_arch = "aarch64")]
+                SimdLevel::Neon => arm::gemm_neon(&t),
                 _ => gemm_task_any::<Scalar8, NR_SCALAR>(&t),
             }
         }
