@@ -2,7 +2,8 @@
 //! detected one, on the global rayon pool (all cores):
 //!
 //! - `copy`: the memory-bandwidth baseline, a 256 MiB copy split over all cores (and on one core);
-//!   bandwidth = bytes read / time.
+//!   bandwidth = bytes read / time (a copy also writes as many bytes). `read_*` streams the same
+//!   256 MiB read-only (a stricter baseline for the read-only GEMV).
 //! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096 times one column; throughput =
 //!   weight bytes / time. Several copies of the weights (>= 256 MiB in all) are cycled so every
 //!   call streams its weights from DRAM, not from the 32 MiB L3.
@@ -59,6 +60,18 @@ fn bench_copy(c: &mut Criterion) {
                 .zip(src.par_chunks(chunk))
                 .for_each(|(d, s)| d.copy_from_slice(s));
             black_box(&dst);
+        })
+    });
+    // A stricter baseline: read-only streaming (sum of u64 words), which has no write traffic.
+    g.bench_function(format!("read_256MiB_{threads}threads"), |bch| {
+        bch.iter(|| {
+            use rayon::prelude::*;
+            let words: &[u64] = bytemuck::cast_slice(&src);
+            let s: u64 = words
+                .par_chunks(words.len() / threads)
+                .map(|c| c.iter().fold(0u64, |a, &w| a.wrapping_add(w)))
+                .reduce(|| 0, u64::wrapping_add);
+            black_box(s)
         })
     });
     g.bench_function("memcpy_256MiB_1thread", |bch| {
