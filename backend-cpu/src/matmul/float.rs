@@ -23,7 +23,7 @@ const WT_F16: u8 = 1;
 const WT_BF16: u8 = 2;
 
 /// k-depth of one packed block.
-const KC: usize = 256;
+const KC: usize = 512;
 /// Weight panels of `MR` rows per task block.
 const MC_PANELS: usize = 4;
 
@@ -197,25 +197,29 @@ unsafe fn gemm_task_impl<V: F32Vec, const NR: usize, const WT: u8>(
     let n = job.acts.len();
     let npan = m_range.len().div_ceil(mr);
     let mut abuf = vec![0f32; npan * mr * KC.min(k)];
+    let zeros = vec![0u8; 4 * KC.min(k)];
     let mut k0 = 0;
     // SAFETY: pointers of the job are valid (caller); packed buffers are indexed within their sizes:
     // `abuf` holds `npan` panels of `kc * mr`, `bpack` holds panels of `k * NR`.
     unsafe {
         while k0 < k {
             let kc = KC.min(k - k0);
+            // Packed row by row along k (k outer, rows inner): contiguous stores and one load
+            // from each of the `mr` rows per step; padding rows read a zero row.
+            let esize = if WT == WT_F32 { 4 } else { 2 };
             for pi in 0..npan {
                 let base = pi * kc * mr;
-                for r in 0..mr {
+                let mut rowp = [zeros.as_ptr(); 64];
+                for (r, rp) in rowp.iter_mut().enumerate().take(mr) {
                     let m = m_range.start + pi * mr + r;
                     if m < m_range.end {
-                        let w = job.w.add(m * job.w_stride);
-                        for kk in 0..kc {
-                            abuf[base + kk * mr + r] = get_w::<WT>(w, k0 + kk);
-                        }
-                    } else {
-                        for kk in 0..kc {
-                            abuf[base + kk * mr + r] = 0.0;
-                        }
+                        *rp = job.w.add(m * job.w_stride + k0 * esize);
+                    }
+                }
+                for kk in 0..kc {
+                    let out = &mut abuf[base + kk * mr..base + kk * mr + mr];
+                    for (o, &rp) in out.iter_mut().zip(&rowp) {
+                        *o = get_w::<WT>(rp, kk);
                     }
                 }
             }
