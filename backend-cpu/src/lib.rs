@@ -1,5 +1,17 @@
-//! backend-cpu: the CPU backend of ggml-tp. Every op of the graph for every type, multi-threaded, SIMD
-//! through `std::arch` with run-time detection, presented as one or several virtual devices.
+//! backend-cpu: the CPU backend of ggml-tp. Every op of the graph for every type, multi-threaded over
+//! rows with rayon, presented as one or several virtual devices (`cpu:0`, `cpu:1`, ...), each with its
+//! own thread pool and memory budget.
 
+pub mod device;
+pub mod kernels;
 pub mod matmul;
+pub mod memory;
+pub mod reg;
+pub mod stream;
 pub mod view;
+
+pub use device::{cpu_devices, default_devices, CpuDevice};
+pub use memory::{CpuBuffer, CpuBufferType};
+pub use reg::{CpuCommunicator, CpuReg};
+pub use stream::CpuBackend;
+pub use view::TView;

@@ -26,7 +26,8 @@ pub struct MetaStats {
     pub gathers: u64,
 }
 
-/// A stream over every device of a meta device.
+/// A stream over every device of a meta device. Partial sums are joined by the family's communicator;
+/// `GGML_TP_META_HOST_REDUCE=1` forces the generic host-staged fallback instead.
 pub struct MetaBackend {
     device: Arc<MetaDevice>,
     backends: Vec<Arc<dyn Backend>>,

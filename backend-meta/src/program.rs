@@ -425,10 +425,14 @@ pub(crate) fn build(
         }
     }
     let mut outputs = Vec::new();
-    for &t in nodes {
-        if meta.tensor(t).flags.output {
+    let flagged: Vec<TensorId> = (0..meta.len() as u32)
+        .map(TensorId)
+        .filter(|&t| meta.tensor(t).flags.output && !meta.tensor(t).is_leaf())
+        .collect();
+    for t in flagged {
+        {
+            let ls = b.local_of(t)?;
             let state = b.state[&t].clone();
-            let ls = b.local[&t].clone();
             let locals = (0..n)
                 .map(|d| b.contiguous(d, ls[d]))
                 .collect::<Result<Vec<_>>>()?;

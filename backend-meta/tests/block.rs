@@ -3,6 +3,8 @@
 //! same output on meta(cpu x N) as on one CPU device, for several device counts and ratios; the MoE
 //! reduction is delayed past the expert sum; a repeated graph hits the program cache.
 
+#![allow(clippy::too_many_arguments)]
+
 use backend_cpu::device::cpu_devices;
 use backend_meta::{MetaDevice, WeightSplit};
 use ggml_core::backend::{Backend, Buffer, Device};
@@ -34,18 +36,38 @@ struct Weights {
 
 impl Weights {
     fn new(seed: u64) -> Self {
-        Weights { rng: rand::rngs::StdRng::seed_from_u64(seed), buffers: HashMap::new() }
+        Weights {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            buffers: HashMap::new(),
+        }
     }
 
     /// A weight with deterministic values (same per name for every placement), split as declared.
-    fn make(&mut self, g: &mut Graph, place: &Place, name: &str, ne: [usize; 4], split: WeightSplit, layer: usize, scale: f32) -> TensorId {
+    fn make(
+        &mut self,
+        g: &mut Graph,
+        place: &Place,
+        name: &str,
+        ne: [usize; 4],
+        split: WeightSplit,
+        layer: usize,
+        scale: f32,
+    ) -> TensorId {
         let layout = Layout::contiguous(DType::F32, ne);
         if let Some(b) = self.buffers.get(name) {
             return g.new_bound(layout, DataRef::new(b.clone(), 0), name, true);
         }
         let n: usize = ne.iter().product();
         let rng = &mut self.rng;
-        let vals: Vec<f32> = (0..n).map(|_| if scale > 0.0 { rng.gen_range(-scale..scale) } else { 0.0 }).collect();
+        let vals: Vec<f32> = (0..n)
+            .map(|_| {
+                if scale > 0.0 {
+                    rng.gen_range(-scale..scale)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         let buffer: Arc<dyn Buffer> = match place {
             Place::Single(dev) => dev.buffer_type().alloc(layout.nbytes()).unwrap(),
             Place::Meta(m) => m.alloc_tensor(layout, &split, layer, name).unwrap(),
@@ -66,14 +88,71 @@ struct Inputs {
     mask: TensorId,
 }
 
-fn attention(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId, inp: &Inputs, t: usize, flash: bool) -> TensorId {
+fn attention(
+    g: &mut Graph,
+    w: &mut Weights,
+    p: &Place,
+    l: usize,
+    h: TensorId,
+    inp: &Inputs,
+    t: usize,
+    flash: bool,
+) -> TensorId {
     let group = HQ / HKV;
-    let wq = w.make(g, p, &format!("wq{l}"), [D, HQ * HEAD, 1, 1], rows(1, HQ * HEAD, HEAD * group), l, 0.3);
-    let wk = w.make(g, p, &format!("wk{l}"), [D, HKV * HEAD, 1, 1], rows(1, HKV * HEAD, HEAD), l, 0.3);
-    let wv = w.make(g, p, &format!("wv{l}"), [D, HKV * HEAD, 1, 1], rows(1, HKV * HEAD, HEAD), l, 0.3);
-    let wo = w.make(g, p, &format!("wo{l}"), [HQ * HEAD, D, 1, 1], rows(0, HQ * HEAD, HEAD * group), l, 0.3);
-    let kc = w.make(g, p, &format!("kc{l}"), [HEAD, HKV, CTX, 1], rows(1, HKV, 1), l, 0.0);
-    let vc = w.make(g, p, &format!("vc{l}"), [HEAD, HKV, CTX, 1], rows(1, HKV, 1), l, 0.0);
+    let wq = w.make(
+        g,
+        p,
+        &format!("wq{l}"),
+        [D, HQ * HEAD, 1, 1],
+        rows(1, HQ * HEAD, HEAD * group),
+        l,
+        0.3,
+    );
+    let wk = w.make(
+        g,
+        p,
+        &format!("wk{l}"),
+        [D, HKV * HEAD, 1, 1],
+        rows(1, HKV * HEAD, HEAD),
+        l,
+        0.3,
+    );
+    let wv = w.make(
+        g,
+        p,
+        &format!("wv{l}"),
+        [D, HKV * HEAD, 1, 1],
+        rows(1, HKV * HEAD, HEAD),
+        l,
+        0.3,
+    );
+    let wo = w.make(
+        g,
+        p,
+        &format!("wo{l}"),
+        [HQ * HEAD, D, 1, 1],
+        rows(0, HQ * HEAD, HEAD * group),
+        l,
+        0.3,
+    );
+    let kc = w.make(
+        g,
+        p,
+        &format!("kc{l}"),
+        [HEAD, HKV, CTX, 1],
+        rows(1, HKV, 1),
+        l,
+        0.0,
+    );
+    let vc = w.make(
+        g,
+        p,
+        &format!("vc{l}"),
+        [HEAD, HKV, CTX, 1],
+        rows(1, HKV, 1),
+        l,
+        0.0,
+    );
     let rope = RopeParams::simple(RopeMode::Neox, HEAD, 10000.0);
     let q = g.mul_mat(wq, h).unwrap();
     let q = g.reshape(q, &[HEAD, HQ, t]).unwrap();
@@ -84,20 +163,30 @@ fn attention(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId, i
     let v = g.mul_mat(wv, h).unwrap();
     let v = g.reshape(v, &[HEAD, HKV, t]).unwrap();
     let nb = *g.layout(kc);
-    let kdst = g.view(kc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0).unwrap();
+    let kdst = g
+        .view(kc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0)
+        .unwrap();
     let kw = g.cpy(k, kdst).unwrap();
     g.expand(kw);
-    let vdst = g.view(vc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0).unwrap();
+    let vdst = g
+        .view(vc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0)
+        .unwrap();
     let vw = g.cpy(v, vdst).unwrap();
     g.expand(vw);
-    let kall = g.view(kc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0).unwrap();
-    let vall = g.view(vc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0).unwrap();
+    let kall = g
+        .view(kc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0)
+        .unwrap();
+    let vall = g
+        .view(vc, &[HEAD, HKV, t], &[nb.nb[1], nb.nb[2]], 0)
+        .unwrap();
     let kp = g.permute(kall, [0, 2, 1, 3]).unwrap();
     let qp = g.permute(q, [0, 2, 1, 3]).unwrap();
     let scale = 1.0 / (HEAD as f32).sqrt();
     let att = if flash {
         let vp = g.permute(vall, [0, 2, 1, 3]).unwrap();
-        let a = g.flash_attn_ext(qp, kp, vp, Some(inp.mask), None, scale, 0.0, 0.0).unwrap();
+        let a = g
+            .flash_attn_ext(qp, kp, vp, Some(inp.mask), None, scale, 0.0, 0.0)
+            .unwrap();
         g.reshape(a, &[HQ * HEAD, t]).unwrap()
     } else {
         let kq = g.mul_mat(kp, qp).unwrap();
@@ -113,9 +202,33 @@ fn attention(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId, i
 }
 
 fn dense_ffn(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId) -> TensorId {
-    let gate = w.make(g, p, &format!("gate{l}"), [D, FFN, 1, 1], rows(1, FFN, 8), l, 0.3);
-    let up = w.make(g, p, &format!("up{l}"), [D, FFN, 1, 1], rows(1, FFN, 8), l, 0.3);
-    let down = w.make(g, p, &format!("down{l}"), [FFN, D, 1, 1], rows(0, FFN, 8), l, 0.3);
+    let gate = w.make(
+        g,
+        p,
+        &format!("gate{l}"),
+        [D, FFN, 1, 1],
+        rows(1, FFN, 8),
+        l,
+        0.3,
+    );
+    let up = w.make(
+        g,
+        p,
+        &format!("up{l}"),
+        [D, FFN, 1, 1],
+        rows(1, FFN, 8),
+        l,
+        0.3,
+    );
+    let down = w.make(
+        g,
+        p,
+        &format!("down{l}"),
+        [FFN, D, 1, 1],
+        rows(0, FFN, 8),
+        l,
+        0.3,
+    );
     let a = g.mul_mat(gate, h).unwrap();
     let b = g.mul_mat(up, h).unwrap();
     let act = g.glu(GluOp::Swiglu, a, b).unwrap();
@@ -123,11 +236,51 @@ fn dense_ffn(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId) -
 }
 
 fn moe_ffn(g: &mut Graph, w: &mut Weights, p: &Place, l: usize, h: TensorId, t: usize) -> TensorId {
-    let router = w.make(g, p, &format!("router{l}"), [D, EXPERTS, 1, 1], WeightSplit::Mirrored, l, 0.5);
-    let gate = w.make(g, p, &format!("gexp{l}"), [D, FFN, EXPERTS, 1], rows(1, FFN, 8), l, 0.3);
-    let up = w.make(g, p, &format!("uexp{l}"), [D, FFN, EXPERTS, 1], rows(1, FFN, 8), l, 0.3);
-    let down = w.make(g, p, &format!("dexp{l}"), [FFN, D, EXPERTS, 1], rows(0, FFN, 8), l, 0.3);
-    let bias = w.make(g, p, &format!("dbias{l}"), [D, EXPERTS, 1, 1], WeightSplit::Mirrored, l, 0.2);
+    let router = w.make(
+        g,
+        p,
+        &format!("router{l}"),
+        [D, EXPERTS, 1, 1],
+        WeightSplit::Mirrored,
+        l,
+        0.5,
+    );
+    let gate = w.make(
+        g,
+        p,
+        &format!("gexp{l}"),
+        [D, FFN, EXPERTS, 1],
+        rows(1, FFN, 8),
+        l,
+        0.3,
+    );
+    let up = w.make(
+        g,
+        p,
+        &format!("uexp{l}"),
+        [D, FFN, EXPERTS, 1],
+        rows(1, FFN, 8),
+        l,
+        0.3,
+    );
+    let down = w.make(
+        g,
+        p,
+        &format!("dexp{l}"),
+        [FFN, D, EXPERTS, 1],
+        rows(0, FFN, 8),
+        l,
+        0.3,
+    );
+    let bias = w.make(
+        g,
+        p,
+        &format!("dbias{l}"),
+        [D, EXPERTS, 1, 1],
+        WeightSplit::Mirrored,
+        l,
+        0.2,
+    );
     let logits = g.mul_mat(router, h).unwrap();
     let probs = g.soft_max(logits, None, None, 1.0, 0.0).unwrap();
     let ids = g.top_k(logits, USED).unwrap();
@@ -159,15 +312,35 @@ fn block(w: &mut Weights, p: &Place, t: usize, moe: bool) -> (Graph, Inputs, Ten
     };
     let mut x = inp.x;
     for l in 0..2 {
-        let n1 = w.make(&mut g, p, &format!("n1{l}"), [D, 1, 1, 1], WeightSplit::Mirrored, l, 1.0);
-        let n2 = w.make(&mut g, p, &format!("n2{l}"), [D, 1, 1, 1], WeightSplit::Mirrored, l, 1.0);
+        let n1 = w.make(
+            &mut g,
+            p,
+            &format!("n1{l}"),
+            [D, 1, 1, 1],
+            WeightSplit::Mirrored,
+            l,
+            1.0,
+        );
+        let n2 = w.make(
+            &mut g,
+            p,
+            &format!("n2{l}"),
+            [D, 1, 1, 1],
+            WeightSplit::Mirrored,
+            l,
+            1.0,
+        );
         let h = g.rms_norm(x, 1e-5).unwrap();
         let h = g.mul(h, n1).unwrap();
         let a = attention(&mut g, w, p, l, h, &inp, t, l == 0);
         let x2 = g.add(a, x).unwrap();
         let h2 = g.rms_norm(x2, 1e-5).unwrap();
         let h2 = g.mul(h2, n2).unwrap();
-        let f = if moe { moe_ffn(&mut g, w, p, l, h2, t) } else { dense_ffn(&mut g, w, p, l, h2) };
+        let f = if moe {
+            moe_ffn(&mut g, w, p, l, h2, t)
+        } else {
+            dense_ffn(&mut g, w, p, l, h2)
+        };
         x = g.add(f, x2).unwrap();
     }
     let out = g.rms_norm(x, 1e-5).unwrap();
@@ -175,7 +348,14 @@ fn block(w: &mut Weights, p: &Place, t: usize, moe: bool) -> (Graph, Inputs, Ten
     (g, inp, out)
 }
 
-fn run(backend: Arc<dyn Backend>, p: &Place, seed: u64, moe: bool, t: usize, repeats: usize) -> Vec<f32> {
+fn run(
+    backend: Arc<dyn Backend>,
+    p: &Place,
+    seed: u64,
+    moe: bool,
+    t: usize,
+    repeats: usize,
+) -> Vec<f32> {
     let mut w = Weights::new(seed);
     let mut sched = Scheduler::new(vec![backend]);
     let mut out = Vec::new();
@@ -185,8 +365,17 @@ fn run(backend: Arc<dyn Backend>, p: &Place, seed: u64, moe: bool, t: usize, rep
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 7);
         let x: Vec<f32> = (0..D * t).map(|_| rng.gen_range(-1.0..1.0)).collect();
         g.set_f32(inp.x, &x).unwrap();
-        g.set_i32(inp.pos, &(0..t as i32).collect::<Vec<_>>()).unwrap();
-        let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 }).collect();
+        g.set_i32(inp.pos, &(0..t as i32).collect::<Vec<_>>())
+            .unwrap();
+        let mask: Vec<f32> = (0..t * t)
+            .map(|i| {
+                if i % t > i / t {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         g.set_f32(inp.mask, &mask).unwrap();
         sched.compute(&g).unwrap();
         out = g.get_f32(o).unwrap();
@@ -202,11 +391,29 @@ fn nmse(a: &[f32], r: &[f32]) -> f64 {
 
 fn single(seed: u64, moe: bool, t: usize) -> Vec<f32> {
     let dev: Arc<dyn Device> = cpu_devices(1, 1).unwrap().remove(0);
-    run(dev.new_backend().unwrap(), &Place::Single(dev), seed, moe, t, 1)
+    run(
+        dev.new_backend().unwrap(),
+        &Place::Single(dev),
+        seed,
+        moe,
+        t,
+        1,
+    )
 }
 
-fn on_meta(n: usize, ratios: Option<Vec<f32>>, seed: u64, moe: bool, t: usize, repeats: usize) -> (Vec<f32>, backend_meta::MetaStats) {
-    let devs: Vec<Arc<dyn Device>> = cpu_devices(n, n).unwrap().into_iter().map(|d| d as Arc<dyn Device>).collect();
+fn on_meta(
+    n: usize,
+    ratios: Option<Vec<f32>>,
+    seed: u64,
+    moe: bool,
+    t: usize,
+    repeats: usize,
+) -> (Vec<f32>, backend_meta::MetaStats) {
+    let devs: Vec<Arc<dyn Device>> = cpu_devices(n, n)
+        .unwrap()
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
     let meta = MetaDevice::new(devs, ratios).unwrap();
     let backend = meta.new_meta_backend().unwrap();
     let out = run(backend.clone(), &Place::Meta(meta), seed, moe, t, repeats);
@@ -219,10 +426,20 @@ fn dense_block_matches_one_device() {
     for t in [1usize, 5] {
         let want = single(seed, false, t);
         assert!(want.iter().all(|v| v.is_finite()));
-        for (n, ratios) in [(1, None), (2, None), (3, None), (4, None), (2, Some(vec![3.0, 1.0])), (3, Some(vec![1.0, 1.0, 0.0]))] {
+        for (n, ratios) in [
+            (1, None),
+            (2, None),
+            (3, None),
+            (4, None),
+            (2, Some(vec![3.0, 1.0])),
+            (3, Some(vec![1.0, 1.0, 0.0])),
+        ] {
             let (got, stats) = on_meta(n, ratios.clone(), seed, false, t, 1);
             let e = nmse(&got, &want);
-            assert!(e <= 1e-6, "seed {seed} t {t} n {n} ratios {ratios:?}: nmse {e}");
+            assert!(
+                e <= 1e-6,
+                "seed {seed} t {t} n {n} ratios {ratios:?}: nmse {e}"
+            );
             if n > 1 {
                 assert!(stats.reductions > 0, "partial sums were reduced");
             }
@@ -259,7 +476,11 @@ fn repeated_graph_hits_the_program_cache() {
 #[test]
 fn mixed_families_and_bad_ratios_are_refused() {
     assert!(MetaDevice::new(vec![], None).is_err());
-    let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2).unwrap().into_iter().map(|d| d as Arc<dyn Device>).collect();
+    let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2)
+        .unwrap()
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
     assert!(MetaDevice::new(devs.clone(), Some(vec![1.0])).is_err());
     assert!(MetaDevice::new(devs, Some(vec![0.0, 0.0])).is_err());
 }

@@ -184,6 +184,11 @@ pub trait Device: Send + Sync {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool;
     /// True when streams of this device can read and write `buffer` directly.
     fn can_access(&self, buffer: &dyn Buffer) -> bool;
+    /// True when `buffer` was allocated from this device's memory (the scheduler runs nodes where their
+    /// weights live, also when several devices can reach the same memory).
+    fn owns(&self, _buffer: &dyn Buffer) -> bool {
+        false
+    }
     fn buffer_type(&self) -> Arc<dyn BufferType>;
     /// Pinned host memory for fast transfers, if any.
     fn host_buffer_type(&self) -> Option<Arc<dyn BufferType>> {

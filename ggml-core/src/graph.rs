@@ -194,7 +194,7 @@ impl Graph {
         }
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
-        if full[0] % dtype.block_size() != 0 {
+        if !full[0].is_multiple_of(dtype.block_size()) {
             return Err(layout_err(
                 "new_tensor",
                 format!("rows of {} are not whole {dtype} blocks", full[0]),
@@ -473,7 +473,7 @@ impl Graph {
         let dtype = self.tensor(src).dtype();
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
-        if full[0] % dtype.block_size() != 0 {
+        if !full[0].is_multiple_of(dtype.block_size()) {
             return Err(layout_err(
                 "view",
                 format!("rows of {} are not whole {dtype} blocks", full[0]),
@@ -504,7 +504,8 @@ impl Graph {
         }
         let mut full = [1usize; 4];
         full[..ne.len()].copy_from_slice(ne);
-        if full.iter().product::<usize>() != t.nelements() || full[0] % t.dtype().block_size() != 0
+        if full.iter().product::<usize>() != t.nelements()
+            || !full[0].is_multiple_of(t.dtype().block_size())
         {
             return Err(layout_err(
                 "reshape",

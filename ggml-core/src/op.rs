@@ -334,8 +334,8 @@ impl Op {
                         format!("dst {:?}, src {:?}, ids {:?}", dst.ne, src.ne, ids.ne),
                     ));
                 }
-                if src.ne[2] % ids.ne[1] != 0
-                    || src.ne[3] % ids.ne[2] != 0
+                if !src.ne[2].is_multiple_of(ids.ne[1])
+                    || !src.ne[3].is_multiple_of(ids.ne[2])
                     || dst.ne[2] != src.ne[2]
                     || dst.ne[3] != src.ne[3]
                 {
@@ -349,7 +349,10 @@ impl Op {
             Op::MulMat => {
                 expect_srcs(name, srcs, 2, 2)?;
                 let (a, b) = (srcs[0], srcs[1]);
-                if a.ne[0] != b.ne[0] || b.ne[2] % a.ne[2] != 0 || b.ne[3] % a.ne[3] != 0 {
+                if a.ne[0] != b.ne[0]
+                    || !b.ne[2].is_multiple_of(a.ne[2])
+                    || !b.ne[3].is_multiple_of(a.ne[3])
+                {
                     return Err(shape_err(
                         name,
                         format!("cannot multiply {:?} by {:?}", a.ne, b.ne),
@@ -454,7 +457,7 @@ impl Op {
                 let (a, pos) = (srcs[0], srcs[1]);
                 expect_type(name, "a", a.dtype, &[DType::F32, DType::F16])?;
                 expect_type(name, "positions", pos.dtype, &[DType::I32])?;
-                if pos.ne[0] != a.ne[2] || p.n_dims > a.ne[0] || p.n_dims % 2 != 0 {
+                if pos.ne[0] != a.ne[2] || p.n_dims > a.ne[0] || !p.n_dims.is_multiple_of(2) {
                     return Err(shape_err(
                         name,
                         format!("a {:?}, positions {:?}, n_dims {}", a.ne, pos.ne, p.n_dims),
@@ -530,8 +533,7 @@ impl Op {
                 if q.ne[0] != k.ne[0]
                     || k.ne[1] != v.ne[1]
                     || k.ne[2] != v.ne[2]
-                    || k.ne[2] == 0
-                    || q.ne[2] % k.ne[2] != 0
+                    || !q.ne[2].is_multiple_of(k.ne[2])
                     || q.ne[3] != k.ne[3]
                     || k.ne[3] != v.ne[3]
                 {

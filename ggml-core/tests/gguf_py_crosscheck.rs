@@ -1,7 +1,7 @@
 //! Cross-check with the reference Python implementation (`pip install gguf numpy`): a file written by
 //! [`GgufWriter`] is read by gguf-py's `GGUFReader`, which must see the same keys, value types and
-//! values, and the same tensors (type, dims, data). Run by hand:
-//! `cargo test -p ggml-core --test gguf_py_crosscheck -- --ignored`.
+//! values, and the same tensors (type, dims, data). The Python interpreter is named by
+//! `GGML_TP_GGUF_PYTHON`; `cargo xtask ci` sets it to an environment that has gguf.
 
 mod gguf_common;
 
@@ -81,11 +81,14 @@ fn array(a: &Array) -> String {
 }
 
 #[test]
-#[ignore = "needs python3 with the gguf package"]
 fn gguf_py_reads_our_files() {
+    let Some(python) = std::env::var_os("GGML_TP_GGUF_PYTHON") else {
+        println!("skipped: GGML_TP_GGUF_PYTHON is not set (cargo xtask ci sets it)");
+        return;
+    };
     let path = std::env::temp_dir().join(format!("ggml_tp_crosscheck_{}.gguf", std::process::id()));
     sample_writer(Some(64)).write_to_path(&path).unwrap();
-    let out = Command::new("python3")
+    let out = Command::new(python)
         .arg("-c")
         .arg(SCRIPT)
         .arg(&path)

@@ -67,6 +67,19 @@ impl Scheduler {
         self.stats
     }
 
+    /// The current plan's splits: for each, the backend index and the nodes it computes, in order.
+    pub fn splits(&self) -> Vec<(usize, Vec<crate::TensorId>)> {
+        self.plan
+            .as_ref()
+            .map(|p| {
+                p.splits
+                    .iter()
+                    .map(|s| (s.backend, s.nodes.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Compute memory per backend of the current plan.
     pub fn memory(&self) -> Vec<MemoryReport> {
         self.plan

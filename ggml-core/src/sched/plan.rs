@@ -198,11 +198,11 @@ pub(crate) fn build(
     };
     for (i, &n) in compute.iter().enumerate() {
         let t = graph.tensor(n);
-        touch(
-            graph.storage_of(n).root,
-            if t.flags.output { last_step.max(i) } else { i },
-            &mut life,
-        );
+        touch(graph.storage_of(n).root, i, &mut life);
+        if t.flags.output {
+            // An output that is a view keeps its root alive to the end.
+            touch(graph.storage_of(n).root, last_step.max(i), &mut life);
+        }
         for &s in &t.src {
             touch(graph.storage_of(s).root, i, &mut life);
         }
@@ -303,8 +303,12 @@ fn assign(graph: &Graph, devices: &[Arc<dyn Device>], compute: &[TensorId]) -> R
         let bound_home = |id: TensorId| -> Option<usize> {
             let root = graph.storage_of(id).root;
             let d = graph.tensor(root).data.as_ref()?;
-            if d.buffer.host_ptr().is_some() {
-                return None;
+            let owner = supported
+                .iter()
+                .copied()
+                .find(|&b| devices[b].owns(d.buffer.as_ref()));
+            if owner.is_some() || d.buffer.host_ptr().is_some() {
+                return owner;
             }
             supported
                 .iter()

@@ -70,7 +70,7 @@ impl Enc {
     }
     /// Zero bytes up to a multiple of `alignment`.
     pub fn pad(&mut self, alignment: usize) {
-        while self.buf.len() % alignment != 0 {
+        while !self.buf.len().is_multiple_of(alignment) {
             self.buf.push(0);
         }
     }

@@ -1,0 +1,156 @@
+//! `flash_attn_ext`: fused attention with a single online-softmax pass per query row. q F32; k and v
+//! F32/F16/BF16/Q8_0/Q4_0 (any type `load_row` converts); optional mask (broadcast over heads and
+//! sequences), sinks, logit softcap, ALiBi slopes and grouped-query heads. Result [Dv, H, Nq, S].
+
+use super::norm::alibi_slope;
+use super::rows::{load_row, par_rows, unravel, with_out_row, Scratch};
+use crate::view::TView;
+use ggml_core::{Error, Result};
+
+/// Dot product with several accumulators so the compiler vectorizes it.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 8];
+    let chunks = n / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..n {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// Parameters of one `flash_attn_ext` call.
+#[derive(Clone, Copy, Debug)]
+pub struct FaParams {
+    pub scale: f32,
+    pub max_bias: f32,
+    pub softcap: f32,
+}
+
+/// Attention of every query row: `softmax(scale * q·k + slope * mask) · v`, with optional sinks.
+pub fn flash_attn_ext(
+    q: &TView,
+    k: &TView,
+    v: &TView,
+    mask: Option<&TView>,
+    sinks: Option<&TView>,
+    dst: &TView,
+    p: FaParams,
+) -> Result<()> {
+    let (lq, lk, lv, d) = (q.layout, k.layout, v.layout, dst.layout);
+    let (n_head, n_kv, n_head_kv, dv) = (lq.ne[2], lk.ne[1], lk.ne[2], lv.ne[0]);
+    let bad = lq.ne[0] != lk.ne[0]
+        || lv.ne[1] != n_kv
+        || lv.ne[2] != n_head_kv
+        || n_head_kv == 0
+        || n_head % n_head_kv != 0
+        || lk.ne[3] != lq.ne[3]
+        || lv.ne[3] != lq.ne[3]
+        || d.ne != [dv, n_head, lq.ne[1], lq.ne[3]];
+    if bad {
+        return Err(Error::Shape {
+            op: "flash_attn_ext",
+            msg: format!(
+                "q {:?}, k {:?}, v {:?}, dst {:?}",
+                lq.ne, lk.ne, lv.ne, d.ne
+            ),
+        });
+    }
+    if let Some(m) = mask {
+        let lm = m.layout;
+        if lm.ne[0] != n_kv || lm.ne[1] < lq.ne[1] || lm.ne[2] == 0 || lm.ne[3] == 0 {
+            return Err(Error::Shape {
+                op: "flash_attn_ext",
+                msg: format!("mask {:?} for q {:?}, k {:?}", lm.ne, lq.ne, lk.ne),
+            });
+        }
+    }
+    if let Some(s) = sinks {
+        if s.ne()[0] != n_head {
+            return Err(Error::Shape {
+                op: "flash_attn_ext",
+                msg: format!("sinks {:?} for {n_head} heads", s.ne()),
+            });
+        }
+    }
+    let group = n_head / n_head_kv;
+    let (scale, softcap) = if p.softcap != 0.0 {
+        (p.scale / p.softcap, p.softcap)
+    } else {
+        (p.scale, 0.0)
+    };
+    par_rows(d.nrows(), n_kv * (lq.ne[0] + dv), |range| {
+        let (mut sq, mut sm, mut sk, mut sv, mut so) = (
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+        );
+        let mut acc = vec![0f32; dv];
+        for r in range {
+            let [h, iq, s] = unravel(r, &d.ne);
+            let hk = h / group;
+            let slope = alibi_slope(p.max_bias, h, n_head);
+            // SAFETY: rows are in range; each destination row is written by one task only.
+            unsafe {
+                let qr = load_row(q, [iq, h, s], &mut sq.f)?;
+                let mr = match mask {
+                    Some(m) => Some(load_row(m, [iq, h % m.ne()[2], s % m.ne()[3]], &mut sm.f)?),
+                    None => None,
+                };
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                let (mut m_max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                for j in 0..n_kv {
+                    let mv = mr.map_or(0.0, |m| slope * m[j]);
+                    if mv == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let kr = load_row(k, [j, hk, s], &mut sk.f)?;
+                    let mut x = dot(qr, kr) * scale;
+                    if softcap != 0.0 {
+                        x = softcap * x.tanh();
+                    }
+                    x += mv;
+                    let vr = load_row(v, [j, hk, s], &mut sv.f)?;
+                    let weight = if x > m_max {
+                        let ms = (m_max - x).exp();
+                        m_max = x;
+                        acc.iter_mut().for_each(|a| *a *= ms);
+                        sum *= ms;
+                        1.0
+                    } else {
+                        (x - m_max).exp()
+                    };
+                    acc.iter_mut()
+                        .zip(vr)
+                        .for_each(|(a, &vv)| *a += weight * vv);
+                    sum += weight;
+                }
+                if let Some(sk_view) = sinks {
+                    let sink = sk_view.get_f32([h, 0, 0, 0]);
+                    if sink > m_max {
+                        let ms = (m_max - sink).exp();
+                        acc.iter_mut().for_each(|a| *a *= ms);
+                        sum = sum * ms + 1.0;
+                    } else {
+                        sum += (sink - m_max).exp();
+                    }
+                }
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                with_out_row(dst, [h, iq, s], &mut so, |out| {
+                    out.iter_mut().zip(&acc).for_each(|(o, &a)| *o = a * inv);
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(())
+    })
+}

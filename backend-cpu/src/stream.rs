@@ -1,0 +1,135 @@
+//! [`CpuBackend`]: the stream of a CPU device. Work runs synchronously inside the device's thread
+//! pool, so `synchronize` has nothing to wait for and events are complete when recorded.
+
+use crate::device::{build_pool, CpuDevice};
+use crate::kernels::{self, NodeViews};
+use crate::view::TView;
+use ggml_core::{Backend, DataRef, Device, Error, Event, Graph, Result, TensorId};
+use parking_lot::RwLock;
+use rayon::ThreadPool;
+use std::sync::Arc;
+
+/// An event of a synchronous stream: always complete.
+pub struct CpuEvent;
+
+impl Event for CpuEvent {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// A stream on one CPU device.
+pub struct CpuBackend {
+    device: Arc<CpuDevice>,
+    pool: RwLock<Arc<ThreadPool>>,
+}
+
+impl CpuBackend {
+    pub fn new(device: Arc<CpuDevice>) -> Self {
+        let pool = RwLock::new(device.pool());
+        CpuBackend { device, pool }
+    }
+}
+
+/// The host view of tensor `id`: its data pointer (bounds-checked against its buffer) and layout.
+pub fn host_view(graph: &Graph, id: TensorId) -> Result<TView> {
+    let t = graph.tensor(id);
+    let data = graph.data(id)?;
+    let base = data.buffer.host_ptr().ok_or_else(|| Error::Backend {
+        backend: "cpu".into(),
+        msg: format!(
+            "tensor {} lives in non-host buffer {}",
+            t.name,
+            data.buffer.name()
+        ),
+    })?;
+    let end = data.offset.checked_add(t.nbytes());
+    if end.is_none_or(|e| e > data.buffer.size()) {
+        return Err(Error::OutOfBounds {
+            offset: data.offset,
+            len: t.nbytes(),
+            size: data.buffer.size(),
+        });
+    }
+    Ok(TView::new(base.wrapping_add(data.offset), t.layout))
+}
+
+fn host_slice_err(what: &str) -> Error {
+    Error::Backend {
+        backend: "cpu".into(),
+        msg: format!("copy_async: {what}"),
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        self.device.name()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.clone()
+    }
+    fn copy_async(&self, src: &DataRef, dst: &DataRef, len: usize) -> Result<()> {
+        ggml_core::backend::check_range(src.offset, len, src.buffer.size())?;
+        ggml_core::backend::check_range(dst.offset, len, dst.buffer.size())?;
+        match (src.host_ptr(), dst.host_ptr()) {
+            // SAFETY: both ranges are checked to lie in their buffers; `copy` allows overlap.
+            (Some(s), Some(d)) => unsafe { std::ptr::copy(s, d, len) },
+            // SAFETY: the source range lies in its host buffer.
+            (Some(s), None) => dst
+                .buffer
+                .set(dst.offset, unsafe { std::slice::from_raw_parts(s, len) })?,
+            // SAFETY: the destination range lies in its host buffer.
+            (None, Some(d)) => src.buffer.get(src.offset, unsafe {
+                std::slice::from_raw_parts_mut(d, len)
+            })?,
+            (None, None) => return Err(host_slice_err("neither buffer is host memory")),
+        }
+        Ok(())
+    }
+    fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        let pool = self.pool.read().clone();
+        for &node in nodes {
+            let t = graph.tensor(node);
+            if t.op.is_view() || t.is_leaf() {
+                continue;
+            }
+            if t.nelements() == 0 {
+                continue;
+            }
+            let views = NodeViews {
+                dst: host_view(graph, node)?,
+                src: t
+                    .src
+                    .iter()
+                    .map(|&s| host_view(graph, s))
+                    .collect::<Result<_>>()?,
+            };
+            pool.install(|| kernels::compute_node(graph, node, &views))
+                .map_err(|e| match e {
+                    Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
+                        op: format!("{op} at node {}", t.name),
+                        backend,
+                    },
+                    other => other,
+                })?;
+        }
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn record_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(CpuEvent))
+    }
+    fn wait_event(&self, event: &dyn Event) -> Result<()> {
+        event.synchronize()
+    }
+    fn set_threads(&self, n: usize) {
+        if let Ok(pool) = build_pool(&self.device.name(), n) {
+            *self.pool.write() = pool;
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! llama: the GGUF model runtime of ggml-tp (tokenizers, architectures, KV cache, sampling) and the
+//! `ggml-tp` command-line program.
+
+pub mod tokenizer;

@@ -1,0 +1,63 @@
+//! `cargo xtask`: the project's tasks, written in Rust so they run wherever cargo does.
+//!
+//! * `models`: fetch the three real GGUF test models into `models/` and verify their hashes.
+//! * `ci`: format check, clippy, the builds of every feature set, then the tests.
+//! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
+
+mod ci;
+mod dequant;
+mod hashing;
+mod manifest;
+mod models;
+mod paths;
+mod process;
+mod python;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Project tasks for ggml-tp")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fetch the real GGUF test models into `models/` (verifying size and sha256).
+    Models {
+        /// Fetch only this model (e.g. `smollm2-135m`); all of them if left out.
+        #[arg(long, value_name = "KEY")]
+        only: Option<String>,
+    },
+    /// Run the CI steps in order: fmt check, clippy, builds, tests.
+    Ci,
+    /// Cross-check ggml-core's dequantization of every tensor against gguf-py.
+    CheckDequant {
+        /// Check only this model from `models/`; all three if neither this nor `--file` is given.
+        #[arg(long, value_name = "KEY")]
+        only: Option<String>,
+        /// Check this GGUF file (may be repeated) instead of the fetched models.
+        #[arg(long, value_name = "PATH")]
+        file: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Models { only } => models::fetch_all(only.as_deref()),
+        Command::Ci => ci::run_all(),
+        Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

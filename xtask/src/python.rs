@@ -1,0 +1,86 @@
+//! The Python side: finding `python3` and pip, and a Python with the pinned `gguf` package and numpy for
+//! the dequantization cross-check (the one on PATH if it already has them, else a venv under `target/`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{paths, process};
+
+/// The gguf-py version the cross-check is pinned to.
+pub const GGUF_VERSION: &str = "0.19.0";
+
+/// The Python interpreter to use: `$PYTHON` if set, else `python3`.
+pub fn python3() -> OsString {
+    std::env::var_os("PYTHON")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+/// Fails with a clear message unless `python -m pip` works.
+pub fn ensure_pip(python: &OsString) -> Result<()> {
+    if !process::succeeds(Command::new(python).arg("--version")) {
+        bail!(
+            "`{}` not found or not working: install Python 3 (Debian: apt-get install python3 python3-pip), \
+             or point $PYTHON at an interpreter",
+            python.to_string_lossy()
+        );
+    }
+    if !process::succeeds(Command::new(python).args(["-m", "pip", "--version"])) {
+        bail!(
+            "pip is missing for `{}`: install it (Debian: apt-get install python3-pip)",
+            python.to_string_lossy()
+        );
+    }
+    Ok(())
+}
+
+/// True if `python` imports numpy and gguf at the pinned version, with `gguf.quants.dequantize`.
+fn has_dequant_deps(python: &OsString) -> bool {
+    let probe = format!(
+        "import numpy, gguf.quants, importlib.metadata as m\n\
+         assert hasattr(gguf.quants, 'dequantize')\n\
+         assert m.version('gguf') == '{GGUF_VERSION}'"
+    );
+    process::succeeds(Command::new(python).args(["-c", &probe]))
+}
+
+/// A Python interpreter with gguf (pinned) and numpy, installing them into `target/xtask-python` if needed.
+pub fn dequant_python() -> Result<OsString> {
+    let system = python3();
+    if has_dequant_deps(&system) {
+        return Ok(system);
+    }
+    let venv = paths::repo_root().join("target").join("xtask-python");
+    let venv_python: OsString = venv.join("bin").join("python").into_os_string();
+    if has_dequant_deps(&venv_python) {
+        return Ok(venv_python);
+    }
+    ensure_pip(&system)?;
+    eprintln!(
+        "xtask: installing gguf=={GGUF_VERSION} and numpy into {}",
+        venv.display()
+    );
+    if !PathBuf::from(&venv_python).exists() {
+        process::run(Command::new(&system).arg("-m").arg("venv").arg(&venv))
+            .context("creating a Python venv failed (Debian: apt-get install python3-venv)")?;
+    }
+    process::run(Command::new(&venv_python).args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        &format!("gguf=={GGUF_VERSION}"),
+        "numpy",
+    ]))
+    .context("installing gguf and numpy failed")?;
+    if !has_dequant_deps(&venv_python) {
+        bail!(
+            "{} still cannot import gguf=={GGUF_VERSION} and numpy after installing them",
+            venv_python.to_string_lossy()
+        );
+    }
+    Ok(venv_python)
+}
