@@ -276,6 +276,12 @@ impl<'a> Builder<'a> {
             return Ok(v.clone());
         }
         let out = match (&cur, want) {
+            // One device holds everything already: a partial sum or a split of one is whole.
+            (SplitState::Partial | SplitState::Split { .. }, SplitState::Mirrored)
+                if self.n() == 1 =>
+            {
+                self.local_of(t)?
+            }
             (SplitState::Partial, SplitState::Mirrored) => self.reduce(t)?,
             (SplitState::Split { .. }, SplitState::Mirrored) => self.gather(t, &cur)?,
             (SplitState::Mirrored, SplitState::Split { .. }) => {
