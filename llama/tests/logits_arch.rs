@@ -1,0 +1,111 @@
+//! Tiny random-weight models of every supported architecture (fixtures `arch/`) against llama.cpp's
+//! logits for the fixed 64-token input, with an F32 KV cache, in every split mode: one device, layers
+//! over 2 devices, tensor parallel over 2 (even) and 3 (uneven, [3,1,1]) devices. Half of the runs feed
+//! the prompt in one batch, the others a 40-token batch then one token per decode step. Quantized
+//! variants are compared with llama.cpp's logits of the dequantized model.
+
+#[path = "logits_util.rs"]
+mod util;
+
+use ggml_core::DType;
+use llama::{Model, Outputs, Session, SessionOptions};
+use std::sync::Arc;
+use util::{argmax, fixtures, nmse, Mode};
+
+const MODELS: &[&str] = &[
+    "llama",
+    "llama-q8_0",
+    "llama-q4_0",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "qwen3moe-q8_0",
+    "qwen3moe-q4_0",
+    "gemma3",
+    "gpt-oss",
+];
+
+fn modes() -> Vec<Mode> {
+    vec![
+        Mode::None,
+        Mode::Layers(vec![1.0, 1.0]),
+        Mode::Tensor(vec![1.0, 1.0]),
+        Mode::Tensor(vec![3.0, 1.0, 1.0]),
+    ]
+}
+
+/// Runs one fixture in one mode; returns (worst NMSE per position, top-1 agreement).
+fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> (f64, f64) {
+    let name = m["name"].as_str().unwrap();
+    let ids: Vec<u32> = m["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    let dequant = dir.join(format!("{name}.dequant.logits.f32"));
+    let reference = if dequant.exists() {
+        util::read_f32(&dequant)
+    } else {
+        util::read_f32(&dir.join(format!("{name}.logits.f32")))
+    };
+    let model = Model::load(dir.join(format!("{name}.gguf")), &mode.placement())
+        .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+    let opts = SessionOptions {
+        n_ctx: 128,
+        kv_type: DType::F32,
+    };
+    let mut s = Session::new(Arc::new(model), opts).unwrap();
+    let mut got = Vec::new();
+    if stepwise {
+        got.extend(s.eval(&ids[..40], Outputs::All).unwrap().data);
+        for &t in &ids[40..] {
+            got.extend(s.eval(&[t], Outputs::All).unwrap().data);
+        }
+    } else {
+        got = s.eval(&ids, Outputs::All).unwrap().data;
+    }
+    assert_eq!(got.len(), reference.len(), "{name}");
+    let mut worst: f64 = 0.0;
+    let mut agree = 0;
+    for p in 0..ids.len() {
+        let (c, r) = (
+            &got[p * n_vocab..(p + 1) * n_vocab],
+            &reference[p * n_vocab..(p + 1) * n_vocab],
+        );
+        worst = worst.max(nmse(c, r));
+        agree += usize::from(argmax(c) == argmax(r));
+    }
+    (worst, agree as f64 / ids.len() as f64)
+}
+
+#[test]
+fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let only = std::env::var("GGML_TP_ARCH").ok();
+    let mut failures = Vec::new();
+    for m in manifest["models"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        if !MODELS.contains(&name) || only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        for (i, mode) in modes().iter().enumerate() {
+            let stepwise = i % 2 == 1;
+            let (worst, top1) = run(&dir, m, mode, stepwise);
+            println!(
+                "{name:14} {mode:?} stepwise={stepwise}: max NMSE {worst:.2e}, top-1 {top1:.3}"
+            );
+            if worst > 1e-5 || top1 < 0.98 {
+                failures.push(format!("{name} {mode:?}: NMSE {worst:.2e}, top-1 {top1}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
