@@ -2,7 +2,8 @@
 //! detected one, on the global rayon pool (all cores):
 //!
 //! - `copy`: the memory-bandwidth baseline, a 256 MiB copy split over all cores (and on one core);
-//!   bandwidth = bytes read / time.
+//!   bandwidth = bytes read / time (a copy also writes as many bytes). `read_*` streams the same
+//!   256 MiB read-only (a stricter baseline for the read-only GEMV).
 //! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096 times one column; throughput =
 //!   weight bytes / time. Several copies of the weights (>= 256 MiB in all) are cycled so every
 //!   call streams its weights from DRAM, not from the 32 MiB L3.
@@ -10,7 +11,9 @@
 //!
 //! After the criterion groups, `peak` measures the clock with a dependent-add chain (one add per
 //! cycle) and the per-core FMA throughput with independent FMA chains, and prints the two-core FMA
-//! peak (`cores x GHz x FMA/cycle x lanes x 2`).
+//! peak (`cores x GHz x FMA/cycle x lanes x 2`). With `MATMUL_CPU_TIME=1` in the environment, the headline
+//! kernels are also timed per CPU-second of this process, a rate that stays meaningful when other
+//! jobs share the cores.
 
 use backend_cpu::matmul::{mul_mat, simd};
 use backend_cpu::view::TView;
@@ -28,15 +31,18 @@ fn rand_f32(n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
 }
 
-/// `copies` independent weight matrices of `wt` [k, m] (one random matrix quantized, then copied).
+/// `copies` copies of a weight matrix of `wt` [k, m]: 256 random rows quantized (the reference
+/// quantizers are slow), repeated to `m` rows.
 fn weight_copies(wt: DType, k: usize, m: usize, copies: usize) -> Vec<Vec<u8>> {
-    let x = rand_f32(k * m);
+    let rows = m.min(256);
+    let x = rand_f32(k * rows);
     let rb = wt.row_size(k).unwrap();
-    let mut q = vec![0u8; rb * m];
-    for r in 0..m {
+    let mut q = vec![0u8; rb * rows];
+    for r in 0..rows {
         quantize_row(wt, &x[r * k..(r + 1) * k], &mut q[r * rb..(r + 1) * rb]).unwrap();
     }
-    (0..copies).map(|_| q.clone()).collect()
+    let full: Vec<u8> = q.iter().copied().cycle().take(rb * m).collect();
+    (0..copies).map(|_| full.clone()).collect()
 }
 
 fn bench_copy(c: &mut Criterion) {
@@ -54,6 +60,18 @@ fn bench_copy(c: &mut Criterion) {
                 .zip(src.par_chunks(chunk))
                 .for_each(|(d, s)| d.copy_from_slice(s));
             black_box(&dst);
+        })
+    });
+    // A stricter baseline: read-only streaming (sum of u64 words), which has no write traffic.
+    g.bench_function(format!("read_256MiB_{threads}threads"), |bch| {
+        bch.iter(|| {
+            use rayon::prelude::*;
+            let words: &[u64] = bytemuck::cast_slice(&src);
+            let s: u64 = words
+                .par_chunks(words.len() / threads)
+                .map(|c| c.iter().fold(0u64, |a, &w| a.wrapping_add(w)))
+                .reduce(|| 0, u64::wrapping_add);
+            black_box(s)
         })
     });
     g.bench_function("memcpy_256MiB_1thread", |bch| {
@@ -117,10 +135,16 @@ fn bench_gemm(c: &mut Criterion) {
     g.finish();
 }
 
+#[cfg(target_arch = "x86_64")]
+/// The best of 200 short (~1 ms) runs of `f` (which returns a rate): the runs that were not preempted.
+fn best_of(f: impl Fn() -> f64) -> f64 {
+    (0..200).map(|_| f()).fold(0.0, f64::max)
+}
+
 /// Clock (GHz) from a chain of dependent 1-cycle adds.
 #[cfg(target_arch = "x86_64")]
 fn measure_ghz() -> f64 {
-    let iters: u64 = 400_000_000;
+    let iters: u64 = 4_000_000;
     let t = Instant::now();
     let mut x: u64 = 0;
     // SAFETY: pure register arithmetic.
@@ -144,7 +168,7 @@ fn measure_ghz() -> f64 {
 /// chains of 512-bit (AVX-512) or 256-bit (AVX2) FMAs.
 #[cfg(target_arch = "x86_64")]
 fn measure_fma_per_cycle(ghz: f64, zmm: bool) -> f64 {
-    let iters: u64 = 100_000_000;
+    let iters: u64 = 400_000;
     let t = Instant::now();
     macro_rules! fma_loop {
         ($reg:literal) => {
@@ -190,8 +214,8 @@ fn peak() {
         let level = simd::level();
         let zmm = level == simd::SimdLevel::Avx512;
         let lanes = if zmm { 16.0 } else { 8.0 };
-        let ghz = measure_ghz();
-        let fpc = measure_fma_per_cycle(ghz, zmm);
+        let ghz = best_of(measure_ghz);
+        let fpc = best_of(|| measure_fma_per_cycle(ghz, zmm));
         let cores = rayon::current_num_threads() as f64;
         let units = fpc.round().max(1.0);
         println!(
@@ -205,6 +229,98 @@ fn peak() {
     }
 }
 
+/// User + system CPU seconds of this process so far (from /proc/self/stat, 100 ticks a second).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Runs `f` (doing `work` units per call) for about `secs` seconds and prints the rate per wall
+/// second and per CPU second: on a machine shared with other jobs the second shows what the
+/// kernel does while it actually runs (wall rate x cores when the machine is idle).
+fn rate_per_cpu(name: &str, unit: &str, work: f64, secs: f64, mut f: impl FnMut()) {
+    f();
+    let (t, c0) = (Instant::now(), cpu_seconds());
+    let mut n = 0u64;
+    while t.elapsed().as_secs_f64() < secs {
+        f();
+        n += 1;
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let total = work * n as f64 / 1e9;
+    match (c0, cpu_seconds()) {
+        (Some(a), Some(b)) if b > a => println!(
+            "cpu-time: {name}: {:.1} {unit}/s wall, {:.1} {unit} per CPU-second ({:.2} CPUs busy on average)",
+            total / wall,
+            total / (b - a),
+            (b - a) / wall
+        ),
+        _ => println!("cpu-time: {name}: {:.1} {unit}/s wall", total / wall),
+    }
+}
+
+/// Load-robust rates of the headline kernels (see [`rate_per_cpu`]).
+fn cpu_time_rates() {
+    let k = 1024;
+    let mut w: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * k)).to_vec();
+    let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * k)).to_vec();
+    let mut d = vec![0u8; k * k * 4];
+    let av = TView::of_slice(&mut w, DType::F32, [k, k, 1, 1]);
+    let bv = TView::of_slice(&mut b, DType::F32, [k, k, 1, 1]);
+    let dv = TView::of_slice(&mut d, DType::F32, [k, k, 1, 1]);
+    rate_per_cpu(
+        "gemm f32 1024^3",
+        "GFLOP",
+        2.0 * (k * k * k) as f64,
+        5.0,
+        || mul_mat(&av, &bv, &dv).unwrap(),
+    );
+    let src = vec![1u8; COPY_BYTES];
+    let mut dst = vec![0u8; COPY_BYTES];
+    let threads = rayon::current_num_threads();
+    rate_per_cpu(
+        "memcpy 256MiB (bytes read)",
+        "GB",
+        COPY_BYTES as f64,
+        3.0,
+        || {
+            use rayon::prelude::*;
+            let chunk = COPY_BYTES / threads;
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            black_box(&dst);
+        },
+    );
+    for (wt, m) in [(DType::Q4_0, 14336usize), (DType::Q8_0, 14336)] {
+        let k = 4096;
+        let bytes = wt.row_size(k).unwrap() * m;
+        let mut ws = weight_copies(wt, k, m, COPY_BYTES.div_ceil(bytes).max(2));
+        let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k)).to_vec();
+        let mut d = vec![0u8; m * 4];
+        let bv = TView::of_slice(&mut b, DType::F32, [k, 1, 1, 1]);
+        let dv = TView::of_slice(&mut d, DType::F32, [m, 1, 1, 1]);
+        let views: Vec<TView> = ws
+            .iter_mut()
+            .map(|w| TView::of_slice(w, wt, [k, m, 1, 1]))
+            .collect();
+        let mut i = 0;
+        rate_per_cpu(
+            &format!("gemv {} {m}x{k} (weight bytes)", wt.name()),
+            "GB",
+            bytes as f64,
+            3.0,
+            || {
+                mul_mat(&views[i % views.len()], &bv, &dv).unwrap();
+                i += 1;
+            },
+        );
+    }
+}
+
 fn main() {
     println!("matmul benches at SIMD level {}", simd::level().name());
     let mut c = Criterion::default().configure_from_args();
@@ -212,5 +328,8 @@ fn main() {
     bench_gemv(&mut c);
     bench_gemm(&mut c);
     peak();
+    if std::env::var_os("MATMUL_CPU_TIME").is_some() {
+        cpu_time_rates();
+    }
     c.final_summary();
 }

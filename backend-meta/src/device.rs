@@ -60,7 +60,29 @@ pub struct MetaDevice {
     devices: Vec<Arc<dyn Device>>,
     ratios: Vec<f32>,
     family: &'static str,
+    input_split: parking_lot::Mutex<Option<usize>>,
+    reduce: parking_lot::Mutex<ReduceOptions>,
     this: Weak<MetaDevice>,
+}
+
+/// How partial sums are joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReduceOptions {
+    /// Use the generic recursive-doubling AllReduce even when the family offers a communicator
+    /// (default: env `GGML_TP_META_GENERIC_REDUCE=1`).
+    pub generic: bool,
+    /// Partial sums of at least this many bytes travel in BF16 in the generic AllReduce (default: env
+    /// `GGML_TP_META_BF16_MIN_BYTES`, else 1 MiB).
+    pub bf16_min_bytes: usize,
+}
+
+impl Default for ReduceOptions {
+    fn default() -> Self {
+        ReduceOptions {
+            generic: std::env::var("GGML_TP_META_GENERIC_REDUCE").is_ok_and(|v| v == "1"),
+            bf16_min_bytes: crate::doubling::bf16_threshold(),
+        }
+    }
 }
 
 impl MetaDevice {
@@ -90,6 +112,8 @@ impl MetaDevice {
             devices,
             ratios,
             family,
+            input_split: parking_lot::Mutex::new(None),
+            reduce: parking_lot::Mutex::new(ReduceOptions::default()),
             this: this.clone(),
         }))
     }
@@ -100,6 +124,26 @@ impl MetaDevice {
 
     pub fn ratios(&self) -> &[f32] {
         &self.ratios
+    }
+
+    /// Feeds graph inputs to the devices as slices along `axis` (where the input spans it), as if
+    /// their producer had split them; `None` (the default) keeps inputs whole on every device. Used to
+    /// drive every op's split rules with the conformance suite.
+    pub fn set_input_split(&self, axis: Option<usize>) {
+        *self.input_split.lock() = axis;
+    }
+
+    /// How streams created after this call join partial sums.
+    pub fn set_reduce_options(&self, options: ReduceOptions) {
+        *self.reduce.lock() = options;
+    }
+
+    pub fn reduce_options(&self) -> ReduceOptions {
+        *self.reduce.lock()
+    }
+
+    pub(crate) fn input_split(&self) -> Option<usize> {
+        *self.input_split.lock()
     }
 
     /// The split state of a weight declared with `spec`; `rotate` (the layer index) spreads the

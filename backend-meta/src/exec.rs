@@ -27,13 +27,16 @@ pub struct MetaStats {
 }
 
 /// A stream over every device of a meta device. Partial sums are joined by the family's communicator;
-/// `GGML_TP_META_HOST_REDUCE=1` forces the generic host-staged fallback instead.
+/// without one (or when [`ReduceOptions::generic`](crate::device::ReduceOptions) asks) by recursive
+/// doubling on the devices (`doubling`).
 pub struct MetaBackend {
     device: Arc<MetaDevice>,
     backends: Vec<Arc<dyn Backend>>,
     comm: Option<Arc<dyn Communicator>>,
     program: Mutex<Option<Program>>,
     stats: Mutex<MetaStats>,
+    /// Threads that drive devices 1.. while this thread drives device 0.
+    driver: rayon::ThreadPool,
 }
 
 struct Done;
@@ -55,18 +58,25 @@ impl MetaBackend {
             .collect::<Result<Vec<_>>>()?;
         let family = device.devices()[0].family();
         let comm = match ggml_core::registry::backend(family)
+            .filter(|_| !device.reduce_options().generic)
             .and_then(|r| r.new_communicator(&backends))
         {
             Some(Ok(c)) => Some(c),
             Some(Err(e)) => return Err(e),
             None => None,
         };
+        let driver = rayon::ThreadPoolBuilder::new()
+            .num_threads(backends.len().saturating_sub(1).max(1))
+            .thread_name(|i| format!("meta-driver-{i}"))
+            .build()
+            .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
         Ok(MetaBackend {
             device,
             backends,
             comm,
             program: Mutex::new(None),
             stats: Mutex::new(MetaStats::default()),
+            driver,
         })
     }
 
@@ -97,8 +107,14 @@ impl MetaBackend {
             self.run_stage(prog, &stage.nodes)?;
             for b in &stage.after {
                 match b {
-                    Boundary::Reduce { locals } => {
-                        let bytes = all_reduce(&prog.graphs, locals, self.comm.as_deref())?;
+                    Boundary::Reduce { locals, doubling } => {
+                        let bytes = match doubling {
+                            Some(dbl) => {
+                                dbl.all_reduce(self.device.devices(), &self.backends)?;
+                                dbl.transfer_bytes()
+                            }
+                            None => all_reduce(&prog.graphs, locals, self.comm.as_deref())?,
+                        };
                         let mut s = self.stats.lock();
                         s.reductions += 1;
                         s.reduced_bytes += bytes as u64;
@@ -132,17 +148,19 @@ impl MetaBackend {
         if busy.len() <= 1 {
             return busy.into_iter().try_for_each(one);
         }
-        std::thread::scope(|s| {
-            let handles: Vec<_> = busy.iter().map(|&d| s.spawn(move || one(d))).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Other("meta: a device thread panicked".into()))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()
-        })?;
+        // Device 0's share runs on this thread, the others on the driver pool's threads.
+        let results: Vec<parking_lot::Mutex<Result<()>>> = busy
+            .iter()
+            .map(|_| parking_lot::Mutex::new(Ok(())))
+            .collect();
+        self.driver.scope(|s| {
+            for (i, &d) in busy.iter().enumerate().skip(1) {
+                let slot = &results[i];
+                s.spawn(move |_| *slot.lock() = one(d));
+            }
+            *results[0].lock() = one(busy[0]);
+        });
+        results.into_iter().try_for_each(|r| r.into_inner())?;
         Ok(())
     }
 }
@@ -171,7 +189,14 @@ impl Backend for MetaBackend {
             self.stats.lock().hits += 1;
         } else {
             *slot = None;
-            *slot = Some(build(graph, nodes, &self.device, &self.backends, key)?);
+            *slot = Some(build(
+                graph,
+                nodes,
+                &self.device,
+                &self.backends,
+                key,
+                self.comm.is_some(),
+            )?);
             self.stats.lock().builds += 1;
         }
         self.run(slot.as_ref().expect("program set above"), graph)

@@ -5,12 +5,13 @@
 pub mod buffer;
 mod collective;
 pub mod device;
+pub mod doubling;
 pub mod exec;
 pub mod layout;
 mod program;
 pub mod rules;
 pub mod split;
 
-pub use device::{MetaDevice, MetaError, WeightSplit};
+pub use device::{MetaDevice, MetaError, ReduceOptions, WeightSplit};
 pub use exec::{MetaBackend, MetaStats};
 pub use split::{Segment, SplitState};

@@ -15,8 +15,11 @@ use std::sync::Arc;
 
 /// A join between stages.
 pub(crate) enum Boundary {
-    /// Sum the partial `locals` in place.
-    Reduce { locals: Vec<TensorId> },
+    /// Sum the partial `locals` in place (with `doubling` when the family has no communicator).
+    Reduce {
+        locals: Vec<TensorId>,
+        doubling: Option<crate::doubling::Doubling>,
+    },
     /// Assemble split `locals` into whole `targets` on every device.
     Gather {
         layout: Layout,
@@ -161,6 +164,27 @@ impl<'a> Builder<'a> {
                 self.inputs.push((t, copies));
             }
             self.state.insert(t, SplitState::Mirrored);
+            if let Some(axis) = self
+                .device
+                .input_split()
+                .filter(|&a| tensor.flags.input && tensor.ne()[a] > 1)
+            {
+                let g = if axis == 0 {
+                    tensor.dtype().block_size()
+                } else {
+                    1
+                };
+                if let Ok(seg) =
+                    crate::split::segment(tensor.ne()[axis], g, self.device.ratios(), 0)
+                {
+                    let state = SplitState::Split {
+                        axis,
+                        segments: vec![seg],
+                    };
+                    locals = self.slice(&locals, &state)?;
+                    self.state.insert(t, state);
+                }
+            }
         } else {
             return Err(meta_err(format!(
                 "{} lives in {}, which the meta device cannot use",
@@ -175,12 +199,25 @@ impl<'a> Builder<'a> {
     fn layout_op(&mut self, t: TensorId) -> Result<()> {
         let tensor = self.meta.tensor(t).clone();
         let src = tensor.src[0];
-        let ls = self.local_of(src)?;
+        let mut ls = self.local_of(src)?;
         let st = self.state[&src].clone();
         let layouts: Vec<Layout> = (0..self.n())
             .map(|d| *self.graphs[d].layout(ls[d]))
             .collect();
-        let carried = carry(self.meta, t, &st, &layouts).map_err(|e| meta_err(e.to_string()))?;
+        let carried = match carry(self.meta, t, &st, &layouts) {
+            Ok(c) => c,
+            // A layout the split cannot follow: work on a whole copy, unless the memory is persistent
+            // (a split weight or cache), where writes through the view must reach the slices.
+            Err(e) if !self.persistent(src) => {
+                ls = self.convert(src, &SplitState::Mirrored)?;
+                let layouts: Vec<Layout> = (0..self.n())
+                    .map(|d| *self.graphs[d].layout(ls[d]))
+                    .collect();
+                carry(self.meta, t, &SplitState::Mirrored, &layouts)
+                    .map_err(|_| meta_err(e.to_string()))?
+            }
+            Err(e) => return Err(meta_err(e.to_string())),
+        };
         let mut locals = Vec::with_capacity(self.n());
         for (d, &lsd) in ls.iter().enumerate() {
             let g = &mut self.graphs[d];
@@ -203,6 +240,16 @@ impl<'a> Builder<'a> {
         self.state.insert(t, carried.state);
         self.local.insert(t, locals);
         Ok(())
+    }
+
+    /// True when `t` views memory of a meta buffer (split weights and caches outlive the graph).
+    fn persistent(&self, t: TensorId) -> bool {
+        let root = self.meta.storage_of(t).root;
+        self.meta
+            .tensor(root)
+            .data
+            .as_ref()
+            .is_some_and(|d| d.buffer.as_any().is::<MetaBuffer>())
     }
 
     fn reshape(&mut self, d: usize, src: TensorId, ne: [usize; 4]) -> Result<TensorId> {
@@ -267,6 +314,7 @@ impl<'a> Builder<'a> {
         self.keep.push(targets.clone());
         self.stage().after.push(crate::program::Boundary::Reduce {
             locals: targets.clone(),
+            doubling: None,
         });
         self.new_stage();
         if in_place {
@@ -302,6 +350,12 @@ impl<'a> Builder<'a> {
         };
         let mut out = Vec::with_capacity(self.n());
         for (d, &w) in whole.iter().enumerate() {
+            // Views keep axis 0 dense: slice a dense copy when the whole tensor is not.
+            let w = if self.graphs[d].layout(w).rows_contiguous() {
+                w
+            } else {
+                self.contiguous(d, w)?
+            };
             let lay = *self.graphs[d].layout(w);
             let unit = if *axis == 0 {
                 lay.dtype.block_size()
@@ -395,6 +449,7 @@ pub(crate) fn build(
     device: &MetaDevice,
     backends: &[Arc<dyn Backend>],
     key: u64,
+    has_communicator: bool,
 ) -> Result<Program> {
     let n = backends.len();
     let aliased: HashSet<TensorId> = meta
@@ -457,11 +512,34 @@ pub(crate) fn build(
         s.alloc(g)?;
         scheds.push(s);
     }
+    let mut stages = b.stages;
+    if !has_communicator && n > 1 {
+        let threshold = device.reduce_options().bf16_min_bytes;
+        for stage in &mut stages {
+            for boundary in &mut stage.after {
+                if let Boundary::Reduce { locals, doubling } = boundary {
+                    let own = locals
+                        .iter()
+                        .enumerate()
+                        .map(|(d, &l)| graphs[d].data(l))
+                        .collect::<Result<Vec<_>>>()?;
+                    let layout = *graphs[0].layout(locals[0]);
+                    *doubling = Some(crate::doubling::Doubling::new(
+                        device.devices(),
+                        backends,
+                        own,
+                        layout,
+                        threshold,
+                    )?);
+                }
+            }
+        }
+    }
     Ok(Program {
         key,
         graphs,
         _scheds: scheds,
-        stages: b.stages,
+        stages,
         inputs: b.inputs,
         outputs,
     })

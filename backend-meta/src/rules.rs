@@ -69,7 +69,7 @@ fn slice_or_broadcast(graph: &Graph, src: TensorId, like: &SplitState, full_len:
     let axis = like.axis().expect("split state");
     let len = graph.layout(src).ne[axis];
     if len == 1 && full_len != 1 {
-        Want::AsIs
+        Want::State(Mirrored)
     } else {
         Want::State(like.clone())
     }
@@ -256,6 +256,10 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
             r
         }
         Op::Unary(ggml_core::UnaryOp::Neg) => unary_rule(&s[0], true),
+        // A cast to a block type needs whole blocks in every slice of axis 0.
+        Op::Cont if matches!(&s[0], SplitState::Split { axis: 0, segments } if segments.iter().any(|g| g.slices.iter().any(|&x| !x.is_multiple_of(t.dtype().block_size())))) => {
+            mirrored_rule(1)
+        }
         Op::Clamp { .. } | Op::Unary(_) | Op::Cont => unary_rule(&s[0], false),
         Op::Glu { .. } if t.src.len() == 2 => match (&s[0], &s[1]) {
             (a, b) if a == b && *a != Partial => Rule {
@@ -298,7 +302,8 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
         },
         Op::SoftMax { max_bias, .. } => {
             if *max_bias > 0.0 && matches!(s[0], SplitState::Split { axis: 2, .. }) {
-                return Err(err(graph, node, s, "ALiBi slopes need global head indices"));
+                // ALiBi slopes depend on the global head index: compute whole.
+                return Ok(mirrored_rule(s.len()));
             }
             let mut r = row_rule(graph, node, &s[..s.len().min(2)]);
             if s.len() == 3 {
@@ -307,9 +312,7 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
                         axis: 0,
                         segments: segments.clone(),
                     }),
-                    SplitState::Split { .. } => {
-                        return Err(err(graph, node, s, "sinks with a split other than heads"))
-                    }
+                    SplitState::Split { .. } => return Ok(mirrored_rule(3)),
                     _ => Want::State(Mirrored),
                 };
                 r.srcs.push(sinks);
@@ -317,8 +320,17 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
             r
         }
         Op::Rope(_) => match &s[0] {
-            st @ SplitState::Split { axis, .. } if *axis >= 1 => {
-                let mut srcs = vec![Want::AsIs, Want::State(Mirrored)];
+            st @ SplitState::Split { axis, segments } if *axis >= 1 => {
+                // Positions run along axis 2 (tokens): they follow a token split.
+                let pos = if *axis == 2 {
+                    Want::State(SplitState::Split {
+                        axis: 0,
+                        segments: segments.clone(),
+                    })
+                } else {
+                    Want::State(Mirrored)
+                };
+                let mut srcs = vec![Want::AsIs, pos];
                 if t.src.len() == 3 {
                     srcs.push(Want::State(Mirrored));
                 }
@@ -343,7 +355,8 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
                 v,
             ) if k == v => {
                 if *max_bias > 0.0 {
-                    return Err(err(graph, node, s, "ALiBi slopes need global head indices"));
+                    // ALiBi slopes depend on the global head index: compute whole.
+                    return Ok(mirrored_rule(t.src.len()));
                 }
                 let (hq, hk) = (graph.layout(src(0)).ne[2], graph.layout(src(1)).ne[2]);
                 let aligned = sq.len() == sk.len()
@@ -423,6 +436,14 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
         },
         Op::Cpy => match &s[1] {
             Partial => return Err(err(graph, node, s, "cannot copy into a partial tensor")),
+            SplitState::Split { .. } if graph.layout(src(0)).ne != graph.layout(src(1)).ne => {
+                return Err(err(
+                    graph,
+                    node,
+                    s,
+                    "a reshaping copy into a split destination",
+                ));
+            }
             dst => Rule {
                 srcs: vec![Want::State(dst.clone()), Want::AsIs],
                 out: dst.clone(),

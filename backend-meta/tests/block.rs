@@ -6,7 +6,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use backend_cpu::device::cpu_devices;
-use backend_meta::{MetaDevice, WeightSplit};
+use backend_meta::{MetaDevice, ReduceOptions, WeightSplit};
 use ggml_core::backend::{Backend, Buffer, Device};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DType, DataRef, GluOp, Graph, Layout, RopeMode, RopeParams, TensorId};
@@ -409,12 +409,27 @@ fn on_meta(
     t: usize,
     repeats: usize,
 ) -> (Vec<f32>, backend_meta::MetaStats) {
+    on_meta_with(n, ratios, seed, moe, t, repeats, None)
+}
+
+fn on_meta_with(
+    n: usize,
+    ratios: Option<Vec<f32>>,
+    seed: u64,
+    moe: bool,
+    t: usize,
+    repeats: usize,
+    reduce: Option<ReduceOptions>,
+) -> (Vec<f32>, backend_meta::MetaStats) {
     let devs: Vec<Arc<dyn Device>> = cpu_devices(n, n)
         .unwrap()
         .into_iter()
         .map(|d| d as Arc<dyn Device>)
         .collect();
     let meta = MetaDevice::new(devs, ratios).unwrap();
+    if let Some(r) = reduce {
+        meta.set_reduce_options(r);
+    }
     let backend = meta.new_meta_backend().unwrap();
     let out = run(backend.clone(), &Place::Meta(meta), seed, moe, t, repeats);
     (out, backend.stats())
@@ -483,4 +498,34 @@ fn mixed_families_and_bad_ratios_are_refused() {
         .collect();
     assert!(MetaDevice::new(devs.clone(), Some(vec![1.0])).is_err());
     assert!(MetaDevice::new(devs, Some(vec![0.0, 0.0])).is_err());
+}
+
+#[test]
+fn generic_recursive_doubling_reduce_matches_for_any_device_count() {
+    let seed = rand::random::<u64>();
+    let t = 4;
+    let want = single(seed, false, t);
+    for n in [2usize, 3, 4] {
+        let f32_only = ReduceOptions {
+            generic: true,
+            bf16_min_bytes: usize::MAX,
+        };
+        let (got, stats) = on_meta_with(n, None, seed, false, t, 1, Some(f32_only));
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-6, "seed {seed} n {n}: nmse {e}");
+        assert_eq!(
+            stats.reduced_bytes,
+            stats.reductions * (D * t * 4) as u64,
+            "{stats:?}"
+        );
+        // Everything travels in BF16: half the bytes, BF16-sized error.
+        let bf16 = ReduceOptions {
+            generic: true,
+            bf16_min_bytes: 0,
+        };
+        let (got, stats) = on_meta_with(n, None, seed, false, t, 1, Some(bf16));
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-4, "seed {seed} n {n} bf16: nmse {e}");
+        assert_eq!(stats.reduced_bytes, stats.reductions * (D * t * 2) as u64);
+    }
 }

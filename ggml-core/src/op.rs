@@ -184,7 +184,7 @@ fn shape_err(op: &'static str, msg: impl Into<String>) -> Error {
 }
 
 fn can_repeat(b: &Layout, a: &Layout) -> bool {
-    (0..4).all(|d| b.ne[d] != 0 && a.ne[d].is_multiple_of(b.ne[d]))
+    (0..4).all(|d| a.ne[d].is_multiple_of(b.ne[d]))
 }
 
 fn expect_type(op: &'static str, what: &str, got: DType, allowed: &[DType]) -> Result<()> {

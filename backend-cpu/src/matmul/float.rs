@@ -6,7 +6,7 @@
 //! - a cache-blocked GEMM for many columns: the activation columns are packed once per job into
 //!   panels of `NR` columns (`[panel][k][NR]`), each task packs `KC x MC` blocks of weights into
 //!   panels of `MR = 2 * LANES` rows (`[panel][k][MR]`, widened to f32), and a register-tiled
-//!   `MR x NR` micro-kernel (AVX-512: 32 x 12, AVX2: 16 x 6, portable: 16 x 4) accumulates in
+//!   `MR x NR` micro-kernel (AVX-512: 32 x 12, AVX2 and NEON: 16 x 6, portable: 16 x 4) accumulates in
 //!   registers and adds its tile to the destination.
 //!
 //! F16 / BF16 weights are widened exactly to f32 and multiplied in f32 (the activations are not
@@ -23,7 +23,7 @@ const WT_F16: u8 = 1;
 const WT_BF16: u8 = 2;
 
 /// k-depth of one packed block.
-const KC: usize = 256;
+const KC: usize = 512;
 /// Weight panels of `MR` rows per task block.
 const MC_PANELS: usize = 4;
 
@@ -197,25 +197,29 @@ unsafe fn gemm_task_impl<V: F32Vec, const NR: usize, const WT: u8>(
     let n = job.acts.len();
     let npan = m_range.len().div_ceil(mr);
     let mut abuf = vec![0f32; npan * mr * KC.min(k)];
+    let zeros = vec![0u8; 4 * KC.min(k)];
     let mut k0 = 0;
     // SAFETY: pointers of the job are valid (caller); packed buffers are indexed within their sizes:
     // `abuf` holds `npan` panels of `kc * mr`, `bpack` holds panels of `k * NR`.
     unsafe {
         while k0 < k {
             let kc = KC.min(k - k0);
+            // Packed row by row along k (k outer, rows inner): contiguous stores and one load
+            // from each of the `mr` rows per step; padding rows read a zero row.
+            let esize = if WT == WT_F32 { 4 } else { 2 };
             for pi in 0..npan {
                 let base = pi * kc * mr;
-                for r in 0..mr {
+                let mut rowp = [zeros.as_ptr(); 64];
+                for (r, rp) in rowp.iter_mut().enumerate().take(mr) {
                     let m = m_range.start + pi * mr + r;
                     if m < m_range.end {
-                        let w = job.w.add(m * job.w_stride);
-                        for kk in 0..kc {
-                            abuf[base + kk * mr + r] = get_w::<WT>(w, k0 + kk);
-                        }
-                    } else {
-                        for kk in 0..kc {
-                            abuf[base + kk * mr + r] = 0.0;
-                        }
+                        *rp = job.w.add(m * job.w_stride + k0 * esize);
+                    }
+                }
+                for kk in 0..kc {
+                    let out = &mut abuf[base + kk * mr..base + kk * mr + mr];
+                    for (o, &rp) in out.iter_mut().zip(&rowp) {
+                        *o = get_w::<WT>(rp, kk);
                     }
                 }
             }
@@ -320,7 +324,32 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::*;
+    use crate::matmul::vec::Neon8;
+
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn rows_neon(
+        wt: DType,
+        job: &Job,
+        k: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        // SAFETY: NEON checked by the dispatcher; pointers forwarded from the caller.
+        unsafe { rows_any::<Neon8>(wt, job, k, rows, cols) }
+    }
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn gemm_neon(t: &GemmTask) {
+        // SAFETY: NEON checked by the dispatcher; pointers forwarded from the caller.
+        unsafe { gemm_task_any::<Neon8, NR_NEON>(t) }
+    }
+}
+
 const NR_SCALAR: usize = 4;
+/// Same panel width as AVX2 (so `pack_b_panel::<NR_AVX2>` packs NEON panels too).
+const NR_NEON: usize = NR_AVX2;
 const NR_AVX2: usize = 6;
 const NR_AVX512: usize = 12;
 
@@ -344,6 +373,8 @@ pub(crate) unsafe fn rows(
             SimdLevel::Avx2 => x86::rows_avx2(wt, job, k, rows, cols),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => x86::rows_avx512(wt, job, k, rows, cols),
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon => arm::rows_neon(wt, job, k, rows, cols),
             _ => rows_any::<Scalar8>(wt, job, k, rows, cols),
         }
     }
@@ -357,7 +388,8 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
     let (nr, mr) = match level {
         SimdLevel::Avx2 => (NR_AVX2, 16),
         SimdLevel::Avx512 => (NR_AVX512, 32),
-        _ => (NR_SCALAR, 16),
+        SimdLevel::Neon => (NR_NEON, 16),
+        SimdLevel::Scalar => (NR_SCALAR, 16),
     };
     let n = job.acts.len();
     let n_panels = n.div_ceil(nr);
@@ -403,6 +435,8 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
                 SimdLevel::Avx2 => x86::gemm_avx2(&t),
                 #[cfg(target_arch = "x86_64")]
                 SimdLevel::Avx512 => x86::gemm_avx512(&t),
+                #[cfg(target_arch = "aarch64")]
+                SimdLevel::Neon => arm::gemm_neon(&t),
                 _ => gemm_task_any::<Scalar8, NR_SCALAR>(&t),
             }
         }

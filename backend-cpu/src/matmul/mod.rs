@@ -206,6 +206,13 @@ fn run_jobs(level: SimdLevel, wt: DType, k: usize, jobs: &[Job]) {
         if n == 0 || job.m == 0 {
             continue;
         }
+        if k == 0 {
+            for &d in &job.dsts {
+                // SAFETY: each destination column holds `m` f32 (validated views).
+                unsafe { std::slice::from_raw_parts_mut(d, job.m) }.fill(0.0);
+            }
+            continue;
+        }
         if wt.is_float() && n >= GEMM_MIN_COLS {
             // SAFETY: the job's pointers were built from validated views (see `mul_mat`).
             unsafe { float::gemm(level, wt, job, k) };

@@ -1,5 +1,5 @@
 //! SIMD level selection for the matmul kernels: detected once at run time (`OnceLock`), and
-//! overridable with the environment variable `GGML_TP_SIMD=scalar|avx2|avx512` (read once, at the
+//! overridable with the environment variable `GGML_TP_SIMD=scalar|avx2|avx512|neon` (read once, at the
 //! first detection). Forcing a level the CPU lacks falls back to the best available one with a
 //! warning on stderr. AMX is never used, whatever CPUID advertises.
 //!
@@ -8,9 +8,8 @@
 //! - `Avx2`: x86-64 with AVX2 + FMA + F16C.
 //! - `Avx512`: `Avx2` plus AVX-512 F, BW, VL and VNNI (512-bit F32 GEMM micro-kernel, VNNI
 //!   integer dot products for the quantized kernels).
-//!
-//! There are no hand-written NEON kernels yet: on aarch64 the portable kernels run (NEON is part of
-//! the base ISA there, so the compiler auto-vectorizes their inner loops).
+//! - `Neon`: aarch64 NEON for the float kernels (row dot products and GEMM micro-kernel); the
+//!   quantized kernels use the portable code there (no hand-written `sdot` kernels yet).
 
 use std::sync::OnceLock;
 
@@ -20,6 +19,7 @@ pub enum SimdLevel {
     Scalar,
     Avx2,
     Avx512,
+    Neon,
 }
 
 impl SimdLevel {
@@ -28,6 +28,7 @@ impl SimdLevel {
             SimdLevel::Scalar => "scalar",
             SimdLevel::Avx2 => "avx2",
             SimdLevel::Avx512 => "avx512",
+            SimdLevel::Neon => "neon",
         }
     }
 
@@ -49,6 +50,8 @@ impl SimdLevel {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -56,10 +59,15 @@ impl SimdLevel {
 
     /// Every level the running CPU supports, lowest first (always starts with `Scalar`).
     pub fn available() -> Vec<SimdLevel> {
-        [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512]
-            .into_iter()
-            .filter(|l| l.is_available())
-            .collect()
+        [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::Avx512,
+            SimdLevel::Neon,
+        ]
+        .into_iter()
+        .filter(|l| l.is_available())
+        .collect()
     }
 
     /// The best level of the running CPU.
@@ -85,9 +93,10 @@ pub fn resolve(want: Option<&str>) -> SimdLevel {
         "scalar" => SimdLevel::Scalar,
         "avx2" => SimdLevel::Avx2,
         "avx512" => SimdLevel::Avx512,
+        "neon" => SimdLevel::Neon,
         other => {
             eprintln!(
-                "ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512; using {}",
+                "ggml-tp: GGML_TP_SIMD={other} is not one of scalar, avx2, avx512, neon; using {}",
                 best.name()
             );
             return best;

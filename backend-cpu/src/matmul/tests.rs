@@ -288,4 +288,50 @@ fn errors_not_panics() {
     let b1 = TView::of_slice(&mut bbuf, DType::F32, [64, 1, 4, 1]);
     let d1 = TView::of_slice(&mut dbuf, DType::F32, [4, 1, 4, 1]);
     assert!(mul_mat_id(&e, &b1, &ids, &d1).is_err());
+    // K = 0: an empty sum.
+    let mut empty = vec![0u8; 0];
+    let a0 = TView::of_slice(&mut empty, DType::F32, [0, 4, 1, 1]);
+    let b0 = TView::of_slice(&mut empty, DType::F32, [0, 9, 1, 1]);
+    let mut dbuf: Vec<u8> = bytemuck::cast_slice(&[f32::NAN; 36]).to_vec();
+    let d0 = TView::of_slice(&mut dbuf, DType::F32, [4, 9, 1, 1]);
+    mul_mat(&a0, &b0, &d0).unwrap();
+    assert!(to_f32(&dbuf).iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn half_precision_activations() {
+    for level in SimdLevel::available() {
+        for wt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K] {
+            for bt in [DType::F16, DType::BF16] {
+                let (k, m, n) = (k_for(wt, false), 17, 9);
+                let (mut abuf, adeq) = weights(wt, k, m);
+                let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
+                // b rounded to half precision; the kernels see exactly these values.
+                let mut bbuf = vec![0u8; bt.row_size(k).unwrap() * n];
+                quantize_row(bt, &rand_vec(k * n), &mut bbuf).unwrap();
+                let mut bvals = vec![0f32; k * n];
+                dequantize_row(bt, &bbuf, &mut bvals).unwrap();
+                let b = TView::of_slice(&mut bbuf, bt, [k, n, 1, 1]);
+                let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * n]).to_vec();
+                let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n, 1, 1]);
+                mul_mat_with(level, &a, &b, &dst).unwrap();
+                let mut want = vec![0f64; m * n];
+                let mut mag = 0.0;
+                for j in 0..n {
+                    let act = act_ref(wt, &bvals[j * k..(j + 1) * k]);
+                    for i in 0..m {
+                        let (d, g) = dot_mag(&adeq[i * k..(i + 1) * k], &act);
+                        want[j * m + i] = d;
+                        mag += g;
+                    }
+                }
+                let e = nmse(&to_f32(&dbuf), &want, mag);
+                assert!(
+                    e <= bound(wt),
+                    "{wt} x {bt} at {}: nmse {e:e}",
+                    level.name()
+                );
+            }
+        }
+    }
 }

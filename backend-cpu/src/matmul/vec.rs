@@ -1,6 +1,6 @@
 //! `F32Vec`: the few f32 vector operations the float kernels need (load f32/f16/bf16, splat, fused
 //! multiply-add, horizontal sum), implemented once per ISA: a portable 8-lane array (`Scalar8`),
-//! AVX2/FMA/F16C `__m256` and AVX-512 `__m512`. The float dot products and the GEMM micro-kernel
+//! AVX2/FMA/F16C `__m256`, AVX-512 `__m512` and NEON `Neon8` (two `float32x4_t`). The float dot products and the GEMM micro-kernel
 //! are written once, generic over this trait, and instantiated inside `#[target_feature]`
 //! functions so that the intrinsics inline.
 
@@ -196,6 +196,82 @@ mod x86 {
         unsafe fn hsum(self) -> f32 {
             // SAFETY: see `zero`.
             unsafe { _mm512_reduce_add_ps(self) }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::Neon8;
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::F32Vec;
+    use std::arch::aarch64::*;
+
+    /// NEON: 8 lanes in two quad registers.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Neon8(float32x4_t, float32x4_t);
+
+    impl F32Vec for Neon8 {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY (all methods of this impl): NEON is enabled in the caller (checked at run
+            // time; it is part of the aarch64 base ISA), and pointers are valid for 8 elements.
+            unsafe { Neon8(vdupq_n_f32(0.0), vdupq_n_f32(0.0)) }
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            // SAFETY: see `zero`.
+            unsafe { Neon8(vdupq_n_f32(x), vdupq_n_f32(x)) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: see `zero`; 8 readable f32 at `p`.
+            unsafe { Neon8(vld1q_f32(p), vld1q_f32(p.add(4))) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: see `zero`; 8 writable f32 at `p`.
+            unsafe {
+                vst1q_f32(p, self.0);
+                vst1q_f32(p.add(4), self.1);
+            }
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> Self {
+            // Portable widening (the f16 vector types of std::arch are not stable).
+            // SAFETY: see `zero`; 8 readable u16 at `p`.
+            let h = unsafe { (p as *const [u16; 8]).read_unaligned() };
+            let f = h.map(ggml_core::quant::f16_bits_to_f32);
+            // SAFETY: `f` holds 8 f32.
+            unsafe { Self::load(f.as_ptr()) }
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> Self {
+            // SAFETY: see `zero`; 8 readable u16 at `p`.
+            unsafe {
+                let h = vld1q_u16(p);
+                Neon8(
+                    vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))),
+                    vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h)),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: see `zero`.
+            unsafe { Neon8(vfmaq_f32(c.0, a.0, b.0), vfmaq_f32(c.1, a.1, b.1)) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            // SAFETY: see `zero`.
+            unsafe { Neon8(vaddq_f32(a.0, b.0), vaddq_f32(a.1, b.1)) }
+        }
+        #[inline(always)]
+        unsafe fn hsum(self) -> f32 {
+            // SAFETY: see `zero`.
+            unsafe { vaddvq_f32(vaddq_f32(self.0, self.1)) }
         }
     }
 }

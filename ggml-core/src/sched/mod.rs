@@ -108,7 +108,8 @@ impl Scheduler {
             let big_enough = self.buffers[b]
                 .as_ref()
                 .is_some_and(|buf| buf.size() >= size);
-            if size > 0 && !big_enough {
+            let needed = size > 0 || plan.placements.iter().any(|p| p.1 == b);
+            if needed && !big_enough {
                 self.buffers[b] = None;
                 self.buffers[b] = Some(self.bufts[b].alloc(size)?);
             }
