@@ -2,7 +2,8 @@
 //! logits for the fixed 64-token input, with an F32 KV cache, in every split mode: one device, layers
 //! over 2 devices, tensor parallel over 2 (even) and 3 (uneven, [3,1,1]) devices. Half of the runs feed
 //! the prompt in one batch, the others a 40-token batch then one token per decode step. Quantized
-//! variants are compared with llama.cpp's logits of the dequantized model.
+//! variants are compared with llama.cpp's logits (tightly) and with those of the dequantized model
+//! (loosely).
 
 #[path = "logits_util.rs"]
 mod util;
@@ -34,8 +35,22 @@ fn modes() -> Vec<Mode> {
     ]
 }
 
-/// Runs one fixture in one mode; returns (worst NMSE per position, top-1 agreement).
-fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> (f64, f64) {
+/// Worst NMSE per position and top-1 agreement of `got` against `reference`.
+fn compare(got: &[f32], reference: &[f32], n_vocab: usize) -> (f64, f64) {
+    assert_eq!(got.len(), reference.len());
+    let n = reference.len() / n_vocab;
+    let mut worst: f64 = 0.0;
+    let mut agree = 0;
+    for p in 0..n {
+        let r = p * n_vocab..(p + 1) * n_vocab;
+        worst = worst.max(nmse(&got[r.clone()], &reference[r.clone()]));
+        agree += usize::from(argmax(&got[r.clone()]) == argmax(&reference[r]));
+    }
+    (worst, agree as f64 / n as f64)
+}
+
+/// Runs one fixture in one mode; returns its logits `[64, n_vocab]`.
+fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> Vec<f32> {
     let name = m["name"].as_str().unwrap();
     let ids: Vec<u32> = m["token_ids"]
         .as_array()
@@ -43,13 +58,6 @@ fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool
         .iter()
         .map(|v| v.as_u64().unwrap() as u32)
         .collect();
-    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
-    let dequant = dir.join(format!("{name}.dequant.logits.f32"));
-    let reference = if dequant.exists() {
-        util::read_f32(&dequant)
-    } else {
-        util::read_f32(&dir.join(format!("{name}.logits.f32")))
-    };
     let model = Model::load(dir.join(format!("{name}.gguf")), &mode.placement())
         .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
     let opts = SessionOptions {
@@ -57,27 +65,14 @@ fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool
         kv_type: DType::F32,
     };
     let mut s = Session::new(Arc::new(model), opts).unwrap();
-    let mut got = Vec::new();
-    if stepwise {
-        got.extend(s.eval(&ids[..40], Outputs::All).unwrap().data);
-        for &t in &ids[40..] {
-            got.extend(s.eval(&[t], Outputs::All).unwrap().data);
-        }
-    } else {
-        got = s.eval(&ids, Outputs::All).unwrap().data;
+    if !stepwise {
+        return s.eval(&ids, Outputs::All).unwrap().data;
     }
-    assert_eq!(got.len(), reference.len(), "{name}");
-    let mut worst: f64 = 0.0;
-    let mut agree = 0;
-    for p in 0..ids.len() {
-        let (c, r) = (
-            &got[p * n_vocab..(p + 1) * n_vocab],
-            &reference[p * n_vocab..(p + 1) * n_vocab],
-        );
-        worst = worst.max(nmse(c, r));
-        agree += usize::from(argmax(c) == argmax(r));
+    let mut got = s.eval(&ids[..40], Outputs::All).unwrap().data;
+    for &t in &ids[40..] {
+        got.extend(s.eval(&[t], Outputs::Last).unwrap().data);
     }
-    (worst, agree as f64 / ids.len() as f64)
+    got
 }
 
 #[test]
@@ -96,14 +91,29 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
         if !MODELS.contains(&name) || only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
+        let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+        let reference = util::read_f32(&dir.join(format!("{name}.logits.f32")));
+        let dequant = dir.join(format!("{name}.dequant.logits.f32"));
+        let dequant = dequant.exists().then(|| util::read_f32(&dequant));
+        // Like llama.cpp, quantized matmuls quantize their activations to 8 bits: those models follow
+        // llama.cpp's own logits closely and its dequantized model's logits loosely.
+        let limit = if dequant.is_some() { 1e-3 } else { 1e-5 };
         for (i, mode) in modes().iter().enumerate() {
             let stepwise = i % 2 == 1;
-            let (worst, top1) = run(&dir, m, mode, stepwise);
-            println!(
+            let got = run(&dir, m, mode, stepwise);
+            let (worst, top1) = compare(&got, &reference, n_vocab);
+            let mut line = format!(
                 "{name:14} {mode:?} stepwise={stepwise}: max NMSE {worst:.2e}, top-1 {top1:.3}"
             );
-            if worst > 1e-5 || top1 < 0.98 {
-                failures.push(format!("{name} {mode:?}: NMSE {worst:.2e}, top-1 {top1}"));
+            let mut ok = worst <= limit && top1 >= 0.98;
+            if let Some(dq) = &dequant {
+                let (w, t) = compare(&got, dq, n_vocab);
+                line += &format!(" | vs dequantized: max NMSE {w:.2e}, top-1 {t:.3}");
+                ok &= w <= 5e-3 && t >= 0.9;
+            }
+            println!("{line}");
+            if !ok {
+                failures.push(line);
             }
         }
     }
