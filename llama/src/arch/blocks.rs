@@ -3,7 +3,7 @@
 //! parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN down projection by
 //! columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV heads, norms and
 //! routers mirrored. A block whose sizes cannot be cut that way (granularity larger than the axis)
-//! stays mirrored.
+//! stays mirrored, and so does one that would be cut into a single unit.
 
 use crate::model::config::ModelConfig;
 use crate::model::weights::{Home, Loader, Weight};
@@ -44,7 +44,8 @@ impl AttnSplits {
         let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
         let group = nh / nkv;
         let q_gran = lcm(hd * group, o_type.block_size());
-        if cfg.head_dim_v != hd || (nh * hd) % q_gran != 0 {
+        // One unit (e.g. a single KV head) would put the whole block on one device: mirror it.
+        if cfg.head_dim_v != hd || (nh * hd) % q_gran != 0 || nh * hd / q_gran < 2 {
             return AttnSplits::mirrored();
         }
         let heads = q_gran / hd;
@@ -76,7 +77,7 @@ fn lcm(a: usize, b: usize) -> usize {
 /// Splits of an FFN (dense or experts) of width `n_ff`: gate/up rows and down columns cut alike.
 fn ffn_splits(n_ff: usize, down_type: DType) -> (WeightSplit, WeightSplit, WeightSplit) {
     let gran = down_type.block_size();
-    if n_ff % gran != 0 {
+    if n_ff % gran != 0 || n_ff / gran < 2 {
         let m = WeightSplit::Mirrored;
         return (m.clone(), m.clone(), m);
     }
