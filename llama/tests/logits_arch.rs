@@ -49,8 +49,18 @@ fn compare(got: &[f32], reference: &[f32], n_vocab: usize) -> (f64, f64) {
     (worst, agree as f64 / n as f64)
 }
 
-/// Runs one fixture in one mode; returns its logits `[64, n_vocab]`.
+/// Runs one fixture in one mode with an F32 cache; returns its logits `[64, n_vocab]`.
 fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> Vec<f32> {
+    run_kv(dir, m, mode, stepwise, DType::F32)
+}
+
+fn run_kv(
+    dir: &std::path::Path,
+    m: &serde_json::Value,
+    mode: &Mode,
+    stepwise: bool,
+    kv_type: DType,
+) -> Vec<f32> {
     let name = m["name"].as_str().unwrap();
     let ids: Vec<u32> = m["token_ids"]
         .as_array()
@@ -62,7 +72,7 @@ fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool
         .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
     let opts = SessionOptions {
         n_ctx: 128,
-        kv_type: DType::F32,
+        kv_type,
     };
     let mut s = Session::new(Arc::new(model), opts).unwrap();
     if !stepwise {
@@ -72,6 +82,9 @@ fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool
     for &t in &ids[40..] {
         got.extend(s.eval(&[t], Outputs::Last).unwrap().data);
     }
+    // Decode graphs repeat their structure: only the first step plans.
+    let stats = s.scheduler().stats();
+    assert!(stats.reuses >= 23, "{name} {mode:?}: {stats:?}");
     got
 }
 
@@ -118,4 +131,34 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn f16_and_q8_0_kv_caches_stay_close() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let m = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "llama")
+        .unwrap();
+    let reference = util::read_f32(&dir.join("llama.logits.f32"));
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    for (kv, limit) in [(DType::F16, 1e-6), (DType::Q8_0, 2e-4)] {
+        for (mode, stepwise) in [(Mode::None, false), (Mode::Tensor(vec![1.0, 1.0]), true)] {
+            let got = run_kv(&dir, m, &mode, stepwise, kv);
+            let (worst, top1) = compare(&got, &reference, n_vocab);
+            println!("llama KV {kv} {mode:?}: max NMSE {worst:.2e}, top-1 {top1:.3}");
+            assert!(
+                worst <= limit && top1 >= 0.95,
+                "KV {kv} {mode:?}: {worst} {top1}"
+            );
+        }
+    }
 }

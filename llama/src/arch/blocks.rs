@@ -45,7 +45,7 @@ impl AttnSplits {
         let group = nh / nkv;
         let q_gran = lcm(hd * group, o_type.block_size());
         // One unit (e.g. a single KV head) would put the whole block on one device: mirror it.
-        if cfg.head_dim_v != hd || (nh * hd) % q_gran != 0 || nh * hd / q_gran < 2 {
+        if cfg.head_dim_v != hd || !(nh * hd).is_multiple_of(q_gran) || nh * hd / q_gran < 2 {
             return AttnSplits::mirrored();
         }
         let heads = q_gran / hd;
@@ -77,7 +77,7 @@ fn lcm(a: usize, b: usize) -> usize {
 /// Splits of an FFN (dense or experts) of width `n_ff`: gate/up rows and down columns cut alike.
 fn ffn_splits(n_ff: usize, down_type: DType) -> (WeightSplit, WeightSplit, WeightSplit) {
     let gran = down_type.block_size();
-    if n_ff % gran != 0 || n_ff / gran < 2 {
+    if !n_ff.is_multiple_of(gran) || n_ff / gran < 2 {
         let m = WeightSplit::Mirrored;
         return (m.clone(), m.clone(), m);
     }
@@ -272,8 +272,8 @@ impl Moe {
 
 /// The feed-forward part of a layer.
 pub enum Ffn {
-    Dense(Dense),
-    Moe(Moe),
+    Dense(Box<Dense>),
+    Moe(Box<Moe>),
 }
 
 /// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma).

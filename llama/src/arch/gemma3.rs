@@ -43,7 +43,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         attn: Attention::load(ld, cfg, l, spec)?,
         attn_post_norm: Some(layer_norm(ld, cfg, l, "post_attention_norm")?),
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
-        ffn: Ffn::Dense(Dense::load(ld, cfg, l, GluOp::Geglu)?),
+        ffn: Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Geglu)?)),
         ffn_post_norm: Some(layer_norm(ld, cfg, l, "post_ffw_norm")?),
     })
 }

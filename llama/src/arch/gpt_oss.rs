@@ -34,7 +34,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         attn: Attention::load(ld, cfg, l, spec)?,
         attn_post_norm: None,
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
-        ffn: Ffn::Moe(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?),
+        ffn: Ffn::Moe(Box::new(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?)),
         ffn_post_norm: None,
     })
 }

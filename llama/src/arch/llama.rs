@@ -22,15 +22,15 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
 
 pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelError> {
     let ffn = if cfg.moe.is_some() {
-        Ffn::Moe(Moe::load(
+        Ffn::Moe(Box::new(Moe::load(
             ld,
             cfg,
             l,
             Gating::Softmax { renorm: true },
             GluOp::Swiglu,
-        )?)
+        )?))
     } else {
-        Ffn::Dense(Dense::load(ld, cfg, l, GluOp::Swiglu)?)
+        Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
     };
     Layer::pre_norm(ld, cfg, l, AttnSpec::default(), ffn)
 }

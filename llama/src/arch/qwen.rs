@@ -26,15 +26,15 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         sinks: false,
     };
     let ffn = if cfg.arch == Arch::Qwen3Moe {
-        Ffn::Moe(Moe::load(
+        Ffn::Moe(Box::new(Moe::load(
             ld,
             cfg,
             l,
             Gating::Softmax { renorm: true },
             GluOp::Swiglu,
-        )?)
+        )?))
     } else {
-        Ffn::Dense(Dense::load(ld, cfg, l, GluOp::Swiglu)?)
+        Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
     };
     Layer::pre_norm(ld, cfg, l, spec, ffn)
 }

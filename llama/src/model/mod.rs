@@ -6,6 +6,9 @@
 pub mod config;
 pub mod weights;
 
+#[cfg(test)]
+mod tests;
+
 use backend_meta::{MetaDevice, WeightSplit};
 use config::{Arch, ModelConfig};
 use ggml_core::backend::{Backend, Device};
