@@ -1,4 +1,12 @@
 //! llama: the GGUF model runtime of ggml-tp (tokenizers, architectures, KV cache, sampling) and the
 //! `ggml-tp` command-line program.
 
+pub mod arch;
+pub mod kv;
+pub mod model;
+pub mod runtime;
 pub mod tokenizer;
+
+pub use model::config::{Arch, ModelConfig};
+pub use model::{Model, ModelError, Placement};
+pub use runtime::{Logits, Outputs, Session, SessionOptions};

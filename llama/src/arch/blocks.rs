@@ -1,0 +1,322 @@
+//! The weights of the building blocks shared by the architectures (attention, dense FFN, mixture of
+//! experts, norms), how each is read from the file, and the split each weight declares for tensor
+//! parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN down projection by
+//! columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV heads, norms and
+//! routers mirrored. A block whose sizes cannot be cut that way (granularity larger than the axis)
+//! stays mirrored, and so does one that would be cut into a single unit.
+
+use crate::model::config::ModelConfig;
+use crate::model::weights::{Home, Loader, Weight};
+use crate::model::ModelError;
+use backend_meta::WeightSplit;
+use ggml_core::{DType, GluOp};
+
+/// Splits of one attention block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttnSplits {
+    pub q_rows: WeightSplit,
+    pub kv_rows: WeightSplit,
+    pub o_cols: WeightSplit,
+    pub q_bias: WeightSplit,
+    pub kv_bias: WeightSplit,
+    pub sinks: WeightSplit,
+    /// KV cache `[head_dim, n_ctx, n_head_kv]`, split by KV heads.
+    pub cache: WeightSplit,
+}
+
+impl AttnSplits {
+    fn mirrored() -> AttnSplits {
+        let m = WeightSplit::Mirrored;
+        AttnSplits {
+            q_rows: m.clone(),
+            kv_rows: m.clone(),
+            o_cols: m.clone(),
+            q_bias: m.clone(),
+            kv_bias: m.clone(),
+            sinks: m.clone(),
+            cache: m,
+        }
+    }
+
+    /// Splits by whole GQA groups, with the granularity rounded up so that the output projection's
+    /// columns are whole quant blocks (`o_type`).
+    fn new(cfg: &ModelConfig, o_type: DType) -> AttnSplits {
+        let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
+        let group = nh / nkv;
+        let q_gran = lcm(hd * group, o_type.block_size());
+        // One unit (e.g. a single KV head) would put the whole block on one device: mirror it.
+        if cfg.head_dim_v != hd || !(nh * hd).is_multiple_of(q_gran) || nh * hd / q_gran < 2 {
+            return AttnSplits::mirrored();
+        }
+        let heads = q_gran / hd;
+        let kv_heads = heads / group;
+        AttnSplits {
+            q_rows: WeightSplit::axis(1, nh * hd, q_gran),
+            kv_rows: WeightSplit::axis(1, nkv * hd, kv_heads * hd),
+            o_cols: WeightSplit::axis(0, nh * hd, q_gran),
+            q_bias: WeightSplit::axis(0, nh * hd, q_gran),
+            kv_bias: WeightSplit::axis(0, nkv * hd, kv_heads * hd),
+            sinks: WeightSplit::axis(0, nh, heads),
+            cache: WeightSplit::axis(2, nkv, kv_heads),
+        }
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    a / gcd(a, b) * b
+}
+
+/// Splits of an FFN (dense or experts) of width `n_ff`: gate/up rows and down columns cut alike.
+fn ffn_splits(n_ff: usize, down_type: DType) -> (WeightSplit, WeightSplit, WeightSplit) {
+    let gran = down_type.block_size();
+    if !n_ff.is_multiple_of(gran) || n_ff / gran < 2 {
+        let m = WeightSplit::Mirrored;
+        return (m.clone(), m.clone(), m);
+    }
+    (
+        WeightSplit::axis(1, n_ff, gran),
+        WeightSplit::axis(0, n_ff, gran),
+        WeightSplit::axis(0, n_ff, gran),
+    )
+}
+
+/// Which optional parts an architecture's attention has.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttnSpec {
+    /// Per-head RMS norms of Q and K (required when set).
+    pub qk_norm: bool,
+    /// Attention sinks, one logit per head (required when set).
+    pub sinks: bool,
+}
+
+/// Weights of one attention block (biases optional).
+pub struct Attention {
+    pub wq: Weight,
+    pub wk: Weight,
+    pub wv: Weight,
+    pub wo: Weight,
+    pub bq: Option<Weight>,
+    pub bk: Option<Weight>,
+    pub bv: Option<Weight>,
+    pub bo: Option<Weight>,
+    pub q_norm: Option<Weight>,
+    pub k_norm: Option<Weight>,
+    pub sinks: Option<Weight>,
+    /// Rotary frequency factors (Llama 3 long-context scaling), per layer so that it lives with it.
+    pub rope_freqs: Option<Weight>,
+    pub splits: AttnSplits,
+}
+
+fn blk(l: usize, name: &str) -> String {
+    format!("blk.{l}.{name}")
+}
+
+impl Attention {
+    pub fn load(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        spec: AttnSpec,
+    ) -> Result<Attention, ModelError> {
+        let (d, hd, nh, nkv) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv);
+        let hv = cfg.head_dim_v;
+        let home = Home::Layer(l);
+        let o_name = blk(l, "attn_output.weight");
+        let o_type = ld
+            .info(&o_name)
+            .map(|i| i.0)
+            .ok_or_else(|| ModelError::MissingTensor(o_name.clone()))?;
+        let s = if ld.tensor_parallel() {
+            AttnSplits::new(cfg, o_type)
+        } else {
+            AttnSplits::mirrored()
+        };
+        let m = || WeightSplit::Mirrored;
+        let norm = |name: &str, req: bool| -> Result<Option<Weight>, ModelError> {
+            if req {
+                ld.get(&blk(l, name), &[hd], m(), home).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Attention {
+            wq: ld.get(
+                &blk(l, "attn_q.weight"),
+                &[d, nh * hd],
+                s.q_rows.clone(),
+                home,
+            )?,
+            wk: ld.get(
+                &blk(l, "attn_k.weight"),
+                &[d, nkv * hd],
+                s.kv_rows.clone(),
+                home,
+            )?,
+            wv: ld.get(
+                &blk(l, "attn_v.weight"),
+                &[d, nkv * hv],
+                s.kv_rows.clone(),
+                home,
+            )?,
+            wo: ld.get(&o_name, &[nh * hv, d], s.o_cols.clone(), home)?,
+            bq: ld.opt(&blk(l, "attn_q.bias"), &[nh * hd], s.q_bias.clone(), home)?,
+            bk: ld.opt(&blk(l, "attn_k.bias"), &[nkv * hd], s.kv_bias.clone(), home)?,
+            bv: ld.opt(&blk(l, "attn_v.bias"), &[nkv * hv], s.kv_bias.clone(), home)?,
+            bo: ld.opt(&blk(l, "attn_output.bias"), &[d], m(), home)?,
+            q_norm: norm("attn_q_norm.weight", spec.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", spec.qk_norm)?,
+            sinks: if spec.sinks {
+                Some(ld.get(&blk(l, "attn_sinks.weight"), &[nh], s.sinks.clone(), home)?)
+            } else {
+                None
+            },
+            rope_freqs: ld.opt("rope_freqs.weight", &[cfg.rope.n_dims / 2], m(), home)?,
+            splits: s,
+        })
+    }
+}
+
+/// A dense gated FFN.
+pub struct Dense {
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+    pub act: GluOp,
+}
+
+impl Dense {
+    pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize, act: GluOp) -> Result<Dense, ModelError> {
+        let (d, f) = (cfg.n_embd, cfg.n_ff);
+        let home = Home::Layer(l);
+        let down = blk(l, "ffn_down.weight");
+        let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
+        let (rows, _, cols) = ffn_splits(f, down_type);
+        Ok(Dense {
+            gate: ld.get(&blk(l, "ffn_gate.weight"), &[d, f], rows.clone(), home)?,
+            up: ld.get(&blk(l, "ffn_up.weight"), &[d, f], rows, home)?,
+            down: ld.get(&down, &[f, d], cols, home)?,
+            act,
+        })
+    }
+}
+
+/// How router scores become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, top-k, optionally renormalised to sum 1 (Qwen3-MoE).
+    Softmax { renorm: bool },
+    /// Top-k of the raw scores, softmax over the k chosen (gpt-oss).
+    SoftmaxOfTopK,
+}
+
+/// A mixture-of-experts FFN (biases optional).
+pub struct Moe {
+    pub router: Weight,
+    pub router_b: Option<Weight>,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+    pub gate_b: Option<Weight>,
+    pub up_b: Option<Weight>,
+    pub down_b: Option<Weight>,
+    pub gating: Gating,
+    pub act: GluOp,
+    pub n_used: usize,
+}
+
+impl Moe {
+    pub fn load(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        gating: Gating,
+        act: GluOp,
+    ) -> Result<Moe, ModelError> {
+        let moe = cfg.moe.ok_or_else(|| {
+            ModelError::Unsupported(format!("{} without expert counts", cfg.arch.name()))
+        })?;
+        let (d, f, e) = (cfg.n_embd, moe.n_ff_exp, moe.n_expert);
+        let home = Home::Layer(l);
+        let m = || WeightSplit::Mirrored;
+        let down = blk(l, "ffn_down_exps.weight");
+        let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
+        let (rows, bias, cols) = ffn_splits(f, down_type);
+        Ok(Moe {
+            router: ld.get(&blk(l, "ffn_gate_inp.weight"), &[d, e], m(), home)?,
+            router_b: ld.opt(&blk(l, "ffn_gate_inp.bias"), &[e], m(), home)?,
+            gate: ld.get(
+                &blk(l, "ffn_gate_exps.weight"),
+                &[d, f, e],
+                rows.clone(),
+                home,
+            )?,
+            up: ld.get(&blk(l, "ffn_up_exps.weight"), &[d, f, e], rows, home)?,
+            down: ld.get(&down, &[f, d, e], cols, home)?,
+            gate_b: ld.opt(&blk(l, "ffn_gate_exps.bias"), &[f, e], bias.clone(), home)?,
+            up_b: ld.opt(&blk(l, "ffn_up_exps.bias"), &[f, e], bias, home)?,
+            down_b: ld.opt(&blk(l, "ffn_down_exps.bias"), &[d, e], m(), home)?,
+            gating,
+            act,
+            n_used: moe.n_expert_used,
+        })
+    }
+}
+
+/// The feed-forward part of a layer.
+pub enum Ffn {
+    Dense(Box<Dense>),
+    Moe(Box<Moe>),
+}
+
+/// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma).
+pub struct Layer {
+    pub attn_norm: Weight,
+    pub attn: Attention,
+    pub attn_post_norm: Option<Weight>,
+    pub ffn_norm: Weight,
+    pub ffn: Ffn,
+    pub ffn_post_norm: Option<Weight>,
+}
+
+/// Loads the `[n_embd]` norm `blk.<l>.<name>.weight`.
+pub fn layer_norm(
+    ld: &Loader,
+    cfg: &ModelConfig,
+    l: usize,
+    name: &str,
+) -> Result<Weight, ModelError> {
+    ld.get(
+        &blk(l, &format!("{name}.weight")),
+        &[cfg.n_embd],
+        WeightSplit::Mirrored,
+        Home::Layer(l),
+    )
+}
+
+impl Layer {
+    /// The common pre-norm layer: `attn_norm` → attention → residual, `ffn_norm` → FFN → residual.
+    pub fn pre_norm(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        spec: AttnSpec,
+        ffn: Ffn,
+    ) -> Result<Layer, ModelError> {
+        Ok(Layer {
+            attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
+            attn: Attention::load(ld, cfg, l, spec)?,
+            attn_post_norm: None,
+            ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
+            ffn,
+            ffn_post_norm: None,
+        })
+    }
+}

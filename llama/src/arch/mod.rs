@@ -1,0 +1,36 @@
+//! The architectures: one module per family declares its hyper-parameters and how each layer's weights
+//! are named and split; [`blocks`] holds the shared weight blocks and [`forward`] the one graph builder
+//! they all use.
+
+pub mod blocks;
+pub mod forward;
+mod gemma3;
+mod gpt_oss;
+mod llama;
+mod qwen;
+
+use crate::model::config::{Arch, ModelConfig};
+use crate::model::weights::Loader;
+use crate::model::ModelError;
+use blocks::Layer;
+use ggml_core::gguf::GgufFile;
+
+/// The hyper-parameters of a file of architecture `arch`.
+pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig, ModelError> {
+    match arch {
+        Arch::Llama => llama::config(file, n_vocab),
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::config(file, arch, n_vocab),
+        Arch::Gemma3 => gemma3::config(file, n_vocab),
+        Arch::GptOss => gpt_oss::config(file, n_vocab),
+    }
+}
+
+/// Loads the weights of layer `l`.
+pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelError> {
+    match cfg.arch {
+        Arch::Llama => llama::layer(ld, cfg, l),
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::layer(ld, cfg, l),
+        Arch::Gemma3 => gemma3::layer(ld, cfg, l),
+        Arch::GptOss => gpt_oss::layer(ld, cfg, l),
+    }
+}

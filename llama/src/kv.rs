@@ -1,0 +1,148 @@
+//! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
+//! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
+//! on a meta device), and the host-built attention masks over the first `n_kv` slots.
+
+use crate::arch::blocks::Layer;
+use crate::model::weights::{Alloc, Home, Weight};
+use crate::model::{Model, ModelError};
+use ggml_core::{DType, Layout};
+
+/// Granularity of the attended cache length: graphs repeat their structure while the length stays
+/// inside one step.
+pub const KV_PAD: usize = 256;
+
+/// K and V tensors of every layer.
+pub struct KvCache {
+    layers: Vec<(Weight, Weight)>,
+    n_ctx: usize,
+    dtype: DType,
+}
+
+impl KvCache {
+    /// A zeroed cache of `n_ctx` slots per layer of `model`, of element type `dtype`.
+    pub fn new(model: &Model, n_ctx: usize, dtype: DType) -> Result<KvCache, ModelError> {
+        if !matches!(dtype, DType::F16 | DType::F32 | DType::Q8_0) {
+            return Err(ModelError::Unsupported(format!(
+                "KV cache type {dtype} (F16, F32 or Q8_0)"
+            )));
+        }
+        if n_ctx == 0 {
+            return Err(ModelError::Input("a context of 0 slots".into()));
+        }
+        let cfg = &model.config;
+        for d in [cfg.head_dim, cfg.head_dim_v] {
+            if d % dtype.block_size() != 0 {
+                return Err(ModelError::Unsupported(format!(
+                    "KV cache type {dtype} with head size {d} (not whole blocks)"
+                )));
+            }
+        }
+        let alloc = Alloc {
+            placement: &model.placement,
+            layer_device: &model.layer_device,
+        };
+        let layers = model
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(l, layer)| {
+                let k = cache_tensor(
+                    &alloc,
+                    layer,
+                    l,
+                    "k",
+                    cfg.head_dim,
+                    n_ctx,
+                    dtype,
+                    cfg.n_head_kv,
+                )?;
+                let v = cache_tensor(
+                    &alloc,
+                    layer,
+                    l,
+                    "v",
+                    cfg.head_dim_v,
+                    n_ctx,
+                    dtype,
+                    cfg.n_head_kv,
+                )?;
+                Ok((k, v))
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(KvCache {
+            layers,
+            n_ctx,
+            dtype,
+        })
+    }
+
+    /// The K and V tensors of layer `l`.
+    pub fn layer(&self, l: usize) -> (&Weight, &Weight) {
+        let (k, v) = &self.layers[l];
+        (k, v)
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Cache slots attended by a batch ending at `end` positions: `end` rounded up to [`KV_PAD`],
+    /// at most `n_ctx`.
+    pub fn n_kv_for(&self, end: usize) -> usize {
+        end.div_ceil(KV_PAD).saturating_mul(KV_PAD).min(self.n_ctx)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cache_tensor(
+    alloc: &Alloc,
+    layer: &Layer,
+    l: usize,
+    which: &str,
+    d: usize,
+    n_ctx: usize,
+    dtype: DType,
+    heads: usize,
+) -> Result<Weight, ModelError> {
+    let name = format!("cache_{which}_l{l}");
+    let layout = Layout::contiguous(dtype, [d, n_ctx, heads, 1]);
+    let data = alloc.alloc(&name, layout, &layer.attn.splits.cache, Home::Layer(l))?;
+    data.buffer.fill(data.offset, layout.nbytes(), 0)?;
+    Ok(Weight { name, layout, data })
+}
+
+/// The `[n_kv, n_tokens]` mask of queries at positions `n_past..n_past + n_tokens`: key slot `j` is
+/// visible from position `p` when `j <= p` and, with a window `swa > 0`, `p - j < swa`.
+pub fn mask(n_past: usize, n_tokens: usize, n_kv: usize, swa: usize) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; n_kv * n_tokens];
+    for i in 0..n_tokens {
+        let p = n_past + i;
+        let lo = if swa > 0 {
+            (p + 1).saturating_sub(swa)
+        } else {
+            0
+        };
+        for j in lo..=p.min(n_kv.saturating_sub(1)) {
+            m[i * n_kv + j] = 0.0;
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask;
+
+    #[test]
+    fn causal_and_windowed_masks() {
+        let m = mask(1, 2, 4, 0);
+        let inf = f32::NEG_INFINITY;
+        assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
+        let w = mask(3, 1, 4, 2);
+        assert_eq!(w, vec![inf, inf, 0.0, 0.0]);
+    }
+}

@@ -1,0 +1,260 @@
+//! Hyper-parameters of a model, read from GGUF metadata (`<arch>.embedding_length`, ...). Keys every
+//! architecture needs are read here; architecture-specific ones (sliding-window pattern, expert counts)
+//! by the architecture's own module through [`Meta`].
+
+use super::ModelError;
+use ggml_core::gguf::GgufFile;
+use ggml_core::{RopeMode, RopeParams};
+
+/// The architectures this runtime can build graphs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Qwen3Moe,
+    Gemma3,
+    GptOss,
+}
+
+impl Arch {
+    /// The architecture named by `general.architecture`.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        Some(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "gemma3" => Arch::Gemma3,
+            "gpt-oss" => Arch::GptOss,
+            _ => return None,
+        })
+    }
+
+    /// The GGUF name (and metadata key prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
+        }
+    }
+}
+
+/// Typed access to `<arch>.<key>` metadata with errors that name the key.
+pub struct Meta<'a> {
+    pub file: &'a GgufFile,
+    pub prefix: &'static str,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.prefix)
+    }
+
+    /// A required integer.
+    pub fn usize(&self, k: &str) -> Result<usize, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Err(ModelError::MissingKey(key)),
+            Some(v) => v.as_usize().ok_or(ModelError::BadKey {
+                key,
+                msg: format!("expected an integer, found {}", v.describe()),
+            }),
+        }
+    }
+
+    /// An optional integer.
+    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        match self.file.get(&self.key(k)) {
+            None => Ok(None),
+            Some(_) => self.usize(k).map(Some),
+        }
+    }
+
+    /// An optional float.
+    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v.as_f32().map(Some).ok_or(ModelError::BadKey {
+                key,
+                msg: format!("expected a float, found {}", v.describe()),
+            }),
+        }
+    }
+
+    /// A required float.
+    pub fn f32(&self, k: &str) -> Result<f32, ModelError> {
+        self.opt_f32(k)?
+            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
+    }
+
+    /// An optional string.
+    pub fn opt_str(&self, k: &str) -> Option<&str> {
+        self.file.get(&self.key(k)).and_then(|v| v.as_str())
+    }
+}
+
+/// Mixture-of-experts sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+}
+
+/// Hyper-parameters of one model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Per-head size of queries and keys.
+    pub head_dim: usize,
+    /// Per-head size of values.
+    pub head_dim_v: usize,
+    /// Dense feed-forward width (0 when the model has none).
+    pub n_ff: usize,
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    /// Rotary embedding of full-attention layers.
+    pub rope: RopeParams,
+    /// Rotary embedding of sliding-window layers.
+    pub rope_swa: RopeParams,
+    /// Sliding-window size (0: none).
+    pub n_swa: usize,
+    /// Per layer: true when the layer uses the sliding window.
+    pub swa_layers: Vec<bool>,
+    pub moe: Option<MoeConfig>,
+    /// Factor applied to the token embeddings (Gemma: √n_embd).
+    pub embd_scale: Option<f32>,
+    /// Scale of attention scores.
+    pub attn_scale: f32,
+}
+
+impl ModelConfig {
+    /// Reads the hyper-parameters every architecture shares; `rope_mode` is the architecture's rotary
+    /// layout. `n_vocab` comes from the embedding table.
+    pub fn common(
+        file: &GgufFile,
+        arch: Arch,
+        rope_mode: RopeMode,
+        n_vocab: usize,
+    ) -> Result<ModelConfig, ModelError> {
+        let m = Meta {
+            file,
+            prefix: arch.name(),
+        };
+        let n_embd = m.usize("embedding_length")?;
+        let n_layer = m.usize("block_count")?;
+        let n_head = m.usize("attention.head_count")?;
+        if n_head == 0 || n_embd == 0 || n_layer == 0 {
+            return Err(ModelError::BadKey {
+                key: format!("{}.attention.head_count", arch.name()),
+                msg: "head count, width and block count must be positive".into(),
+            });
+        }
+        let n_head_kv = m.opt_usize("attention.head_count_kv")?.unwrap_or(n_head);
+        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::BadKey {
+                key: format!("{}.attention.head_count_kv", arch.name()),
+                msg: format!("{n_head_kv} KV heads for {n_head} query heads"),
+            });
+        }
+        let head_dim = m
+            .opt_usize("attention.key_length")?
+            .unwrap_or(n_embd / n_head);
+        let head_dim_v = m.opt_usize("attention.value_length")?.unwrap_or(head_dim);
+        let n_rot = m.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
+        let n_ctx_train = m.opt_usize("context_length")?.unwrap_or(4096);
+        let freq_base = m.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
+        let mut rope = RopeParams::simple(rope_mode, n_rot, freq_base);
+        rope.n_ctx_orig = n_ctx_train;
+        let factor = m.opt_f32("rope.scaling.factor")?.unwrap_or(1.0);
+        match m.opt_str("rope.scaling.type") {
+            Some("linear") if factor > 0.0 => rope.freq_scale = 1.0 / factor,
+            Some("yarn") if factor > 0.0 => {
+                rope.freq_scale = 1.0 / factor;
+                rope.ext_factor = 1.0;
+                rope.n_ctx_orig = m
+                    .opt_usize("rope.scaling.original_context_length")?
+                    .unwrap_or(n_ctx_train);
+                rope.attn_factor = m.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+                if let Some(b) = m.opt_f32("rope.scaling.yarn_beta_fast")? {
+                    rope.beta_fast = b;
+                }
+                if let Some(b) = m.opt_f32("rope.scaling.yarn_beta_slow")? {
+                    rope.beta_slow = b;
+                }
+            }
+            None | Some("none") | Some("linear") | Some("yarn") => {}
+            Some(other) => {
+                return Err(ModelError::Unsupported(format!(
+                    "rope scaling type {other:?}"
+                )))
+            }
+        }
+        Ok(ModelConfig {
+            arch,
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_ff: m.opt_usize("feed_forward_length")?.unwrap_or(0),
+            n_ctx_train,
+            rms_eps: m.f32("attention.layer_norm_rms_epsilon")?,
+            rope,
+            rope_swa: rope,
+            n_swa: 0,
+            swa_layers: vec![false; n_layer],
+            moe: None,
+            embd_scale: None,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        })
+    }
+
+    /// Reads the sliding window and marks layer `l` as windowed where `is_swa(l)`.
+    pub fn set_swa(&mut self, m: &Meta, is_swa: impl Fn(usize) -> bool) -> Result<(), ModelError> {
+        self.n_swa = m.opt_usize("attention.sliding_window")?.unwrap_or(0);
+        if self.n_swa > 0 {
+            self.swa_layers = (0..self.n_layer).map(is_swa).collect();
+        }
+        Ok(())
+    }
+
+    /// Reads the expert counts.
+    pub fn set_moe(&mut self, m: &Meta) -> Result<(), ModelError> {
+        let moe = MoeConfig {
+            n_expert: m.usize("expert_count")?,
+            n_expert_used: m.usize("expert_used_count")?,
+            n_ff_exp: m.usize("expert_feed_forward_length")?,
+        };
+        if moe.n_expert_used == 0 || moe.n_expert_used > moe.n_expert {
+            return Err(ModelError::BadKey {
+                key: format!("{}.expert_used_count", self.arch.name()),
+                msg: format!("{} of {} experts", moe.n_expert_used, moe.n_expert),
+            });
+        }
+        self.moe = Some(moe);
+        Ok(())
+    }
+
+    /// The rotary embedding of layer `l`.
+    pub fn rope_of(&self, l: usize) -> RopeParams {
+        if self.swa_layers[l] {
+            self.rope_swa
+        } else {
+            self.rope
+        }
+    }
+}

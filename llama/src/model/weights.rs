@@ -1,0 +1,160 @@
+//! Weights in device memory: where each weight goes for a [`Placement`] (one device, a device per range
+//! of layers, or sharded over a meta device with the split the architecture declares), and the copy from
+//! the memory-mapped GGUF file into the device buffers.
+
+use super::{ModelError, Placement};
+use backend_meta::WeightSplit;
+use ggml_core::gguf::{GgufFile, TensorInfo};
+use ggml_core::{DType, DataRef, Graph, Layout, TensorId};
+
+/// A weight (or cache) tensor bound to device memory.
+#[derive(Clone, Debug)]
+pub struct Weight {
+    pub name: String,
+    pub layout: Layout,
+    pub data: DataRef,
+}
+
+impl Weight {
+    /// A graph leaf bound to this weight's memory.
+    pub fn bind(&self, g: &mut Graph) -> TensorId {
+        g.new_bound(self.layout, self.data.clone(), &self.name, true)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.layout.dtype
+    }
+
+    pub fn ne(&self) -> [usize; 4] {
+        self.layout.ne
+    }
+}
+
+/// Which device of a layer split holds a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Home {
+    /// The device of layer `l`; also the rotation of the remainder of tensor splits.
+    Layer(usize),
+    /// The first device (embeddings).
+    First,
+    /// The last device (output norm and head).
+    Last,
+}
+
+/// Allocates tensors for a placement.
+pub struct Alloc<'a> {
+    pub placement: &'a Placement,
+    /// Device index of each layer (layer split), else all 0.
+    pub layer_device: &'a [usize],
+}
+
+impl Alloc<'_> {
+    /// Allocates memory for `layout` at `home`, split as `split` on a meta device.
+    pub fn alloc(
+        &self,
+        name: &str,
+        layout: Layout,
+        split: &WeightSplit,
+        home: Home,
+    ) -> Result<DataRef, ModelError> {
+        let buffer: std::sync::Arc<dyn ggml_core::Buffer> = match self.placement {
+            Placement::Single(dev) => dev.buffer_type().alloc(layout.nbytes())?,
+            Placement::Layers { devices, .. } => {
+                let d = match home {
+                    Home::Layer(l) => self.layer_device[l],
+                    Home::First => 0,
+                    Home::Last => devices.len() - 1,
+                };
+                devices[d].buffer_type().alloc(layout.nbytes())?
+            }
+            Placement::Tensor(meta) => {
+                let rotate = match home {
+                    Home::Layer(l) => l,
+                    _ => 0,
+                };
+                meta.alloc_tensor(layout, split, rotate, name)?
+            }
+        };
+        Ok(DataRef::new(buffer, 0))
+    }
+}
+
+/// Reads named tensors from a GGUF file into device memory.
+pub struct Loader<'a> {
+    pub file: &'a GgufFile,
+    pub alloc: Alloc<'a>,
+}
+
+fn shape_of(info: &TensorInfo) -> [usize; 4] {
+    info.shape.map(|d| d as usize)
+}
+
+impl Loader<'_> {
+    /// True when weights are sharded (splits matter).
+    pub fn tensor_parallel(&self) -> bool {
+        matches!(self.alloc.placement, Placement::Tensor(_))
+    }
+
+    /// Type and shape of a tensor of the file, if present.
+    pub fn info(&self, name: &str) -> Option<(DType, [usize; 4])> {
+        self.file.tensor(name).map(|i| (i.dtype, shape_of(i)))
+    }
+
+    /// Loads `name`, checking its shape against `ne` (trailing 1s may be left out).
+    pub fn get(
+        &self,
+        name: &str,
+        ne: &[usize],
+        split: WeightSplit,
+        home: Home,
+    ) -> Result<Weight, ModelError> {
+        self.opt(name, ne, split, home)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    /// Loads `name` if the file has it.
+    pub fn opt(
+        &self,
+        name: &str,
+        ne: &[usize],
+        split: WeightSplit,
+        home: Home,
+    ) -> Result<Option<Weight>, ModelError> {
+        let Some(info) = self.file.tensor(name) else {
+            return Ok(None);
+        };
+        let mut want = [1usize; 4];
+        want[..ne.len()].copy_from_slice(ne);
+        let got = shape_of(info);
+        if got != want {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!("shape {got:?}, expected {want:?}"),
+            });
+        }
+        let layout = Layout::contiguous(info.dtype, got);
+        let bytes = self.file.tensor_data(info);
+        if bytes.len() != layout.nbytes() {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!(
+                    "{} bytes of data, {} expected",
+                    bytes.len(),
+                    layout.nbytes()
+                ),
+            });
+        }
+        let split = if self.tensor_parallel() {
+            split
+        } else {
+            WeightSplit::Mirrored
+        };
+        let data = self.alloc.alloc(name, layout, &split, home)?;
+        data.buffer.set(data.offset, bytes)?;
+        Ok(Some(Weight {
+            name: name.to_string(),
+            layout,
+            data,
+        }))
+    }
+}

@@ -1,0 +1,164 @@
+//! Tiny random-weight models of every supported architecture (fixtures `arch/`) against llama.cpp's
+//! logits for the fixed 64-token input, with an F32 KV cache, in every split mode: one device, layers
+//! over 2 devices, tensor parallel over 2 (even) and 3 (uneven, [3,1,1]) devices. Half of the runs feed
+//! the prompt in one batch, the others a 40-token batch then one token per decode step. Quantized
+//! variants are compared with llama.cpp's logits (tightly) and with those of the dequantized model
+//! (loosely).
+
+#[path = "logits_util.rs"]
+mod util;
+
+use ggml_core::DType;
+use llama::{Model, Outputs, Session, SessionOptions};
+use std::sync::Arc;
+use util::{argmax, fixtures, nmse, Mode};
+
+const MODELS: &[&str] = &[
+    "llama",
+    "llama-q8_0",
+    "llama-q4_0",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "qwen3moe-q8_0",
+    "qwen3moe-q4_0",
+    "gemma3",
+    "gpt-oss",
+];
+
+fn modes() -> Vec<Mode> {
+    vec![
+        Mode::None,
+        Mode::Layers(vec![1.0, 1.0]),
+        Mode::Tensor(vec![1.0, 1.0]),
+        Mode::Tensor(vec![3.0, 1.0, 1.0]),
+    ]
+}
+
+/// Worst NMSE per position and top-1 agreement of `got` against `reference`.
+fn compare(got: &[f32], reference: &[f32], n_vocab: usize) -> (f64, f64) {
+    assert_eq!(got.len(), reference.len());
+    let n = reference.len() / n_vocab;
+    let mut worst: f64 = 0.0;
+    let mut agree = 0;
+    for p in 0..n {
+        let r = p * n_vocab..(p + 1) * n_vocab;
+        worst = worst.max(nmse(&got[r.clone()], &reference[r.clone()]));
+        agree += usize::from(argmax(&got[r.clone()]) == argmax(&reference[r]));
+    }
+    (worst, agree as f64 / n as f64)
+}
+
+/// Runs one fixture in one mode with an F32 cache; returns its logits `[64, n_vocab]`.
+fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> Vec<f32> {
+    run_kv(dir, m, mode, stepwise, DType::F32)
+}
+
+fn run_kv(
+    dir: &std::path::Path,
+    m: &serde_json::Value,
+    mode: &Mode,
+    stepwise: bool,
+    kv_type: DType,
+) -> Vec<f32> {
+    let name = m["name"].as_str().unwrap();
+    let ids: Vec<u32> = m["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let model = Model::load(dir.join(format!("{name}.gguf")), &mode.placement())
+        .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+    let opts = SessionOptions {
+        n_ctx: 128,
+        kv_type,
+    };
+    let mut s = Session::new(Arc::new(model), opts).unwrap();
+    if !stepwise {
+        return s.eval(&ids, Outputs::All).unwrap().data;
+    }
+    let mut got = s.eval(&ids[..40], Outputs::All).unwrap().data;
+    for &t in &ids[40..] {
+        got.extend(s.eval(&[t], Outputs::Last).unwrap().data);
+    }
+    // Decode graphs repeat their structure: only the first step plans.
+    let stats = s.scheduler().stats();
+    assert!(stats.reuses >= 23, "{name} {mode:?}: {stats:?}");
+    got
+}
+
+#[test]
+fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let only = std::env::var("GGML_TP_ARCH").ok();
+    let mut failures = Vec::new();
+    for m in manifest["models"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        if !MODELS.contains(&name) || only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+        let reference = util::read_f32(&dir.join(format!("{name}.logits.f32")));
+        let dequant = dir.join(format!("{name}.dequant.logits.f32"));
+        let dequant = dequant.exists().then(|| util::read_f32(&dequant));
+        // Like llama.cpp, quantized matmuls quantize their activations to 8 bits: those models follow
+        // llama.cpp's own logits closely and its dequantized model's logits loosely.
+        let limit = if dequant.is_some() { 1e-3 } else { 1e-5 };
+        for (i, mode) in modes().iter().enumerate() {
+            let stepwise = i % 2 == 1;
+            let got = run(&dir, m, mode, stepwise);
+            let (worst, top1) = compare(&got, &reference, n_vocab);
+            let mut line = format!(
+                "{name:14} {mode:?} stepwise={stepwise}: max NMSE {worst:.2e}, top-1 {top1:.3}"
+            );
+            let mut ok = worst <= limit && top1 >= 0.98;
+            if let Some(dq) = &dequant {
+                let (w, t) = compare(&got, dq, n_vocab);
+                line += &format!(" | vs dequantized: max NMSE {w:.2e}, top-1 {t:.3}");
+                ok &= w <= 5e-3 && t >= 0.9;
+            }
+            println!("{line}");
+            if !ok {
+                failures.push(line);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn f16_and_q8_0_kv_caches_stay_close() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let m = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "llama")
+        .unwrap();
+    let reference = util::read_f32(&dir.join("llama.logits.f32"));
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    for (kv, limit) in [(DType::F16, 1e-6), (DType::Q8_0, 2e-4)] {
+        for (mode, stepwise) in [(Mode::None, false), (Mode::Tensor(vec![1.0, 1.0]), true)] {
+            let got = run_kv(&dir, m, &mode, stepwise, kv);
+            let (worst, top1) = compare(&got, &reference, n_vocab);
+            println!("llama KV {kv} {mode:?}: max NMSE {worst:.2e}, top-1 {top1:.3}");
+            assert!(
+                worst <= limit && top1 >= 0.95,
+                "KV {kv} {mode:?}: {worst} {top1}"
+            );
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Shared helpers of the logits tests (included by them with `#[path]`): fixture and model folders,
+//! device placements for each split mode, raw little-endian readers, and the comparison metrics
+//! (NMSE, KL divergence, argmax) of the fixtures' README.
+
+#![allow(dead_code)]
+
+use backend_cpu::device::cpu_devices;
+use backend_meta::MetaDevice;
+use ggml_core::backend::Device;
+use llama::Placement;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The fixtures folder: `GGML_TP_FIXTURES`, else `<CARGO_MANIFEST_DIR>/../../shared/fixtures`.
+pub fn fixtures() -> Option<PathBuf> {
+    let dir = match std::env::var_os("GGML_TP_FIXTURES") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+    };
+    dir.is_dir().then_some(dir)
+}
+
+/// The real models folder: `GGML_TP_MODELS`, else `<CARGO_MANIFEST_DIR>/../models`.
+pub fn models() -> Option<PathBuf> {
+    let dir = match std::env::var_os("GGML_TP_MODELS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"),
+    };
+    dir.is_dir().then_some(dir)
+}
+
+/// A split mode to test.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    None,
+    Layers(Vec<f32>),
+    Tensor(Vec<f32>),
+}
+
+impl Mode {
+    pub fn placement(&self) -> Placement {
+        let devs = |n: usize| -> Vec<Arc<dyn Device>> {
+            cpu_devices(n, 2)
+                .unwrap()
+                .into_iter()
+                .map(|d| d as Arc<dyn Device>)
+                .collect()
+        };
+        match self {
+            Mode::None => Placement::Single(devs(1).remove(0)),
+            Mode::Layers(r) => Placement::Layers {
+                devices: devs(r.len()),
+                ratios: r.clone(),
+            },
+            Mode::Tensor(r) => {
+                Placement::Tensor(MetaDevice::new(devs(r.len()), Some(r.clone())).unwrap())
+            }
+        }
+    }
+}
+
+pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub fn read_i32(path: &std::path::Path) -> Vec<i32> {
+    read_f32(path)
+        .into_iter()
+        .map(|f| f.to_bits() as i32)
+        .collect()
+}
+
+/// `sum((c - r)^2) / sum(r^2)`.
+pub fn nmse(c: &[f32], r: &[f32]) -> f64 {
+    let num: f64 = c.iter().zip(r).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = r.iter().map(|y| (*y as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let m = x.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+    let lse = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    x.iter().map(|&v| v as f64 - lse).collect()
+}
+
+/// `KL(softmax(r) || softmax(c))`.
+pub fn kl(r: &[f32], c: &[f32]) -> f64 {
+    let (lr, lc) = (log_softmax(r), log_softmax(c));
+    lr.iter().zip(&lc).map(|(a, b)| a.exp() * (a - b)).sum()
+}
+
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Best minus second-best value.
+pub fn margin(x: &[f32]) -> f32 {
+    let b = argmax(x);
+    let second = x
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != b)
+        .fold(f32::NEG_INFINITY, |a, (_, &v)| a.max(v));
+    x[b] - second
+}
