@@ -1,7 +1,8 @@
 //! `cargo xtask ci`: the whole CI, in order, stopping at the first failing step.
 //!
 //! Steps: `cargo fmt --check`, clippy with `-D warnings`, one release build per entry of `FEATURE_BUILDS`,
-//! then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed). Each step is timed.
+//! then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after fetching the
+//! real models (`cargo xtask models`) that the logit checks use. Each step is timed.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -144,6 +145,8 @@ pub fn run_all() -> Result<()> {
     let total = Instant::now();
     // The GGUF cross-check test reads our files with the Python reference implementation.
     let python = crate::python::dequant_python()?;
+    // The real-model logit checks need the three models (fetched once, verified by sha256).
+    crate::models::fetch_all(None)?;
     let mut timings: Vec<(String, String)> = Vec::new();
     for Step { name, args } in steps()? {
         let args = match args {
