@@ -19,7 +19,7 @@
 //! NaN logits count as `-inf`; `+inf` as the largest finite `f32`. Every filter keeps at least one token.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -335,13 +335,62 @@ impl Sampler {
     }
 }
 
-/// Puts the `k` largest candidates first, in decreasing order (a selection, then a sort of `k`).
-/// Candidates already sorted in front stay where they are.
+/// Puts the `k` largest candidates first, in decreasing order; the others follow in any order.
+/// A small `k` takes one pass with a heap of `k`, a larger one a selection; then the `k` are sorted.
 fn sort_prefix(cands: &mut [Candidate], k: usize) {
-    if k < cands.len() {
+    let n = cands.len();
+    if k == 0 {
+        return;
+    }
+    if k < n && k <= n / 16 {
+        let kth = kth_best(cands, k);
+        let mut front = 0;
+        for i in 0..n {
+            if by_logit_desc(&cands[i], &kth) != Ordering::Greater {
+                cands.swap(front, i);
+                front += 1;
+            }
+        }
+    } else if k < n {
         cands.select_nth_unstable_by(k, by_logit_desc);
     }
     cands[..k].sort_unstable_by(by_logit_desc);
+}
+
+/// A candidate ranked so that a max-heap keeps the worst of the best at its top.
+struct Ranked(Candidate);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        by_logit_desc(&self.0, &other.0)
+    }
+}
+
+/// The `k`-th best candidate (`1 <= k <= cands.len()`), in one pass.
+fn kth_best(cands: &[Candidate], k: usize) -> Candidate {
+    let mut heap: BinaryHeap<Ranked> = cands[..k].iter().map(|&c| Ranked(c)).collect();
+    for &c in &cands[k..] {
+        if let Some(mut worst) = heap.peek_mut() {
+            if by_logit_desc(&c, &worst.0) == Ordering::Less {
+                *worst = Ranked(c);
+            }
+        }
+    }
+    heap.peek().map_or(cands[0], |r| r.0)
 }
 
 /// Divides the logits by the temperature and sets the probabilities (`max` is the largest logit).
@@ -380,6 +429,25 @@ mod tests {
         sort_prefix(&mut c, 6);
         let ids: Vec<u32> = c.iter().map(|c| c.id).collect();
         assert_eq!(ids, [2, 3, 0, 5, 1, 4]);
+    }
+
+    #[test]
+    fn heap_and_selection_agree() {
+        let c: Vec<Candidate> = (0..1000u32)
+            .map(|i| cand(i, ((i * 7919) % 613) as f32 * 0.5))
+            .collect();
+        for k in [1, 5, 62, 63, 64, 500, 1000] {
+            let mut a = c.clone();
+            sort_prefix(&mut a, k);
+            let mut b = c.clone();
+            b.sort_unstable_by(by_logit_desc);
+            assert_eq!(a[..k], b[..k], "k = {k}");
+            let mut rest: Vec<u32> = a[k..].iter().map(|c| c.id).collect();
+            rest.sort_unstable();
+            let mut want: Vec<u32> = b[k..].iter().map(|c| c.id).collect();
+            want.sort_unstable();
+            assert_eq!(rest, want, "k = {k}");
+        }
     }
 
     #[test]
