@@ -140,8 +140,8 @@ impl SamplingParams {
     }
 }
 
-/// One token of the final distribution: its id, the logit the softmax used (penalized and divided
-/// by the temperature) and its probability.
+/// One token of the final distribution: its id, its logit (penalized, then divided by the
+/// temperature; when greedy only penalized) and its probability.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     pub id: u32,
