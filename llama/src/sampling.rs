@@ -297,6 +297,8 @@ impl Sampler {
                 *logit /= p.repeat_penalty;
             }
             *logit -= count as f32 * p.frequency_penalty + p.presence_penalty;
+            // A penalty below 1 can push a huge logit to +inf; keep the softmax finite.
+            *logit = logit.min(f32::MAX);
         }
         Ok(())
     }

@@ -318,6 +318,14 @@ fn nan_and_inf_logits() {
     }
     let inf = [0.0, f32::INFINITY, 2.0, f32::NEG_INFINITY];
     assert_eq!(s.sample(&inf, &[]).unwrap(), 1);
+    let mut boost = Sampler::new(SamplingParams {
+        repeat_penalty: 0.5,
+        ..plain()
+    })
+    .unwrap();
+    assert_eq!(boost.sample(&[f32::MAX, 1.0], &[0, 1]).unwrap(), 0);
+    let dist = boost.distribution(&[f32::MAX, f32::MAX], &[0]).unwrap();
+    assert!(dist.iter().all(|c| c.p.is_finite()), "{dist:?}");
     assert_eq!(
         s.sample(&[nan, nan, f32::NEG_INFINITY], &[]),
         Err(SamplingError::NoFiniteLogits(3))
