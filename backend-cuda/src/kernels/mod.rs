@@ -30,7 +30,7 @@ pub const SOURCES: [(&str, &str); 7] = [
 const MATMUL_SOURCE: &str = include_str!("cu/matmul.cu");
 
 /// Every kernel entry point.
-pub const KERNEL_NAMES: [&str; 17] = [
+pub const KERNEL_NAMES: [&str; 18] = [
     "k_unary",
     "k_binary",
     "k_glu",
@@ -41,6 +41,7 @@ pub const KERNEL_NAMES: [&str; 17] = [
     "k_rope",
     "k_cpy",
     "k_cpy_q",
+    "k_cpy_blocks",
     "k_get_rows",
     "k_set_rows",
     "k_set_rows_q",
@@ -204,7 +205,8 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Cpy | Op::Cont => match (a, dst.dtype) {
             (Some(s), d) if float(d) => readable(s),
             (Some(DType::I32), DType::I32) => true,
-            (Some(s), DType::Q8_0 | DType::Q4_0) => float(s),
+            (Some(s), DType::Q8_0 | DType::Q4_0) if float(s) => true,
+            (Some(s), d) if s == d && d.is_quantized() => readable(d) && src[0].ne[0] == dst.ne[0],
             _ => false,
         },
         Op::GetRows => {

@@ -172,7 +172,12 @@ pub fn compute_node(be: &CudaBackend, graph: &Graph, node: TensorId) -> Result<(
         }
         Op::Cpy | Op::Cont => {
             let s = src(0)?;
-            if t.layout.dtype.is_quantized() {
+            let st = graph.layout(t.src[0]).dtype;
+            if st == t.layout.dtype && st.is_quantized() {
+                let ts = st.type_size() as i32;
+                let blocks = n / st.block_size();
+                launch!(be, "k_cpy_blocks", grid_for(blocks); s, d, ts)
+            } else if t.layout.dtype.is_quantized() {
                 launch!(be, "k_cpy_q", grid_for(n / 32); s, d)
             } else {
                 launch!(be, "k_cpy", grid_for(n); s, d)

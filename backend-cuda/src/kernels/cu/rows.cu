@@ -56,6 +56,23 @@ extern "C" __global__ void k_cpy_q(TD s, TD d) {
     }
 }
 
+// Same-type copy of block-quantized rows (s.ne[0] == d.ne[0]): one thread per block, raw bytes.
+extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) {
+    i64 per_row = d.ne[0] / block_size(d.type);
+    i64 nb = per_row * d.ne[1] * d.ne[2] * d.ne[3];
+    GRID_LOOP(bi, nb) {
+        i64 i0 = (bi % per_row) * block_size(d.type);
+        i64 r = bi / per_row, q = r;
+        i64 d1 = q % d.ne[1]; q /= d.ne[1];
+        i64 d2 = q % d.ne[2], d3 = q / d.ne[2];
+        i64 s1 = r % s.ne[1]; r /= s.ne[1];
+        i64 s2 = r % s.ne[2], s3 = r / s.ne[2];
+        const u8* from = addr(s, i0, s1, s2, s3);
+        u8* to = addr(d, i0, d1, d2, d3);
+        for (int k = 0; k < type_size; k++) to[k] = from[k];
+    }
+}
+
 extern "C" __global__ void k_get_rows(TD t, TD ids, TD d) {
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
