@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use backend_cpu::device::cpu_devices;
+use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
 use llama::Placement;
@@ -37,24 +38,65 @@ pub enum Mode {
     Tensor(Vec<f32>),
 }
 
+/// The device family the logit tests run on: `GGML_TP_TEST_FAMILY` (e.g. `cuda` on the GPU
+/// machine), else `cpu`.
+pub fn family() -> String {
+    std::env::var("GGML_TP_TEST_FAMILY").unwrap_or_else(|_| "cpu".into())
+}
+
+/// `n` devices of the test family (virtual CPU devices, or the first `n` registered ones).
+pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
+    let fam = family();
+    if fam == "cpu" {
+        return cpu_devices(n, 2)
+            .unwrap()
+            .into_iter()
+            .map(|d| d as Arc<dyn Device>)
+            .collect();
+    }
+    let devs: Vec<Arc<dyn Device>> = ggml_core::registry::devices()
+        .into_iter()
+        .filter(|d| d.family() == fam)
+        .collect();
+    assert!(
+        devs.len() >= n,
+        "{n} {fam} devices needed, {} found",
+        devs.len()
+    );
+    devs.into_iter().take(n).collect()
+}
+
+/// How many devices of the test family exist (CPU devices are virtual: any number).
+pub fn available() -> usize {
+    if family() == "cpu" {
+        usize::MAX
+    } else {
+        ggml_core::registry::devices()
+            .into_iter()
+            .filter(|d| d.family() == family())
+            .count()
+    }
+}
+
 impl Mode {
     pub fn placement(&self) -> Placement {
-        let devs = |n: usize| -> Vec<Arc<dyn Device>> {
-            cpu_devices(n, 2)
-                .unwrap()
-                .into_iter()
-                .map(|d| d as Arc<dyn Device>)
-                .collect()
-        };
         match self {
-            Mode::None => Placement::Single(devs(1).remove(0)),
+            Mode::None => Placement::Single(devices(1).remove(0)),
             Mode::Layers(r) => Placement::Layers {
-                devices: devs(r.len()),
+                devices: devices(r.len()),
                 ratios: r.clone(),
             },
             Mode::Tensor(r) => {
-                Placement::Tensor(MetaDevice::new(devs(r.len()), Some(r.clone())).unwrap())
+                Placement::Tensor(MetaDevice::new(devices(r.len()), Some(r.clone())).unwrap())
             }
+        }
+    }
+
+    /// Devices the mode needs.
+    pub fn needs(&self) -> usize {
+        match self {
+            Mode::None => 1,
+            Mode::Layers(r) | Mode::Tensor(r) => r.len(),
         }
     }
 }
