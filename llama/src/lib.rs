@@ -5,6 +5,7 @@ pub mod arch;
 pub mod kv;
 pub mod model;
 pub mod runtime;
+pub mod server;
 pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};
