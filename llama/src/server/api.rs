@@ -105,6 +105,8 @@ pub struct CommonParams {
     pub n: Option<usize>,
     /// The slot to run in (llama.cpp's field); any free slot when absent.
     pub id_slot: Option<usize>,
+    /// Reuse the prefix a slot's cache shares with the prompt (llama.cpp's field; default true).
+    pub cache_prompt: Option<bool>,
 }
 
 impl CommonParams {

@@ -57,9 +57,24 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler, SamplingError> {
         let p = &params;
         let checks: [(&'static str, f32, bool, &'static str); 4] = [
-            ("temperature", p.temperature, p.temperature.is_finite(), "not finite"),
-            ("top_p", p.top_p, (0.0..=1.0).contains(&p.top_p), "outside [0, 1]"),
-            ("min_p", p.min_p, (0.0..=1.0).contains(&p.min_p), "outside [0, 1]"),
+            (
+                "temperature",
+                p.temperature,
+                p.temperature.is_finite(),
+                "not finite",
+            ),
+            (
+                "top_p",
+                p.top_p,
+                (0.0..=1.0).contains(&p.top_p),
+                "outside [0, 1]",
+            ),
+            (
+                "min_p",
+                p.min_p,
+                (0.0..=1.0).contains(&p.min_p),
+                "outside [0, 1]",
+            ),
             (
                 "repeat_penalty",
                 p.repeat_penalty,
@@ -133,7 +148,10 @@ impl ChatTemplate {
     ) -> Result<String, ChatError> {
         let mut out = String::new();
         for m in messages {
-            out.push_str(&format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content));
+            out.push_str(&format!(
+                "<|im_start|>{}\n{}<|im_end|>\n",
+                m.role, m.content
+            ));
         }
         if add_generation_prompt {
             out.push_str("<|im_start|>assistant\n");

@@ -35,6 +35,8 @@ pub struct GenRequest {
     pub stop: Vec<String>,
     /// Run in this slot (waiting until it is free); any free slot when `None`.
     pub slot: Option<usize>,
+    /// Keep the prefix the slot's cache shares with the prompt (else evaluate it all).
+    pub cache_prompt: bool,
 }
 
 /// What the worker reports to a request's handler.
@@ -165,7 +167,10 @@ impl Engine {
     pub fn new(setup: WorkerSetup) -> (Engine, Worker) {
         let (tx, rx) = std::sync::mpsc::channel();
         let n_slots = setup.sessions.len();
-        setup.metrics.slots_total.store(n_slots as u64, Ordering::Relaxed);
+        setup
+            .metrics
+            .slots_total
+            .store(n_slots as u64, Ordering::Relaxed);
         let engine = Engine {
             tx,
             admission: Admission::new(n_slots + setup.queue_len),
@@ -301,6 +306,7 @@ impl Worker {
                 }
             }
             self.assign();
+            self.gauges();
             for i in 0..self.slots.len() {
                 self.step(i);
             }
@@ -430,7 +436,12 @@ impl Worker {
             }
         };
         // Keep the shared prefix, but evaluate at least one prompt token to get logits.
-        let keep = common_prefix(&slot.tokens, &job.req.prompt).min(job.req.prompt.len() - 1);
+        let shared = if job.req.cache_prompt {
+            common_prefix(&slot.tokens, &job.req.prompt)
+        } else {
+            0
+        };
+        let keep = shared.min(job.req.prompt.len() - 1);
         slot.session.truncate(keep);
         slot.tokens.truncate(keep);
         let usage = Usage {
@@ -472,7 +483,12 @@ impl Worker {
         };
         let logits = match slot.session.eval(&input, Outputs::Last) {
             Ok(l) => l,
-            Err(e) => return self.fail(i, ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+            Err(e) => {
+                return self.fail(
+                    i,
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                )
+            }
         };
         slot.tokens.extend_from_slice(&input);
         if a.next.is_none() && slot.tokens.len() < prompt.len() {
@@ -480,7 +496,12 @@ impl Worker {
         }
         let tok = match a.sampler.sample(logits.last(), &slot.tokens) {
             Ok(t) => t,
-            Err(e) => return self.fail(i, ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+            Err(e) => {
+                return self.fail(
+                    i,
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                )
+            }
         };
         Metrics::inc(&self.metrics.tokens_generated);
         if self.tokenizer.is_eog(tok) {
@@ -565,7 +586,12 @@ impl StopFilter {
             return (String::new(), true);
         }
         self.held.push_str(text);
-        if let Some(pos) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(pos) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             self.hit = true;
             let out = self.held[..pos].to_string();
             self.held.clear();

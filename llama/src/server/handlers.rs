@@ -93,11 +93,9 @@ pub async fn completions(State(s): Shared, body: Result<Bytes, BytesRejection>) 
                 }
                 ids
             }
-            Prompt::Many(_) => {
-                return Err(ApiError::bad_request(
-                    "prompt must be one string or one array of token ids (batches are not supported)",
-                ))
-            }
+            Prompt::Many(_) => return Err(ApiError::bad_request(
+                "prompt must be one string or one array of token ids (batches are not supported)",
+            )),
         };
         generate(&s, Endpoint::Completions, prompt, req.common).await
     };
@@ -189,6 +187,7 @@ async fn generate(
         sampling: p.sampling(),
         stop: p.stop.map(|x| x.into_vec()).unwrap_or_default(),
         slot: p.id_slot,
+        cache_prompt: p.cache_prompt.unwrap_or(true),
     })?;
     if p.stream {
         return Ok(stream(env, rx, include_usage));
@@ -233,7 +232,10 @@ fn stream(env: Envelope, rx: UnboundedReceiver<Event>, include_usage: bool) -> R
         let mut rx = rx?;
         let out = match rx.recv().await {
             Some(Event::Text(t)) => {
-                return Some((Ok(Bytes::from(sse(&env.chunk(&t, false, None)))), (Some(rx), env, None)))
+                return Some((
+                    Ok(Bytes::from(sse(&env.chunk(&t, false, None)))),
+                    (Some(rx), env, None),
+                ))
             }
             Some(Event::Done { finish, usage }) => {
                 let mut out = sse(&env.chunk("", false, Some(finish)));
@@ -243,13 +245,11 @@ fn stream(env: Envelope, rx: UnboundedReceiver<Event>, include_usage: bool) -> R
                 out
             }
             Some(Event::Failed(e)) => sse(&e.body()),
-            None => sse(
-                &ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the inference worker dropped the request",
-                )
-                .body(),
-            ),
+            None => sse(&ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the inference worker dropped the request",
+            )
+            .body()),
         };
         Some((Ok(Bytes::from(out + DONE)), (None, env, None)))
     });

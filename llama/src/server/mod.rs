@@ -191,7 +191,10 @@ impl Server {
 /// Loads the model and serves it at `config.addr` until the process ends.
 pub async fn serve(config: ServerConfig) -> Result<(), ServerError> {
     let server = Server::bind(config).await?;
-    eprintln!("ggml-tp serve: listening on http://{}", server.local_addr()?);
+    eprintln!(
+        "ggml-tp serve: listening on http://{}",
+        server.local_addr()?
+    );
     server.run().await
 }
 

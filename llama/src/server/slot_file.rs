@@ -79,7 +79,13 @@ pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotF
     put(&mut w, VERSION)?;
     put(&mut w, h.dtype.len() as u32)?;
     w.write_all(h.dtype.as_bytes())?;
-    for x in [h.n_layer, h.n_head_kv, h.k_row, h.v_row, tokens.len() as u32] {
+    for x in [
+        h.n_layer,
+        h.n_head_kv,
+        h.k_row,
+        h.v_row,
+        tokens.len() as u32,
+    ] {
         put(&mut w, x)?;
     }
     for &t in tokens {
@@ -154,7 +160,9 @@ pub fn restore(session: &mut Session, path: &Path) -> Result<Vec<u32>, SlotFileE
     }
     let n_vocab = session.model().config.n_vocab;
     if let Some(bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-        return Err(SlotFileError::Mismatch(format!("token {bad} outside the vocabulary")));
+        return Err(SlotFileError::Mismatch(format!(
+            "token {bad} outside the vocabulary"
+        )));
     }
     session.reset();
     let written = write_rows(session.kv(), n_layer as usize, n, &mut r);
@@ -198,10 +206,7 @@ fn write_rows(
 
 /// Buffer offset and byte length of the first `n` rows of `head` in cache tensor `t`.
 fn rows(t: &Weight, head: usize, n: usize) -> (usize, usize) {
-    (
-        t.data.offset + head * t.layout.nb[2],
-        n * t.layout.nb[1],
-    )
+    (t.data.offset + head * t.layout.nb[2], n * t.layout.nb[1])
 }
 
 fn put(w: &mut impl Write, x: u32) -> std::io::Result<()> {
