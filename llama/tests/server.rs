@@ -285,6 +285,14 @@ async fn bad_requests_and_info_endpoints() {
     .await;
     expect_error(&base, cmpl, b(r#"{"prompt": [5000]}"#), 400, "vocabulary").await;
     expect_error(&base, cmpl, b(r#"{"prompt": "x", "n": 2}"#), 400, "n = 1").await;
+    expect_error(
+        &base,
+        cmpl,
+        b(r#"{"prompt": "x", "top_p": 2}"#),
+        400,
+        "top_p",
+    )
+    .await;
     let long = format!(r#"{{"prompt": "{}"}}"#, "word ".repeat(200));
     expect_error(&base, cmpl, b(&long), 400, "context").await;
     let huge = format!(r#"{{"prompt": "{}"}}"#, "x".repeat(5000));
@@ -320,6 +328,12 @@ async fn bad_requests_and_info_endpoints() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    // Seeded sampling repeats itself.
+    let seeded = json!({"prompt": "Hello", "max_tokens": 8, "temperature": 0.9, "seed": 7, "cache_prompt": false});
+    let (s1, a) = post(&base, cmpl, &seeded).await;
+    let (s2, b2) = post(&base, cmpl, &seeded).await;
+    assert_eq!((s1, s2), (200, 200));
+    assert_eq!(answer_text(&a), answer_text(&b2));
     let (status, h) = get_text(&base, "/health").await;
     assert_eq!(status, 200);
     assert_eq!(serde_json::from_str::<Value>(&h).unwrap()["status"], "ok");
@@ -332,7 +346,7 @@ async fn bad_requests_and_info_endpoints() {
     assert!(metric(&base, "requests_total").await >= 2);
     assert!(metric(&base, "tokens_generated_total").await >= 1);
     assert!(metric(&base, "prompt_tokens_total").await >= 2);
-    assert!(metric(&base, "requests_failed_total").await >= 12);
+    assert!(metric(&base, "requests_failed_total").await >= 13);
     assert_eq!(metric(&base, "slots_total").await, 4);
     metric(&base, "slots_active").await;
     metric(&base, "queue_length").await;

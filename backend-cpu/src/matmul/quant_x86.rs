@@ -147,6 +147,7 @@ impl LegacyX86 for Q4_0 {
 impl LegacyX86 for Q4_1 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe { nibbles_x86(p.add(4)) }
     }
 }
@@ -154,6 +155,7 @@ impl LegacyX86 for Q5_0 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             _mm256_or_si256(
                 nibbles_x86(p.add(6)),
@@ -165,6 +167,7 @@ impl LegacyX86 for Q5_0 {
 impl LegacyX86 for Q5_1 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             _mm256_or_si256(
                 nibbles_x86(p.add(8)),
@@ -176,12 +179,14 @@ impl LegacyX86 for Q5_1 {
 impl LegacyX86 for Q8_0 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) }
     }
 }
 impl LegacyX86 for Mxfp4 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             let t = _mm_loadu_si128(MXFP4_VALUES.as_ptr() as *const __m128i);
             _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles_x86(p.add(1)))

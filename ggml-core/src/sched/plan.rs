@@ -54,7 +54,7 @@ pub fn structure_key(graph: &Graph) -> u64 {
     graph.len().hash(&mut h);
     graph.nodes().hash(&mut h);
     for t in graph.tensors() {
-        format!("{:?}", t.op).hash(&mut h);
+        t.op.hash(&mut h);
         t.layout.hash(&mut h);
         t.src.hash(&mut h);
         t.view.hash(&mut h);

@@ -2,7 +2,7 @@
 //! JSON of responses and stream chunks, and the error type whose body is
 //! `{"error": {"message", "type", "code"}}`.
 
-use super::compat::SamplingParams;
+use crate::sampling::SamplingParams;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -97,6 +97,8 @@ pub struct CommonParams {
     pub top_k: Option<usize>,
     pub min_p: Option<f32>,
     pub repeat_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
     pub seed: Option<u64>,
     pub stop: Option<Stop>,
     #[serde(default)]
@@ -110,16 +112,20 @@ pub struct CommonParams {
 }
 
 impl CommonParams {
-    /// The sampling parameters, OpenAI's defaults where absent (temperature 1, top_p 1) and the
-    /// other filters off.
-    pub fn sampling(&self) -> SamplingParams {
+    /// The sampling parameters: llama.cpp's defaults (temperature 0.8, top_k 40, top_p 0.95,
+    /// min_p 0.05, no penalties) where absent, and `fresh_seed` when no seed is given.
+    pub fn sampling(&self, fresh_seed: u64) -> SamplingParams {
+        let d = SamplingParams::default();
         SamplingParams {
-            temperature: self.temperature.unwrap_or(1.0),
-            top_k: self.top_k.unwrap_or(0),
-            top_p: self.top_p.unwrap_or(1.0),
-            min_p: self.min_p.unwrap_or(0.0),
-            repeat_penalty: self.repeat_penalty.unwrap_or(1.0),
-            seed: self.seed.unwrap_or(0x5EED),
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: self.top_k.unwrap_or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            seed: self.seed.unwrap_or(fresh_seed),
+            ..d
         }
     }
 

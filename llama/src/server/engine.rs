@@ -13,10 +13,10 @@
 //! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept.
 
 use super::api::{ApiError, FinishReason, Usage};
-use super::compat::{Sampler, SamplingParams};
 use super::metrics::Metrics;
 use super::slot_file;
 use crate::runtime::{Outputs, Session};
+use crate::sampling::Sampler;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use axum::http::StatusCode;
 use std::collections::VecDeque;
@@ -31,7 +31,8 @@ use tokio::sync::{mpsc, oneshot};
 pub struct GenRequest {
     pub prompt: Vec<u32>,
     pub max_tokens: usize,
-    pub sampling: SamplingParams,
+    /// The request's sampler (built, so its parameters are already checked).
+    pub sampler: Sampler,
     pub stop: Vec<String>,
     /// Run in this slot (waiting until it is free); any free slot when `None`.
     pub slot: Option<usize>,
@@ -128,7 +129,7 @@ pub struct SlotReport {
 }
 
 enum Command {
-    Submit(Job),
+    Submit(Box<Job>),
     Slot {
         id: usize,
         action: SlotAction,
@@ -218,7 +219,7 @@ impl Engine {
             _ticket: ticket,
         };
         self.tx
-            .send(Command::Submit(job))
+            .send(Command::Submit(Box::new(job)))
             .map_err(|_| unavailable())?;
         Ok(rx)
     }
@@ -325,7 +326,7 @@ impl Worker {
         match c {
             Command::Submit(job) => {
                 Metrics::inc(&self.metrics.requests);
-                self.waiting.push_back(job);
+                self.waiting.push_back(*job);
             }
             Command::Slot { id, action, reply } => {
                 let _ = reply.send(self.slot_action(id, action));
@@ -427,14 +428,7 @@ impl Worker {
 
     fn start(&mut self, id: usize, job: Job) {
         let slot = &mut self.slots[id];
-        let sampler = match Sampler::new(job.req.sampling.clone()) {
-            Ok(s) => s,
-            Err(e) => {
-                Metrics::inc(&self.metrics.requests_failed);
-                job.send(Event::Failed(ApiError::bad_request(e.to_string())));
-                return;
-            }
-        };
+        let sampler = job.req.sampler.clone();
         // Keep the shared prefix, but evaluate at least one prompt token to get logits.
         let shared = if job.req.cache_prompt {
             common_prefix(&slot.tokens, &job.req.prompt)

@@ -5,9 +5,10 @@
 use super::api::{
     ApiError, ChatRequest, CommonParams, CompletionRequest, Endpoint, Envelope, Prompt,
 };
-use super::compat::{ChatTemplate, Message};
 use super::engine::{Engine, Event, GenRequest, SlotAction};
 use super::metrics::Metrics;
+use crate::chat::{ChatTemplate, Message};
+use crate::sampling::Sampler;
 use crate::tokenizer::Tokenizer;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -45,9 +46,13 @@ pub struct AppState {
 type Shared = State<Arc<AppState>>;
 
 fn unix_now() -> u64 {
+    unix_nanos() / 1_000_000_000
+}
+
+fn unix_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
 
@@ -181,10 +186,13 @@ async fn generate(
         model: s.model_name.clone(),
     };
     let include_usage = p.include_usage();
+    let fresh_seed = unix_nanos() ^ s.next_id.load(Ordering::Relaxed).rotate_left(32);
+    let sampler =
+        Sampler::new(p.sampling(fresh_seed)).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let rx = s.engine.submit(GenRequest {
         prompt,
         max_tokens,
-        sampling: p.sampling(),
+        sampler,
         stop: p.stop.map(|x| x.into_vec()).unwrap_or_default(),
         slot: p.id_slot,
         cache_prompt: p.cache_prompt.unwrap_or(true),

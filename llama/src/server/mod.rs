@@ -17,19 +17,18 @@
 //! over the size limit give 4xx; full slots and queue give 503.
 
 pub mod api;
-pub mod compat;
 pub mod engine;
 pub mod handlers;
 pub mod metrics;
 pub mod slot_file;
 
+use crate::chat::{ChatError, ChatTemplate};
 use crate::model::{Model, ModelError, Placement};
 use crate::runtime::{Session, SessionOptions};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use compat::{ChatError, ChatTemplate};
 use engine::{Engine, WorkerSetup};
 use ggml_core::gguf::{GgufError, GgufFile};
 use ggml_core::DType;
