@@ -226,7 +226,16 @@ async fn concurrent_streams_with_disconnects() {
     }
     assert!(idle, "slots still busy after every client finished");
     let cancelled = metric(&base, "requests_cancelled_total").await;
-    assert!(cancelled > before, "no disconnect was noticed");
+    // Those that would have run past the two chunks their client read were all cut short.
+    let long = (0..N)
+        .filter(|&i| dropped(i) && expected[i].1 == "length")
+        .count() as u64;
+    assert!(long > 0);
+    assert!(
+        cancelled - before >= long,
+        "{} of {long} disconnects noticed",
+        cancelled - before
+    );
     let total = metric(&base, "requests_total").await;
     let completed = metric(&base, "requests_completed_total").await;
     assert_eq!(total, completed + cancelled, "a request was lost");
@@ -404,6 +413,29 @@ async fn full_queue_answers_503() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_cut_the_answer() {
+    let Some(model) = fixture() else { return };
+    let base = start(model, single(), |_| {}).await;
+    let (path, mut b) = body(0, 24, false);
+    let (_, v) = post(&base, path, &b).await;
+    let full = answer_text(&v);
+    let cuts: Vec<usize> = full.char_indices().map(|(i, _)| i).collect();
+    assert!(cuts.len() > 6, "{full:?}");
+    let stop = &full[cuts[cuts.len() / 2]..cuts[cuts.len() / 2 + 2]];
+    let want = &full[..full.find(stop).unwrap()];
+    b["stop"] = json!(["never-appears", stop]);
+    let (_, v) = post(&base, path, &b).await;
+    assert_eq!(answer_text(&v), want);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    b["stream"] = json!(true);
+    let (text, finish, _, done) = read_stream(&base, path, &b, None).await;
+    assert_eq!(
+        (text.as_str(), finish.as_deref(), done),
+        (want, Some("stop"), true)
+    );
+}
+
 /// Runs prompt `p` on `slot` and returns the answer and the cached prompt tokens it reused.
 async fn run_on(base: &str, slot: usize, prompt: &str, max_tokens: usize) -> (String, u64) {
     let (status, v) = post(
@@ -460,6 +492,10 @@ async fn save_restore(placement: Placement) {
         assert_eq!(cached_again, cached, "slot {slot}");
         assert_eq!(again, live, "slot {slot}");
     }
+    let (_, slots) = get_text(&base, "/slots").await;
+    let slots: Value = serde_json::from_str(&slots).unwrap();
+    assert_eq!(slots.as_array().map(Vec::len), Some(2));
+    assert_eq!(slots[1]["busy"], false);
     // Bad names and missing files are refused.
     let (status, _) = post(&base, "/slots/0?action=restore&filename=../etc", &json!({})).await;
     assert_eq!(status, 400);
