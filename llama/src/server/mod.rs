@@ -4,8 +4,12 @@
 //! * `POST /v1/completions`, `POST /v1/chat/completions`: one JSON answer, or with `"stream": true`
 //!   server-sent events `data: {...}` ending with `data: [DONE]` (OpenAI's field names, finish
 //!   reasons `stop`/`length`, `usage` with `prompt_tokens_details.cached_tokens`;
-//!   `stream_options.include_usage` adds a usage chunk). Extra fields: `top_k`, `min_p`,
-//!   `repeat_penalty` and llama.cpp's `id_slot` (run in that slot).
+//!   `stream_options.include_usage` adds a usage chunk). Sampling fields `temperature`, `top_p`,
+//!   `seed`, `presence_penalty`, `frequency_penalty`, `stop`, plus `top_k`, `min_p`,
+//!   `repeat_penalty` ([`crate::sampling`]; llama.cpp's defaults where absent, a fresh seed when
+//!   none is given) and llama.cpp's `id_slot` (run in that slot) and `cache_prompt` (reuse the
+//!   prefix a slot's cache shares with the prompt; default true). Chat prompts are rendered with
+//!   the model's template ([`crate::chat`]).
 //! * `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET /slots`.
 //! * `POST /slots/{id}?action=save&filename=X`, `action=restore`, `action=erase`: a slot's tokens and
 //!   KV cache to and from a file in the configured directory ([`slot_file`]).
