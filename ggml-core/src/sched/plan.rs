@@ -214,6 +214,19 @@ pub(crate) fn build(
             touch(to, step, &mut life);
         }
     }
+    // Inputs and outputs that no computed node touches still need memory (the caller writes or reads
+    // them directly); they live on the first backend for the whole graph.
+    for (i, t) in graph.tensors().iter().enumerate() {
+        let id = TensorId(i as u32);
+        if t.data.is_none()
+            && t.view.is_none()
+            && (t.flags.input || t.flags.output)
+            && !life.contains_key(&id)
+        {
+            life.insert(id, (0, last_step));
+            home.entry(id).or_insert(Home::Backend(0));
+        }
+    }
     let mut per_backend: Vec<Vec<(TensorId, Lifetime)>> = vec![Vec::new(); devices.len()];
     let mut roots: Vec<TensorId> = life.keys().copied().collect();
     roots.sort();
