@@ -7,6 +7,7 @@ pub mod kv;
 pub mod model;
 pub mod runtime;
 pub mod sampling;
+pub mod server;
 pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};

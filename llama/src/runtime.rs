@@ -93,6 +93,24 @@ impl Session {
         &self.sched
     }
 
+    /// The KV cache (its tensors, e.g. to save and restore a sequence's state).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Declares the first `n` cache positions valid, after their K and V were written into
+    /// [`Session::kv`]'s tensors from outside (a restored state).
+    pub fn set_n_past(&mut self, n: usize) -> Result<(), ModelError> {
+        if n > self.kv.n_ctx() {
+            return Err(ModelError::Input(format!(
+                "{n} positions exceed the context of {}",
+                self.kv.n_ctx()
+            )));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+
     /// Forgets every position.
     pub fn reset(&mut self) {
         self.n_past = 0;

@@ -1,0 +1,642 @@
+//! The inference worker: one dedicated thread that owns the model and one [`Session`] (its own KV
+//! cache) per slot, and serves every active slot by interleaving them step by step.
+//!
+//! Each step advances every active slot once: a slot still reading its prompt evaluates the next
+//! chunk of it (at most `prompt_chunk` tokens), a generating slot evaluates its last sampled token
+//! and samples the next. New requests join between steps, so nobody waits for another request to
+//! finish. Slots are *interleaved*, not batched: each slot runs its own forward pass, one after the
+//! other, so throughput with `n` active slots is that of `n` single-sequence passes.
+//!
+//! Requests beyond the free slots wait in a FIFO queue; the [`Admission`] counter bounds slots plus
+//! queue, and a request past that bound is refused before it reaches the worker. A request whose
+//! event receiver is gone (the client disconnected) is dropped at the next step and its slot
+//! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept.
+
+use super::api::{ApiError, FinishReason, Usage};
+use super::metrics::Metrics;
+use super::slot_file;
+use crate::runtime::{Outputs, Session};
+use crate::sampling::Sampler;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use axum::http::StatusCode;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// What one request asks the worker to generate.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    /// The request's sampler (built, so its parameters are already checked).
+    pub sampler: Sampler,
+    pub stop: Vec<String>,
+    /// Run in this slot (waiting until it is free); any free slot when `None`.
+    pub slot: Option<usize>,
+    /// Keep the prefix the slot's cache shares with the prompt (else evaluate it all).
+    pub cache_prompt: bool,
+}
+
+/// What the worker reports to a request's handler.
+#[derive(Debug)]
+pub enum Event {
+    /// Generated text (never empty).
+    Text(String),
+    /// The end.
+    Done { finish: FinishReason, usage: Usage },
+    /// A failure after the request was accepted.
+    Failed(ApiError),
+}
+
+/// Bounds the requests in slots or queue; a [`Ticket`] holds one place.
+#[derive(Debug)]
+pub struct Admission {
+    capacity: usize,
+    in_flight: AtomicUsize,
+}
+
+/// One admitted request's place; given back when dropped (when the worker drops the job).
+#[derive(Debug)]
+pub struct Ticket(Arc<Admission>);
+
+impl Admission {
+    pub fn new(capacity: usize) -> Arc<Admission> {
+        Arc::new(Admission {
+            capacity,
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn admit(self: &Arc<Self>) -> Option<Ticket> {
+        let prev = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if prev >= self.capacity {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Ticket(self.clone()))
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+struct Job {
+    req: GenRequest,
+    events: mpsc::UnboundedSender<Event>,
+    _ticket: Ticket,
+}
+
+impl Job {
+    fn gone(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    fn send(&self, e: Event) {
+        // A closed receiver is noticed at the next step.
+        let _ = self.events.send(e);
+    }
+}
+
+/// A slot's state as `GET /slots` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SlotInfo {
+    pub id: usize,
+    pub busy: bool,
+    pub n_past: usize,
+    pub n_ctx: usize,
+}
+
+/// Operations on an idle slot.
+#[derive(Debug)]
+pub enum SlotAction {
+    Save(PathBuf),
+    Restore(PathBuf),
+    Erase,
+}
+
+/// The result of a slot action.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SlotReport {
+    pub id_slot: usize,
+    pub n_tokens: usize,
+    pub n_bytes: u64,
+}
+
+enum Command {
+    Submit(Box<Job>),
+    Slot {
+        id: usize,
+        action: SlotAction,
+        reply: oneshot::Sender<Result<SlotReport, ApiError>>,
+    },
+    List(oneshot::Sender<Vec<SlotInfo>>),
+}
+
+/// The handle of the worker used by the HTTP side (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    tx: Sender<Command>,
+    admission: Arc<Admission>,
+    n_slots: usize,
+}
+
+/// Settings of the worker.
+pub struct WorkerSetup {
+    pub sessions: Vec<Session>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub metrics: Arc<Metrics>,
+    pub prompt_chunk: usize,
+    pub queue_len: usize,
+}
+
+fn unavailable() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the inference worker has stopped",
+    )
+}
+
+impl Engine {
+    /// A worker over `setup`'s sessions and its handle. The worker is run (by [`Worker::run`]) on
+    /// the thread that made the sessions; the handle goes to the HTTP side.
+    pub fn new(setup: WorkerSetup) -> (Engine, Worker) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n_slots = setup.sessions.len();
+        setup
+            .metrics
+            .slots_total
+            .store(n_slots as u64, Ordering::Relaxed);
+        let engine = Engine {
+            tx,
+            admission: Admission::new(n_slots + setup.queue_len),
+            n_slots,
+        };
+        let worker = Worker {
+            rx,
+            slots: setup
+                .sessions
+                .into_iter()
+                .map(|session| SlotState {
+                    session,
+                    tokens: Vec::new(),
+                    active: None,
+                })
+                .collect(),
+            waiting: VecDeque::new(),
+            tokenizer: setup.tokenizer,
+            metrics: setup.metrics,
+            prompt_chunk: setup.prompt_chunk.max(1),
+        };
+        (engine, worker)
+    }
+
+    pub fn n_slots(&self) -> usize {
+        self.n_slots
+    }
+
+    /// Admits `req` and hands it to the worker; events arrive on the returned receiver. Dropping
+    /// the receiver cancels the request.
+    pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+        if let Some(id) = req.slot {
+            self.check_slot(id)?;
+        }
+        let ticket = self.admission.admit().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is busy: every slot is serving and the queue is full; retry later",
+            )
+        })?;
+        let (events, rx) = mpsc::unbounded_channel();
+        let job = Job {
+            req,
+            events,
+            _ticket: ticket,
+        };
+        self.tx
+            .send(Command::Submit(Box::new(job)))
+            .map_err(|_| unavailable())?;
+        Ok(rx)
+    }
+
+    /// Runs `action` on slot `id` between two steps of the worker.
+    pub async fn slot_action(&self, id: usize, action: SlotAction) -> Result<SlotReport, ApiError> {
+        self.check_slot(id)?;
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Slot { id, action, reply })
+            .map_err(|_| unavailable())?;
+        rx.await.map_err(|_| unavailable())?
+    }
+
+    /// The state of every slot.
+    pub async fn slots(&self) -> Result<Vec<SlotInfo>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::List(reply))
+            .map_err(|_| unavailable())?;
+        rx.await.map_err(|_| unavailable())
+    }
+
+    fn check_slot(&self, id: usize) -> Result<(), ApiError> {
+        if id >= self.n_slots {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("slot {id} does not exist (the server has {})", self.n_slots),
+            ));
+        }
+        Ok(())
+    }
+}
+
+struct Active {
+    job: Job,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stop: StopFilter,
+    /// The last sampled token, not yet in the cache.
+    next: Option<u32>,
+    usage: Usage,
+}
+
+struct SlotState {
+    session: Session,
+    /// The tokens of the cached positions (`tokens.len() == session.n_past()`).
+    tokens: Vec<u32>,
+    active: Option<Active>,
+}
+
+/// The worker's state: the slots, their sessions and the queue.
+pub struct Worker {
+    rx: Receiver<Command>,
+    slots: Vec<SlotState>,
+    waiting: VecDeque<Job>,
+    tokenizer: Arc<Tokenizer>,
+    metrics: Arc<Metrics>,
+    prompt_chunk: usize,
+}
+
+impl Worker {
+    /// Serves requests until every [`Engine`] handle is dropped and no slot is busy.
+    pub fn run(mut self) {
+        let mut connected = true;
+        loop {
+            let busy = self.slots.iter().any(|s| s.active.is_some());
+            if !busy && self.waiting.is_empty() {
+                if !connected {
+                    return;
+                }
+                match self.rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(c) => self.command(c),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        connected = false;
+                        break;
+                    }
+                }
+            }
+            self.assign();
+            self.gauges();
+            for i in 0..self.slots.len() {
+                self.step(i);
+            }
+            Metrics::inc(&self.metrics.steps);
+            self.gauges();
+        }
+    }
+
+    fn gauges(&self) {
+        let active = self.slots.iter().filter(|s| s.active.is_some()).count();
+        Metrics::set(&self.metrics.slots_active, active);
+        Metrics::set(&self.metrics.queue_length, self.waiting.len());
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(job) => {
+                Metrics::inc(&self.metrics.requests);
+                self.waiting.push_back(*job);
+            }
+            Command::Slot { id, action, reply } => {
+                let _ = reply.send(self.slot_action(id, action));
+            }
+            Command::List(reply) => {
+                let info = self
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .map(|(id, s)| SlotInfo {
+                        id,
+                        busy: s.active.is_some(),
+                        n_past: s.tokens.len(),
+                        n_ctx: s.session.kv().n_ctx(),
+                    })
+                    .collect();
+                let _ = reply.send(info);
+            }
+        }
+        self.gauges();
+    }
+
+    fn slot_action(&mut self, id: usize, action: SlotAction) -> Result<SlotReport, ApiError> {
+        let slot = &mut self.slots[id];
+        if slot.active.is_some() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("slot {id} is serving a request; retry when it is idle"),
+            ));
+        }
+        let file_error = |e: slot_file::SlotFileError| match e {
+            slot_file::SlotFileError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, format!("slot file not found: {e}"))
+            }
+            slot_file::SlotFileError::Mismatch(_) => ApiError::bad_request(e.to_string()),
+            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let n_bytes = match action {
+            SlotAction::Save(path) => {
+                slot_file::save(&slot.session, &slot.tokens, &path).map_err(file_error)?
+            }
+            SlotAction::Restore(path) => match slot_file::restore(&mut slot.session, &path) {
+                Ok(tokens) => {
+                    slot.tokens = tokens;
+                    std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+                }
+                Err(e) => {
+                    slot.tokens.truncate(slot.session.n_past());
+                    return Err(file_error(e));
+                }
+            },
+            SlotAction::Erase => {
+                slot.session.reset();
+                slot.tokens.clear();
+                0
+            }
+        };
+        Ok(SlotReport {
+            id_slot: id,
+            n_tokens: slot.tokens.len(),
+            n_bytes,
+        })
+    }
+
+    /// Moves waiting jobs into free slots, FIFO (a job pinned to a busy slot keeps waiting), and
+    /// drops waiting jobs whose client has gone.
+    fn assign(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|j| !j.gone());
+        let gone = before - self.waiting.len();
+        Metrics::add(&self.metrics.requests_cancelled, gone);
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let req = &self.waiting[i].req;
+            let pick = match req.slot {
+                Some(id) => self.slots[id].active.is_none().then_some(id),
+                None => self.best_free_slot(&req.prompt),
+            };
+            match pick {
+                Some(id) => {
+                    if let Some(job) = self.waiting.remove(i) {
+                        self.start(id, job);
+                    }
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// The free slot whose cache shares the longest prefix with `prompt`.
+    fn best_free_slot(&self, prompt: &[u32]) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .max_by_key(|(id, s)| (common_prefix(&s.tokens, prompt), std::cmp::Reverse(*id)))
+            .map(|(id, _)| id)
+    }
+
+    fn start(&mut self, id: usize, job: Job) {
+        let slot = &mut self.slots[id];
+        let sampler = job.req.sampler.clone();
+        // Keep the shared prefix, but evaluate at least one prompt token to get logits.
+        let shared = if job.req.cache_prompt {
+            common_prefix(&slot.tokens, &job.req.prompt)
+        } else {
+            0
+        };
+        let keep = shared.min(job.req.prompt.len() - 1);
+        slot.session.truncate(keep);
+        slot.tokens.truncate(keep);
+        let usage = Usage {
+            prompt_tokens: job.req.prompt.len(),
+            cached_tokens: keep,
+            completion_tokens: 0,
+        };
+        Metrics::add(&self.metrics.prompt_tokens, usage.prompt_tokens);
+        Metrics::add(&self.metrics.prompt_tokens_cached, keep);
+        let stop = StopFilter::new(job.req.stop.clone());
+        slot.active = Some(Active {
+            job,
+            sampler,
+            decoder: StreamDecoder::new(),
+            stop,
+            next: None,
+            usage,
+        });
+    }
+
+    /// Advances slot `i` by one prompt chunk or one generated token.
+    fn step(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let Some(a) = slot.active.as_mut() else {
+            return;
+        };
+        if a.job.gone() {
+            Metrics::inc(&self.metrics.requests_cancelled);
+            slot.active = None;
+            return;
+        }
+        let prompt = &a.job.req.prompt;
+        let input: Vec<u32> = match a.next {
+            Some(t) => vec![t],
+            None => {
+                let from = slot.tokens.len();
+                prompt[from..prompt.len().min(from + self.prompt_chunk)].to_vec()
+            }
+        };
+        let logits = match slot.session.eval(&input, Outputs::Last) {
+            Ok(l) => l,
+            Err(e) => {
+                return self.fail(
+                    i,
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                )
+            }
+        };
+        slot.tokens.extend_from_slice(&input);
+        if a.next.is_none() && slot.tokens.len() < prompt.len() {
+            return; // more prompt to read
+        }
+        let tok = match a.sampler.sample(logits.last(), &slot.tokens) {
+            Ok(t) => t,
+            Err(e) => {
+                return self.fail(
+                    i,
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                )
+            }
+        };
+        Metrics::inc(&self.metrics.tokens_generated);
+        if self.tokenizer.is_eog(tok) {
+            return self.finish(i, FinishReason::Stop);
+        }
+        a.usage.completion_tokens += 1;
+        let piece = a.decoder.push(&self.tokenizer, tok);
+        let (text, hit) = a.stop.push(&piece);
+        if !text.is_empty() {
+            a.job.send(Event::Text(text));
+        }
+        if hit {
+            return self.finish(i, FinishReason::Stop);
+        }
+        if a.usage.completion_tokens >= a.job.req.max_tokens
+            || slot.tokens.len() >= slot.session.kv().n_ctx()
+        {
+            return self.finish(i, FinishReason::Length);
+        }
+        a.next = Some(tok);
+    }
+
+    /// Ends slot `i`'s request with `finish`, flushing held-back text.
+    fn finish(&mut self, i: usize, finish: FinishReason) {
+        let Some(mut a) = self.slots[i].active.take() else {
+            return;
+        };
+        if !a.stop.hit {
+            let tail = a.decoder.finish();
+            let (mut text, hit) = a.stop.push(&tail);
+            if !hit {
+                text.push_str(&a.stop.flush());
+            }
+            if !text.is_empty() {
+                a.job.send(Event::Text(text));
+            }
+        }
+        Metrics::inc(&self.metrics.requests_completed);
+        a.job.send(Event::Done {
+            finish,
+            usage: a.usage,
+        });
+    }
+
+    /// Ends slot `i`'s request with an error and forgets the slot's cache.
+    fn fail(&mut self, i: usize, e: ApiError) {
+        let slot = &mut self.slots[i];
+        if let Some(a) = slot.active.take() {
+            Metrics::inc(&self.metrics.requests_failed);
+            a.job.send(Event::Failed(e));
+        }
+        slot.session.reset();
+        slot.tokens.clear();
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Cuts generated text at the first stop string, holding back a tail that could be the start of
+/// one until the next text shows whether it is.
+#[derive(Debug, Default)]
+struct StopFilter {
+    stops: Vec<String>,
+    held: String,
+    hit: bool,
+}
+
+impl StopFilter {
+    fn new(stops: Vec<String>) -> StopFilter {
+        StopFilter {
+            stops,
+            ..StopFilter::default()
+        }
+    }
+
+    /// Adds `text`; returns the text that is safe to send and whether a stop string was reached
+    /// (then nothing after it is ever sent).
+    fn push(&mut self, text: &str) -> (String, bool) {
+        if self.hit {
+            return (String::new(), true);
+        }
+        self.held.push_str(text);
+        if let Some(pos) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            self.hit = true;
+            let out = self.held[..pos].to_string();
+            self.held.clear();
+            return (out, true);
+        }
+        let keep_from = (0..=self.held.len())
+            .filter(|&k| self.held.is_char_boundary(k))
+            .find(|&k| {
+                let tail = &self.held[k..];
+                tail.is_empty() || self.stops.iter().any(|s| s.starts_with(tail))
+            })
+            .unwrap_or(self.held.len());
+        let out = self.held[..keep_from].to_string();
+        self.held.drain(..keep_from);
+        (out, false)
+    }
+
+    /// The held-back text at the end of the generation.
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_filter_holds_possible_prefixes() {
+        let mut f = StopFilter::new(vec!["</s>".into(), "END".into()]);
+        assert_eq!(f.push("hello <"), ("hello ".to_string(), false));
+        assert_eq!(f.push("/"), (String::new(), false));
+        assert_eq!(f.push("x"), ("</x".to_string(), false));
+        assert_eq!(f.push("ab E"), ("ab ".to_string(), false));
+        assert_eq!(f.push("NDtail"), (String::new(), true));
+        assert_eq!(f.push("more"), (String::new(), true));
+        let mut g = StopFilter::new(vec![]);
+        assert_eq!(g.push("é<"), ("é<".to_string(), false));
+        let mut h = StopFilter::new(vec!["ab".into()]);
+        assert_eq!(h.push("xa"), ("x".to_string(), false));
+        assert_eq!(h.flush(), "a");
+    }
+
+    #[test]
+    fn admission_bounds_tickets() {
+        let a = Admission::new(2);
+        let t1 = a.admit();
+        let t2 = a.admit();
+        assert!(t1.is_some() && t2.is_some());
+        assert!(a.admit().is_none());
+        drop(t1);
+        assert!(a.admit().is_some());
+    }
+}

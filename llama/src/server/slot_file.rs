@@ -1,0 +1,220 @@
+//! Saving a slot's sequence (its tokens and the K/V entries of their positions) to a file and
+//! restoring it into a session, so a restored slot continues exactly where the saved one was.
+//!
+//! The cache tensors are `[head_dim, n_ctx, n_head_kv]` per layer, so the first `n` positions of
+//! one KV head are `n` contiguous rows at offset `head * nb[2]`. They are read and written with the
+//! buffers' offset `get`/`set`, which on a tensor-parallel (meta) device map logical offsets onto
+//! the device that holds each head; files are therefore independent of the placement.
+//!
+//! Format (little-endian): magic `GGTPSLOT`, version `u32`, dtype name (`u32` length + UTF-8),
+//! `u32` n_layer, n_head_kv, K row bytes, V row bytes, n_tokens, the tokens (`u32` each), then per
+//! layer K then V, per head the `n_tokens` rows.
+
+use crate::kv::KvCache;
+use crate::model::weights::Weight;
+use crate::runtime::Session;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"GGTPSLOT";
+const VERSION: u32 = 1;
+
+/// Errors of saving and restoring slot files.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotFileError {
+    #[error("slot file I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a slot file of this model/cache: {0}")]
+    Mismatch(String),
+    #[error(transparent)]
+    Core(#[from] ggml_core::Error),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+}
+
+/// The shape facts a file must share with the cache it is restored into.
+#[derive(Debug, PartialEq, Eq)]
+struct Header {
+    dtype: String,
+    n_layer: u32,
+    n_head_kv: u32,
+    k_row: u32,
+    v_row: u32,
+}
+
+impl Header {
+    fn of(kv: &KvCache, n_layer: usize) -> Result<Header, SlotFileError> {
+        let (k, v) = if n_layer > 0 {
+            kv.layer(0)
+        } else {
+            return Err(SlotFileError::Mismatch("a model without layers".into()));
+        };
+        Ok(Header {
+            dtype: kv.dtype().to_string(),
+            n_layer: n_layer as u32,
+            n_head_kv: k.ne()[2] as u32,
+            k_row: k.layout.nb[1] as u32,
+            v_row: v.layout.nb[1] as u32,
+        })
+    }
+}
+
+/// Writes `tokens` (the positions `0..tokens.len()` of `session`'s cache) and their K/V rows to
+/// `path` (through a temporary file renamed at the end); returns the bytes written.
+pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotFileError> {
+    if tokens.len() != session.n_past() {
+        return Err(SlotFileError::Mismatch(format!(
+            "{} tokens for {} cached positions",
+            tokens.len(),
+            session.n_past()
+        )));
+    }
+    let kv = session.kv();
+    let n_layer = session.model().config.n_layer;
+    let h = Header::of(kv, n_layer)?;
+    let tmp = path.with_extension("tmp");
+    let mut w = BufWriter::new(File::create(&tmp)?);
+    w.write_all(MAGIC)?;
+    put(&mut w, VERSION)?;
+    put(&mut w, h.dtype.len() as u32)?;
+    w.write_all(h.dtype.as_bytes())?;
+    for x in [
+        h.n_layer,
+        h.n_head_kv,
+        h.k_row,
+        h.v_row,
+        tokens.len() as u32,
+    ] {
+        put(&mut w, x)?;
+    }
+    for &t in tokens {
+        put(&mut w, t)?;
+    }
+    let mut buf = Vec::new();
+    for l in 0..n_layer {
+        let (k, v) = kv.layer(l);
+        for t in [k, v] {
+            for head in 0..t.ne()[2] {
+                let (offset, len) = rows(t, head, tokens.len());
+                buf.resize(len, 0);
+                t.data.buffer.get(offset, &mut buf)?;
+                w.write_all(&buf)?;
+            }
+        }
+    }
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let size = file.metadata()?.len();
+    std::fs::rename(&tmp, path)?;
+    Ok(size)
+}
+
+/// Reads a file written by [`save`] into `session`'s cache and returns its tokens; the session then
+/// holds exactly those positions. On an error after the cache was touched the session is reset.
+pub fn restore(session: &mut Session, path: &Path) -> Result<Vec<u32>, SlotFileError> {
+    let mut r = BufReader::new(File::open(path)?);
+    let mut magic = [0u8; 8];
+    r.read_exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(SlotFileError::Mismatch("bad magic".into()));
+    }
+    let version = get(&mut r)?;
+    if version != VERSION {
+        return Err(SlotFileError::Mismatch(format!("version {version}")));
+    }
+    let name_len = get(&mut r)? as usize;
+    if name_len > 64 {
+        return Err(SlotFileError::Mismatch("dtype name too long".into()));
+    }
+    let mut name = vec![0u8; name_len];
+    r.read_exact(&mut name)?;
+    let mut fields = [0u32; 5];
+    for f in &mut fields {
+        *f = get(&mut r)?;
+    }
+    let [n_layer, n_head_kv, k_row, v_row, n_tokens] = fields;
+    let found = Header {
+        dtype: String::from_utf8_lossy(&name).into_owned(),
+        n_layer,
+        n_head_kv,
+        k_row,
+        v_row,
+    };
+    let want = Header::of(session.kv(), session.model().config.n_layer)?;
+    if found != want {
+        return Err(SlotFileError::Mismatch(format!(
+            "file has {found:?}, the cache {want:?}"
+        )));
+    }
+    let n = n_tokens as usize;
+    if n > session.kv().n_ctx() {
+        return Err(SlotFileError::Mismatch(format!(
+            "{n} tokens exceed the context of {}",
+            session.kv().n_ctx()
+        )));
+    }
+    let mut tokens = Vec::with_capacity(n);
+    for _ in 0..n {
+        tokens.push(get(&mut r)?);
+    }
+    let n_vocab = session.model().config.n_vocab;
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(SlotFileError::Mismatch(format!(
+            "token {bad} outside the vocabulary"
+        )));
+    }
+    session.reset();
+    let written = write_rows(session.kv(), n_layer as usize, n, &mut r);
+    match written {
+        Ok(()) => {
+            session.set_n_past(n)?;
+            Ok(tokens)
+        }
+        Err(e) => {
+            session.reset();
+            Err(e)
+        }
+    }
+}
+
+/// Copies the K/V rows of `n` positions of every layer and head from `r` into `kv`.
+fn write_rows(
+    kv: &KvCache,
+    n_layer: usize,
+    n: usize,
+    r: &mut impl Read,
+) -> Result<(), SlotFileError> {
+    let mut buf = Vec::new();
+    for l in 0..n_layer {
+        let (k, v) = kv.layer(l);
+        for t in [k, v] {
+            for head in 0..t.ne()[2] {
+                let (offset, len) = rows(t, head, n);
+                buf.resize(len, 0);
+                r.read_exact(&mut buf)?;
+                t.data.buffer.set(offset, &buf)?;
+            }
+        }
+    }
+    let mut extra = [0u8; 1];
+    if r.read(&mut extra)? != 0 {
+        return Err(SlotFileError::Mismatch("trailing bytes".into()));
+    }
+    Ok(())
+}
+
+/// Buffer offset and byte length of the first `n` rows of `head` in cache tensor `t`.
+fn rows(t: &Weight, head: usize, n: usize) -> (usize, usize) {
+    (t.data.offset + head * t.layout.nb[2], n * t.layout.nb[1])
+}
+
+fn put(w: &mut impl Write, x: u32) -> std::io::Result<()> {
+    w.write_all(&x.to_le_bytes())
+}
+
+fn get(r: &mut impl Read) -> std::io::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
