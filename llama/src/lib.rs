@@ -2,9 +2,11 @@
 //! `ggml-tp` command-line program.
 
 pub mod arch;
+pub mod chat;
 pub mod kv;
 pub mod model;
 pub mod runtime;
+pub mod sampling;
 pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};
