@@ -6,7 +6,8 @@
 //! ([`ModelArgs::setups`]); the other commands take one of each ([`ModelArgs::setup`]).
 
 use super::{CliError, CliResult};
-use crate::model::{Model, Placement};
+use crate::model::{Model, ModelError, Placement};
+use crate::Arch;
 use crate::runtime::SessionOptions;
 use crate::tokenizer::Tokenizer;
 use backend_cpu::device::{system_memory, CpuDevice};
@@ -294,6 +295,10 @@ pub fn load(args: &ModelArgs, setup: &Setup) -> CliResult<Loaded> {
     bar.enable_steady_tick(Duration::from_millis(120));
     let result = (|| -> CliResult<Loaded> {
         let file = GgufFile::open(path)?;
+        let arch = file.get_str("general.architecture")?;
+        if Arch::from_name(arch).is_none() {
+            return Err(ModelError::UnknownArch(arch.into()).into());
+        }
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let model = Model::from_gguf(&file, &placement)?;
         Ok(Loaded {
