@@ -1,9 +1,10 @@
 //! `ggml-tp bench`: prompt processing (`pp<P>`: one batch of P tokens from an empty cache) and
 //! generation (`tg<N>`: N tokens one at a time from an empty cache) speed, as a markdown table like
 //! llama.cpp's `llama-bench`, mean ± standard deviation over repetitions after one warm-up run.
-//! Several models, `--split-mode` values and `--cpu-devices` counts give one row per combination.
+//! Several models, `--split-mode` values and `--cpu-devices` counts give one row per combination
+//! (split mode none always on one device).
 
-use super::load::{load, Loaded, ModelArgs};
+use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
 use crate::runtime::{Outputs, Session};
 use std::time::Instant;
@@ -83,7 +84,16 @@ fn row(l: &Loaded, threads: usize, test: &str, rates: &[f64]) {
 }
 
 pub fn run(args: &Args) -> CliResult {
-    let setups = args.model.setups();
+    // Split mode none runs on one device whatever --cpu-devices lists for the other modes.
+    let mut setups: Vec<Setup> = Vec::new();
+    for mut s in args.model.setups() {
+        if s.split_mode == Some(SplitMode::None) && args.model.devices.is_empty() {
+            s.cpu_devices = Some(1);
+        }
+        if !setups.contains(&s) {
+            setups.push(s);
+        }
+    }
     let reps = args.repetitions.max(1);
     let threads = args.model.threads();
     // Fail early on an impossible placement before loading anything.

@@ -95,7 +95,7 @@ pub struct ModelArgs {
 }
 
 /// One model with one placement.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Setup {
     pub model: PathBuf,
     /// The split mode asked for (`None` = default by device count).
