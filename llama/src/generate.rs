@@ -268,7 +268,11 @@ impl<'a> StopText<'a> {
         let held = self
             .stop
             .iter()
-            .flat_map(|s| (1..s.len()).filter(|&k| s.is_char_boundary(k)).map(|k| &s[..k]))
+            .flat_map(|s| {
+                (1..s.len())
+                    .filter(|&k| s.is_char_boundary(k))
+                    .map(|k| &s[..k])
+            })
             .filter(|p| self.text.ends_with(p))
             .map(|p| p.len())
             .max()
@@ -317,7 +321,10 @@ mod tests {
             run(&["END"], &["hello E", "N", "D more"]),
             ("hello ".into(), Some("END".into()))
         );
-        assert_eq!(run(&["END"], &["hello E", "N", "x"]), ("hello ENx".into(), None));
+        assert_eq!(
+            run(&["END"], &["hello E", "N", "x"]),
+            ("hello ENx".into(), None)
+        );
         assert_eq!(run(&["END"], &["tail EN"]), ("tail EN".into(), None));
         assert_eq!(
             run(&["\n\n", "é!"], &["é", "é", "!"]),

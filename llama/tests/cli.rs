@@ -70,8 +70,18 @@ fn greedy_run_is_the_same_with_tensor_parallelism() {
     let model = model.to_str().unwrap();
     let run = |extra: &[&str]| {
         let mut args = vec![
-            "run", "-m", model, "-p", "Hello world", "-n", "24", "--temp", "0", "--print-ids",
-            "-t", "2",
+            "run",
+            "-m",
+            model,
+            "-p",
+            "Hello world",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+            "--print-ids",
+            "-t",
+            "2",
         ];
         args.extend_from_slice(extra);
         let out = ggml_tp(&args);
@@ -145,11 +155,30 @@ fn bad_inputs_give_one_line_errors() {
     };
     let m = model.to_str().unwrap();
     let out = ggml_tp(&[
-        "run", "-m", m, "-p", "hi", "--split-mode", "tensor", "--cpu-devices", "2",
-        "--tensor-split", "3,1,1",
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "--split-mode",
+        "tensor",
+        "--cpu-devices",
+        "2",
+        "--tensor-split",
+        "3,1,1",
     ]);
     assert_one_line_error(&out, "--tensor-split has 3 values for 2 devices");
-    let out = ggml_tp(&["run", "-m", m, "-p", "hi", "--split-mode", "none", "--cpu-devices", "2"]);
+    let out = ggml_tp(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "--split-mode",
+        "none",
+        "--cpu-devices",
+        "2",
+    ]);
     assert_one_line_error(&out, "split-mode none");
 
     // A copy of the fixture whose architecture is unknown.

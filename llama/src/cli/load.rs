@@ -7,9 +7,9 @@
 
 use super::{CliError, CliResult};
 use crate::model::{Model, ModelError, Placement};
-use crate::Arch;
 use crate::runtime::SessionOptions;
 use crate::tokenizer::Tokenizer;
+use crate::Arch;
 use backend_cpu::device::{system_memory, CpuDevice};
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
@@ -220,10 +220,7 @@ impl ModelArgs {
                 self.tensor_split.len(),
                 if n == 1 { "" } else { "s" }
             )));
-        } else if self
-            .tensor_split
-            .iter()
-            .any(|r| !r.is_finite() || *r < 0.0)
+        } else if self.tensor_split.iter().any(|r| !r.is_finite() || *r < 0.0)
             || self.tensor_split.iter().sum::<f32>() <= 0.0
         {
             return Err(CliError::new(
@@ -267,9 +264,10 @@ pub struct Loaded {
 impl Loaded {
     /// The file name without `.gguf`.
     pub fn name(&self) -> String {
-        self.path
-            .file_stem()
-            .map_or_else(|| self.path.display().to_string(), |s| s.to_string_lossy().into_owned())
+        self.path.file_stem().map_or_else(
+            || self.path.display().to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        )
     }
 }
 

@@ -14,7 +14,12 @@ pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The prompt (tokenized with BOS when the model adds one).
-    #[arg(short = 'p', long, required_unless_present = "tokens_file", conflicts_with = "tokens_file")]
+    #[arg(
+        short = 'p',
+        long,
+        required_unless_present = "tokens_file",
+        conflicts_with = "tokens_file"
+    )]
     pub prompt: Option<String>,
     /// Token ids instead of a prompt: raw little-endian int32.
     #[arg(long)]
@@ -38,9 +43,8 @@ pub fn read_tokens_i32(path: &Path) -> CliResult<Vec<u32>> {
         .chunks_exact(4)
         .map(|c| {
             let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            u32::try_from(v).map_err(|_| {
-                CliError::new(format!("{}: negative token id {v}", path.display()))
-            })
+            u32::try_from(v)
+                .map_err(|_| CliError::new(format!("{}: negative token id {v}", path.display())))
         })
         .collect()
 }
