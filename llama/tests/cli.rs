@@ -192,3 +192,54 @@ fn bad_inputs_give_one_line_errors() {
     assert_one_line_error(&out, "unknown architecture \"mamba9\"");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn chat_reads_turns_from_stdin() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
+        .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-n", "8"])
+        .args(["--stop", "\n"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Hello there\nAnd again\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // One reply line per turn (a newline in a reply is a stop string).
+    assert_eq!(text(&out.stdout).matches('\n').count(), 2, "{}", text(&out.stdout));
+}
+
+#[test]
+fn perplexity_kl_against_itself_is_zero() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    let dir = temp_dir("ppl");
+    let txt = dir.join("text.txt");
+    std::fs::write(&txt, "The quick brown fox jumps over the lazy dog. ".repeat(12)).unwrap();
+    let base = dir.join("base.kld");
+    let m = model.to_str().unwrap();
+    let common = ["perplexity", "-m", m, "-f", txt.to_str().unwrap(), "-t", "1"];
+    let mut first = common.to_vec();
+    first.extend(["--chunk", "32", "--kl-base", base.to_str().unwrap()]);
+    let out = ggml_tp(&first);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("PPL = "), "{}", text(&out.stdout));
+    let mut second = common.to_vec();
+    second.extend(["--kl-against", base.to_str().unwrap()]);
+    let out = ggml_tp(&second);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        s.contains("mean 0.000000, max 0.000000; top-1 agreement 100.00%"),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
