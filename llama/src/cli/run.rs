@@ -12,7 +12,7 @@ use std::io::Write;
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = SamplingParams::default().temperature)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplingParams::default().temperature)]
     pub temp: f32,
     /// Keep the K most likely tokens (0 = off).
     #[arg(long, default_value_t = SamplingParams::default().top_k)]
