@@ -91,32 +91,32 @@ impl Backend for CpuBackend {
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let pool = self.pool.read().clone();
-        for &node in nodes {
-            let t = graph.tensor(node);
-            if t.op.is_view() || t.is_leaf() {
-                continue;
-            }
-            if t.nelements() == 0 {
-                continue;
-            }
-            let views = NodeViews {
-                dst: host_view(graph, node)?,
-                src: t
-                    .src
-                    .iter()
-                    .map(|&s| host_view(graph, s))
-                    .collect::<Result<_>>()?,
-            };
-            pool.install(|| kernels::compute_node(graph, node, &views))
-                .map_err(|e| match e {
+        // One hand-over to the pool for the whole node list: kernels then split their rows among
+        // the pool's threads without a cross-thread round trip per node.
+        pool.install(|| {
+            for &node in nodes {
+                let t = graph.tensor(node);
+                if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
+                    continue;
+                }
+                let views = NodeViews {
+                    dst: host_view(graph, node)?,
+                    src: t
+                        .src
+                        .iter()
+                        .map(|&s| host_view(graph, s))
+                        .collect::<Result<_>>()?,
+                };
+                kernels::compute_node(graph, node, &views).map_err(|e| match e {
                     Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
                         op: format!("{op} at node {}", t.name),
                         backend,
                     },
                     other => other,
                 })?;
-        }
-        Ok(())
+            }
+            Ok(())
+        })
     }
     fn synchronize(&self) -> Result<()> {
         Ok(())

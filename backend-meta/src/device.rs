@@ -72,15 +72,21 @@ pub struct ReduceOptions {
     /// (default: env `GGML_TP_META_GENERIC_REDUCE=1`).
     pub generic: bool,
     /// Partial sums of at least this many bytes travel in BF16 in the generic AllReduce (default: env
-    /// `GGML_TP_META_BF16_MIN_BYTES`, else 1 MiB).
+    /// `GGML_TP_META_BF16_MIN_BYTES`, else never on CPU devices and 1 MiB elsewhere).
     pub bf16_min_bytes: usize,
 }
 
-impl Default for ReduceOptions {
-    fn default() -> Self {
+impl ReduceOptions {
+    /// Defaults for a device family. On CPU devices a "transfer" is a memory copy, where converting to
+    /// BF16 costs more than it saves at every size (BENCHMARKS.md, `reduce_transport`), so partial sums
+    /// stay F32 there unless `GGML_TP_META_BF16_MIN_BYTES` says otherwise.
+    pub fn for_family(family: &str) -> Self {
+        let env = std::env::var("GGML_TP_META_BF16_MIN_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok());
         ReduceOptions {
             generic: std::env::var("GGML_TP_META_GENERIC_REDUCE").is_ok_and(|v| v == "1"),
-            bf16_min_bytes: crate::doubling::bf16_threshold(),
+            bf16_min_bytes: env.unwrap_or(if family == "cpu" { usize::MAX } else { 1 << 20 }),
         }
     }
 }
@@ -113,7 +119,7 @@ impl MetaDevice {
             ratios,
             family,
             input_split: parking_lot::Mutex::new(None),
-            reduce: parking_lot::Mutex::new(ReduceOptions::default()),
+            reduce: parking_lot::Mutex::new(ReduceOptions::for_family(family)),
             this: this.clone(),
         }))
     }

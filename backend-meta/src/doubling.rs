@@ -8,14 +8,6 @@ use ggml_core::sched::Scheduler;
 use ggml_core::{DType, DataRef, Graph, Layout, Result, TensorId};
 use std::sync::Arc;
 
-/// Bytes from which partial sums travel in BF16: `GGML_TP_META_BF16_MIN_BYTES` (default 1 MiB).
-pub fn bf16_threshold() -> usize {
-    std::env::var("GGML_TP_META_BF16_MIN_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 20)
-}
-
 /// One device's part of a reduction: what it sends, where it receives, and the graph that adds.
 struct Kit {
     graph: Graph,

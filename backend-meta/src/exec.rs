@@ -84,6 +84,20 @@ impl MetaBackend {
         *self.stats.lock()
     }
 
+    /// Compute-buffer bytes each device holds for the current program (each plans its own share).
+    pub fn device_compute_memory(&self) -> Vec<usize> {
+        self.program
+            .lock()
+            .as_ref()
+            .map(|p| {
+                p.scheds
+                    .iter()
+                    .map(|s| s.memory().iter().map(|m| m.planned).sum())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The per-device streams.
     pub fn backends(&self) -> &[Arc<dyn Backend>] {
         &self.backends

@@ -47,8 +47,8 @@ pub(crate) struct Output {
 pub(crate) struct Program {
     pub key: u64,
     pub graphs: Vec<Graph>,
-    /// Keeps each device's compute memory alive.
-    pub _scheds: Vec<Scheduler>,
+    /// Each device's scheduler (it owns the device's compute memory).
+    pub scheds: Vec<Scheduler>,
     pub stages: Vec<Stage>,
     /// Meta inputs copied to devices that cannot read the arena: (meta tensor, local tensor per device).
     pub inputs: Vec<(TensorId, Vec<Option<TensorId>>)>,
@@ -544,7 +544,7 @@ pub(crate) fn build(
     Ok(Program {
         key,
         graphs,
-        _scheds: scheds,
+        scheds,
         stages,
         inputs: b.inputs,
         outputs,

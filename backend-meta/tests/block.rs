@@ -108,3 +108,44 @@ fn generic_recursive_doubling_reduce_matches_for_any_device_count() {
         assert_eq!(stats.reduced_bytes, stats.reductions * (D * t * 2) as u64);
     }
 }
+
+#[test]
+fn each_device_plans_compute_memory_for_its_share_only() {
+    use common::{cpu_device, meta_device, Harness, Place};
+    // A wide FFN and a batch of tokens make the split intermediates dominate.
+    let dims = Dims {
+        d: 64,
+        head: 16,
+        hq: 4,
+        hkv: 2,
+        ffn: 1024,
+        ctx: 32,
+        experts: 4,
+        used: 2,
+    };
+    let t = 32;
+    let dev = cpu_device(1);
+    let mut one = Harness::new(
+        dev.new_backend().unwrap(),
+        Place::Single(dev),
+        dims,
+        3,
+        false,
+        t,
+    );
+    let want = one.step();
+    let full = one.planned_memory();
+    let meta = meta_device(2, None, None);
+    let backend = meta.new_meta_backend().unwrap();
+    let mut two = Harness::new(backend.clone(), Place::Meta(meta), dims, 3, false, t);
+    assert!(nmse(&two.step(), &want) <= 1e-6);
+    let per_device = backend.device_compute_memory();
+    println!("one device: {full} bytes; meta x2 per device: {per_device:?}");
+    assert_eq!(per_device.len(), 2);
+    for m in per_device {
+        assert!(
+            m * 10 <= full * 7,
+            "a device plans {m} bytes of compute memory, one device alone {full}"
+        );
+    }
+}

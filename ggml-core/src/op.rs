@@ -606,3 +606,64 @@ fn check_row_blocks(op: &'static str, t: DType, ne0: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Hashes an op and its parameters (floats by their bits), for plan and program caches.
+impl std::hash::Hash for Op {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        let bits = |v: &[f32], h: &mut H| v.iter().for_each(|x| x.to_bits().hash(h));
+        match self {
+            Op::View { offset } => offset.hash(h),
+            Op::Permute { axes } => axes.hash(h),
+            Op::Scale { scale, bias } => bits(&[*scale, *bias], h),
+            Op::Clamp { min, max } => bits(&[*min, *max], h),
+            Op::Unary(u) => u.hash(h),
+            Op::Glu { op, swapped } => {
+                swapped.hash(h);
+                std::mem::discriminant(op).hash(h);
+                if let GluOp::SwigluOai { alpha, limit } = op {
+                    bits(&[*alpha, *limit], h);
+                }
+            }
+            Op::RmsNorm { eps } | Op::Norm { eps } => bits(&[*eps], h),
+            Op::Rope(p) => {
+                (p.mode, p.n_dims, p.n_ctx_orig).hash(h);
+                bits(
+                    &[
+                        p.freq_base,
+                        p.freq_scale,
+                        p.ext_factor,
+                        p.attn_factor,
+                        p.beta_fast,
+                        p.beta_slow,
+                    ],
+                    h,
+                );
+            }
+            Op::SoftMax { scale, max_bias } => bits(&[*scale, *max_bias], h),
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            } => bits(&[*scale, *max_bias, *softcap], h),
+            Op::Concat { dim } => dim.hash(h),
+            Op::Argsort { order } => order.hash(h),
+            Op::TopK { k } => k.hash(h),
+            Op::None
+            | Op::Reshape
+            | Op::Transpose
+            | Op::Cpy
+            | Op::Cont
+            | Op::GetRows
+            | Op::SetRows
+            | Op::MulMat
+            | Op::MulMatId
+            | Op::Add
+            | Op::AddId
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::SumRows => {}
+        }
+    }
+}

@@ -213,3 +213,16 @@ fn same_graph_again_reuses_the_plan() {
     sched.alloc(&mut g3).unwrap();
     assert_eq!(sched.stats().plans, 2, "a different shape is planned again");
 }
+
+#[test]
+fn inputs_no_node_reads_still_get_memory() {
+    let mut g = Graph::new();
+    let x = g.new_input(DType::F32, &[8]).unwrap();
+    let unused = g.new_input(DType::F32, &[5]).unwrap();
+    let y = g.scale(x, 2.0).unwrap();
+    g.output(y);
+    let mut sched = Scheduler::new(vec![PlanOnlyDevice.new_backend().unwrap()]);
+    sched.alloc(&mut g).unwrap();
+    g.set_f32(unused, &[1.0; 5]).unwrap();
+    assert_eq!(g.get_f32(unused).unwrap(), vec![1.0; 5]);
+}

@@ -5,7 +5,7 @@
 use super::norm::alibi_slope;
 use super::rows::{load_row, par_rows, unravel, with_out_row, Scratch};
 use crate::view::TView;
-use ggml_core::{Error, Result};
+use ggml_core::{DType, Error, Result};
 
 /// Dot product with several accumulators so the compiler vectorizes it.
 #[inline]
@@ -95,6 +95,14 @@ pub fn flash_attn_ext(
             Scratch::default(),
         );
         let mut acc = vec![0f32; dv];
+        // K/V rows converted to f32 once per (kv head, sequence) for the whole task, instead of once
+        // per query row (prompts have many query rows per head).
+        let dk = lq.ne[0];
+        let cache_bytes = n_head_kv * lq.ne[3] * n_kv * (dk + dv) * 4;
+        let use_cache =
+            (k.dtype() != DType::F32 || v.dtype() != DType::F32) && cache_bytes <= 256 << 20;
+        let mut cache: Vec<Option<(Vec<f32>, Vec<f32>)>> =
+            vec![None; if use_cache { n_head_kv * lq.ne[3] } else { 0 }];
         for r in range {
             let [h, iq, s] = unravel(r, &d.ne);
             let hk = h / group;
@@ -108,18 +116,46 @@ pub fn flash_attn_ext(
                 };
                 acc.iter_mut().for_each(|a| *a = 0.0);
                 let (mut m_max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                let converted = if use_cache {
+                    let slot = &mut cache[hk + s * n_head_kv];
+                    if slot.is_none() {
+                        let (mut kc, mut vc) = (vec![0f32; n_kv * dk], vec![0f32; n_kv * dv]);
+                        for j in 0..n_kv {
+                            kc[j * dk..(j + 1) * dk].copy_from_slice(load_row(
+                                k,
+                                [j, hk, s],
+                                &mut sk.f,
+                            )?);
+                            vc[j * dv..(j + 1) * dv].copy_from_slice(load_row(
+                                v,
+                                [j, hk, s],
+                                &mut sv.f,
+                            )?);
+                        }
+                        *slot = Some((kc, vc));
+                    }
+                    slot.as_ref()
+                } else {
+                    None
+                };
                 for j in 0..n_kv {
                     let mv = mr.map_or(0.0, |m| slope * m[j]);
                     if mv == f32::NEG_INFINITY {
                         continue;
                     }
-                    let kr = load_row(k, [j, hk, s], &mut sk.f)?;
+                    let kr = match converted {
+                        Some((kc, _)) => &kc[j * dk..(j + 1) * dk],
+                        None => load_row(k, [j, hk, s], &mut sk.f)?,
+                    };
                     let mut x = dot(qr, kr) * scale;
                     if softcap != 0.0 {
                         x = softcap * x.tanh();
                     }
                     x += mv;
-                    let vr = load_row(v, [j, hk, s], &mut sv.f)?;
+                    let vr = match converted {
+                        Some((_, vc)) => &vc[j * dv..(j + 1) * dv],
+                        None => load_row(v, [j, hk, s], &mut sv.f)?,
+                    };
                     let weight = if x > m_max {
                         let ms = (m_max - x).exp();
                         m_max = x;

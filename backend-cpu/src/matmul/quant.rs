@@ -100,10 +100,12 @@ impl Legacy for Q4_0 {
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         (F::cvt(unsafe { rd16(p) }), 0.0)
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         nibbles(unsafe { rd(p.add(2)) }).map(|v| v as i8 - 8)
     }
 }
@@ -112,10 +114,12 @@ impl Legacy for Q4_1 {
     const MIN: bool = true;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         unsafe { (F::cvt(rd16(p)), F::cvt(rd16(p.add(2)))) }
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         nibbles(unsafe { rd(p.add(4)) }).map(|v| v as i8)
     }
 }
@@ -124,10 +128,12 @@ impl Legacy for Q5_0 {
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         (F::cvt(unsafe { rd16(p) }), 0.0)
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         unsafe { fifth_bits(nibbles(rd(p.add(6))), rd(p.add(2))) }.map(|v| v as i8 - 16)
     }
 }
@@ -136,10 +142,12 @@ impl Legacy for Q5_1 {
     const MIN: bool = true;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         unsafe { (F::cvt(rd16(p)), F::cvt(rd16(p.add(2)))) }
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         unsafe { fifth_bits(nibbles(rd(p.add(8))), rd(p.add(4))) }.map(|v| v as i8)
     }
 }
@@ -148,10 +156,12 @@ impl Legacy for Q8_0 {
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         (F::cvt(unsafe { rd16(p) }), 0.0)
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         unsafe { rd::<32>(p.add(2)) }.map(|v| v as i8)
     }
 }
@@ -160,10 +170,12 @@ impl Legacy for Mxfp4 {
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn dm<F: HalfCvt>(p: *const u8) -> (f32, f32) {
+        // SAFETY: `p` points to a whole block (caller).
         (e8m0_to_f32_half(unsafe { *p }), 0.0)
     }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> [i8; 32] {
+        // SAFETY: `p` points to a whole block (caller).
         nibbles(unsafe { rd(p.add(1)) }).map(|v| MXFP4_VALUES[v as usize])
     }
 }

@@ -29,39 +29,7 @@ impl HalfCvt for F16c {
     }
 }
 
-/// f32 value of every f16 bit pattern, computed at compile time.
-static F16_TABLE: [f32; 65536] = f16_table();
-
-const fn f16_table() -> [f32; 65536] {
-    let mut t = [0f32; 65536];
-    let mut i = 0;
-    while i < 65536 {
-        t[i] = f16_bits_const(i as u16);
-        i += 1;
-    }
-    t
-}
-
-/// Exact f16 -> f32 (NaN payloads kept), usable in const context.
-const fn f16_bits_const(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let exp = ((h >> 10) & 0x1F) as u32;
-    let man = (h & 0x3FF) as u32;
-    let bits = if exp == 0 {
-        if man == 0 {
-            sign
-        } else {
-            // Subnormal: man * 2^-24, normalized.
-            let shift = man.leading_zeros() - 21;
-            sign | ((127 - 15 + 1 - shift) << 23) | (((man << shift) & 0x3FF) << 13)
-        }
-    } else if exp == 0x1F {
-        sign | 0x7F80_0000 | (man << 13)
-    } else {
-        sign | ((exp + 127 - 15) << 23) | (man << 13)
-    };
-    f32::from_bits(bits)
-}
+use ggml_core::quant::F16_TO_F32 as F16_TABLE;
 
 /// 8-bit integer dot products of 32-byte vectors into eight i32 partial sums.
 pub(crate) trait DotI8 {
@@ -147,6 +115,7 @@ impl LegacyX86 for Q4_0 {
 impl LegacyX86 for Q4_1 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe { nibbles_x86(p.add(4)) }
     }
 }
@@ -154,6 +123,7 @@ impl LegacyX86 for Q5_0 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             _mm256_or_si256(
                 nibbles_x86(p.add(6)),
@@ -165,6 +135,7 @@ impl LegacyX86 for Q5_0 {
 impl LegacyX86 for Q5_1 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             _mm256_or_si256(
                 nibbles_x86(p.add(8)),
@@ -176,12 +147,14 @@ impl LegacyX86 for Q5_1 {
 impl LegacyX86 for Q8_0 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) }
     }
 }
 impl LegacyX86 for Mxfp4 {
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
         unsafe {
             let t = _mm_loadu_si128(MXFP4_VALUES.as_ptr() as *const __m128i);
             _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles_x86(p.add(1)))
@@ -381,21 +354,6 @@ pub(crate) unsafe fn rows(
             rows_avx512(wt, job, nb, rows, cols)
         } else {
             rows_avx2(wt, job, nb, rows, cols)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn f16_table_is_exact() {
-        for h in 0..=u16::MAX {
-            let want = ggml_core::quant::f16_bits_to_f32(h);
-            assert_eq!(
-                super::F16_TABLE[usize::from(h)].to_bits(),
-                want.to_bits(),
-                "{h:#x}"
-            );
         }
     }
 }

@@ -400,6 +400,11 @@ impl Harness {
         }
     }
 
+    /// The scheduler's compute memory for the last graph (on a meta device: its arena).
+    pub fn planned_memory(&self) -> usize {
+        self.sched.memory().iter().map(|m| m.planned).sum()
+    }
+
     /// One forward pass over fresh inputs derived from the seed; returns the output.
     pub fn step(&mut self) -> Vec<f32> {
         let t = self.t;

@@ -193,10 +193,10 @@ pub fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; K_SCALE_SIZE] {
 /// Exact f16 -> f32 from the bit pattern, keeping NaN payloads bit for bit (no quieting), which is
 /// what numpy's `float16.astype(float32)` does.
 #[inline]
-pub fn f16_bits_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1F);
-    let man = u32::from(h & 0x3FF);
+pub const fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1F) as u32;
+    let man = (h & 0x3FF) as u32;
     let bits = match (exp, man) {
         (0, 0) => sign,
         (0, _) => {
@@ -210,6 +210,24 @@ pub fn f16_bits_to_f32(h: u16) -> f32 {
         _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
     };
     f32::from_bits(bits)
+}
+
+/// The f32 value of every f16 bit pattern (as ggml's `ggml_table_f32_f16`), computed at compile
+/// time with [`f16_bits_to_f32`], so a lookup equals the exact conversion bit for bit.
+pub static F16_TO_F32: [f32; 65536] = {
+    let mut t = [0f32; 65536];
+    let mut i = 0;
+    while i < 65536 {
+        t[i] = f16_bits_to_f32(i as u16);
+        i += 1;
+    }
+    t
+};
+
+/// Exact f16 -> f32 by table lookup (faster than converting when no F16C instruction is compiled in).
+#[inline(always)]
+pub fn f16_bits_to_f32_lut(h: u16) -> f32 {
+    F16_TO_F32[h as usize]
 }
 
 /// Exact f16 -> f32 (see [`f16_bits_to_f32`]).
@@ -251,6 +269,17 @@ pub(crate) fn nearest_int(x: f32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_table_equals_the_conversion() {
+        for h in 0..=u16::MAX {
+            assert_eq!(
+                F16_TO_F32[usize::from(h)].to_bits(),
+                f16_bits_to_f32(h).to_bits(),
+                "{h:#x}"
+            );
+        }
+    }
 
     #[test]
     fn f16_decoding_is_exact_for_every_non_nan_pattern() {

@@ -1,7 +1,7 @@
 //! Rows of the scalar float types F32, F16 and BF16 as little-endian bytes: exact widening to f32
 //! (NaN payloads kept, as numpy does) and narrowing with round-to-nearest-even (ggml's rules).
 
-use super::blocks::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16};
+use super::blocks::{bf16_bits_to_f32, f16_bits_to_f32_lut, f32_to_bf16_bits, f32_to_f16};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -22,7 +22,7 @@ pub(crate) fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()
         }
         DType::F16 => {
             for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *o = f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]]));
+                *o = f16_bits_to_f32_lut(u16::from_le_bytes([c[0], c[1]]));
             }
         }
         DType::BF16 => {

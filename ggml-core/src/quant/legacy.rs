@@ -105,9 +105,37 @@ fn quantize_q8(x: &[f32]) -> (f32, [i8; QK]) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut q = [0i8; QK];
     for (qi, &v) in q.iter_mut().zip(x) {
-        *qi = (v * id).round() as i8;
+        *qi = round_half_away(v * id) as i8;
     }
     (d, q)
+}
+
+/// `x.round()` (half away from zero) without a libm call, for |x| < 2^23 (NaN gives 0 like
+/// `round() as i8`): the fractional part below is exact in that range.
+#[inline(always)]
+fn round_half_away(x: f32) -> i32 {
+    let i = x as i32;
+    let f = x - i as f32;
+    if f >= 0.5 {
+        i + 1
+    } else if f <= -0.5 {
+        i - 1
+    } else {
+        i
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn round_half_away_matches_round() {
+    let mut x = -130.0f32;
+    while x <= 130.0 {
+        for v in [x, x.next_up(), x.next_down(), x + 0.5, x - 0.5] {
+            assert_eq!(round_half_away(v), v.round() as i32, "{v}");
+        }
+        x += 0.25;
+    }
+    assert_eq!(round_half_away(f32::NAN) as i8, f32::NAN.round() as i8);
 }
 
 #[inline]

@@ -54,7 +54,7 @@ pub fn structure_key(graph: &Graph) -> u64 {
     graph.len().hash(&mut h);
     graph.nodes().hash(&mut h);
     for t in graph.tensors() {
-        format!("{:?}", t.op).hash(&mut h);
+        t.op.hash(&mut h);
         t.layout.hash(&mut h);
         t.src.hash(&mut h);
         t.view.hash(&mut h);
@@ -212,6 +212,19 @@ pub(crate) fn build(
             let step = copy_step[&to];
             touch(from, step, &mut life);
             touch(to, step, &mut life);
+        }
+    }
+    // Inputs and outputs that no computed node touches still need memory (the caller writes or reads
+    // them directly); they live on the first backend for the whole graph.
+    for (i, t) in graph.tensors().iter().enumerate() {
+        let id = TensorId(i as u32);
+        if t.data.is_none()
+            && t.view.is_none()
+            && (t.flags.input || t.flags.output)
+            && !life.contains_key(&id)
+        {
+            life.insert(id, (0, last_step));
+            home.entry(id).or_insert(Home::Backend(0));
         }
     }
     let mut per_backend: Vec<Vec<(TensorId, Lifetime)>> = vec![Vec::new(); devices.len()];

@@ -1,0 +1,198 @@
+// Shared device code of every kernel: the strided tensor descriptor `TD` (mirrors the Rust `TDesc`),
+// f16/bf16 conversions without CUDA headers, element loads for every supported type (block formats
+// decoded one element at a time), element stores for scalar types, and block reductions.
+typedef unsigned long long u64;
+typedef long long i64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#define T_F32 0
+#define T_F16 1
+#define T_BF16 2
+#define T_I32 3
+#define T_Q4_0 4
+#define T_Q4_1 5
+#define T_Q5_0 6
+#define T_Q5_1 7
+#define T_Q8_0 8
+#define T_Q4K 9
+#define T_Q5K 10
+#define T_Q6K 11
+#define T_MXFP4 12
+
+#define NEG_INF __int_as_float(0xff800000)
+
+struct TD {
+    u64 ptr;
+    i64 ne[4];
+    i64 nb[4];
+    int type;
+    int pad;
+};
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
+__device__ __forceinline__ u16 f2bf(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+__device__ __forceinline__ u16 ld16(const u8* p) { return *(const u16*)p; }
+
+__device__ __forceinline__ int block_size(int t) {
+    return t <= T_I32 ? 1 : (t >= T_Q4K && t <= T_Q6K ? 256 : 32);
+}
+
+// Address of element (or block holding element) i.
+__device__ __forceinline__ u8* addr(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
+    return (u8*)t.ptr + (i0 / block_size(t.type)) * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+__device__ __forceinline__ int nib(const u8* qs, int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
+
+__device__ __forceinline__ void scale_min_k4(int j, const u8* s, int* sc, int* m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Element j of the block at b.
+__device__ float dequant(const u8* b, int type, int j) {
+    switch (type) {
+    case T_Q4_0: return h2f(ld16(b)) * (float)(nib(b + 2, j) - 8);
+    case T_Q4_1: return h2f(ld16(b)) * (float)nib(b + 4, j) + h2f(ld16(b + 2));
+    case T_Q5_0: {
+        u32 qh = b[2] | (b[3] << 8) | (b[4] << 16) | ((u32)b[5] << 24);
+        int q = nib(b + 6, j) | (((qh >> j) & 1) << 4);
+        return h2f(ld16(b)) * (float)(q - 16);
+    }
+    case T_Q5_1: {
+        u32 qh = b[4] | (b[5] << 8) | (b[6] << 16) | ((u32)b[7] << 24);
+        int q = nib(b + 8, j) | (((qh >> j) & 1) << 4);
+        return h2f(ld16(b)) * (float)q + h2f(ld16(b + 2));
+    }
+    case T_Q8_0: return h2f(ld16(b)) * (float)(signed char)b[2 + j];
+    case T_Q4K:
+    case T_Q5K: {
+        float d = h2f(ld16(b)), dmin = h2f(ld16(b + 2));
+        const u8* qs = b + (type == T_Q4K ? 16 : 48);
+        int c = j / 64, l = j % 32;
+        int byte = qs[32 * c + l];
+        int q = (j % 64 < 32) ? (byte & 15) : (byte >> 4);
+        if (type == T_Q5K) q |= ((b[16 + l] >> (j / 32)) & 1) << 4;
+        int sc, m;
+        scale_min_k4(j / 32, b + 4, &sc, &m);
+        return (d * (float)sc) * (float)q - dmin * (float)m;
+    }
+    case T_Q6K: {
+        int h = j / 128, r = j % 128, k = r / 32, l = r % 32;
+        int lo = (b[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+        int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
+        float d = h2f(ld16(b + 208));
+        return (d * (float)(signed char)b[192 + j / 16]) * (float)((lo | (hi << 4)) - 32);
+    }
+    case T_MXFP4: {
+        const int vals[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+        u32 e = b[0];
+        float d = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+        return d * (float)vals[nib(b + 1, j)];
+    }
+    }
+    return __int_as_float(0x7fc00000);
+}
+
+__device__ float load(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
+    const u8* p = addr(t, i0, i1, i2, i3);
+    switch (t.type) {
+    case T_F32: return *(const float*)p;
+    case T_F16: return h2f(ld16(p));
+    case T_BF16: return bf2f(ld16(p));
+    case T_I32: return (float)*(const int*)p;
+    default: return dequant(p, t.type, (int)(i0 % block_size(t.type)));
+    }
+}
+
+__device__ __forceinline__ int load_i32(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
+    return *(const int*)addr(t, i0, i1, i2, i3);
+}
+
+__device__ void store(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3, float v) {
+    u8* p = addr(t, i0, i1, i2, i3);
+    switch (t.type) {
+    case T_F32: *(float*)p = v; break;
+    case T_F16: *(u16*)p = f2h(v); break;
+    case T_BF16: *(u16*)p = f2bf(v); break;
+    case T_I32: *(int*)p = (int)v; break;
+    }
+}
+
+// Copies one element from s to d: raw bytes for equal scalar types, else through f32.
+__device__ void xfer(const TD& s, i64 a0, i64 a1, i64 a2, i64 a3, const TD& d, i64 b0, i64 b1, i64 b2, i64 b3) {
+    if (s.type == d.type && s.type == T_I32) {
+        *(int*)addr(d, b0, b1, b2, b3) = *(const int*)addr(s, a0, a1, a2, a3);
+    } else if (s.type == d.type && (s.type == T_F16 || s.type == T_BF16)) {
+        *(u16*)addr(d, b0, b1, b2, b3) = ld16(addr(s, a0, a1, a2, a3));
+    } else {
+        store(d, b0, b1, b2, b3, load(s, a0, a1, a2, a3));
+    }
+}
+
+__device__ __forceinline__ void unravel(i64 l, const i64* ne, i64* i) {
+    i[0] = l % ne[0]; l /= ne[0];
+    i[1] = l % ne[1]; l /= ne[1];
+    i[2] = l % ne[2];
+    i[3] = l / ne[2];
+}
+
+__device__ __forceinline__ i64 nelem(const TD& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+#define GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ double block_sum(double v) {
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    __syncthreads();
+    if (l == 0) part[w] = v;
+    __syncthreads();
+    double t = 0;
+    for (int k = 0; k < (int)(blockDim.x / 32); k++) t += part[k];
+    return t;
+}
+
+__device__ float block_max(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    __syncthreads();
+    if (l == 0) part[w] = v;
+    __syncthreads();
+    float t = NEG_INF;
+    for (int k = 0; k < (int)(blockDim.x / 32); k++) t = fmaxf(t, part[k]);
+    return t;
+}
+
+// ALiBi slope of head h (1 without bias), as ggml.
+__device__ float alibi_slope(float max_bias, int h, int n_head) {
+    if (max_bias <= 0.0f) return 1.0f;
+    int n_log2 = 1 << (int)floorf(log2f((float)(n_head > 1 ? n_head : 1)));
+    float m0 = powf(2.0f, -max_bias / n_log2);
+    float m1 = powf(2.0f, -(max_bias / 2.0f) / n_log2);
+    return h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+}

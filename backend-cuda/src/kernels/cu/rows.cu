@@ -1,0 +1,132 @@
+// Copies and row gathers: cpy/cont between any layouts and types (k_cpy; k_cpy_q quantizes to
+// Q8_0/Q4_0 with ggml's reference quantizers), get_rows, set_rows (k_set_rows, k_set_rows_q) and
+// concat. Element order follows ggml: the i-th element of the source goes to the i-th of the result.
+
+// Quantizes 32 values into the block at b (Q8_0 or Q4_0), as quantize_row_*_ref.
+__device__ void quantize_block(const float* x, u8* b, int type) {
+    if (type == T_Q8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float dd = amax / 127.0f;
+        float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        *(u16*)b = f2h(dd);
+        for (int j = 0; j < 32; j++) b[2 + j] = (u8)(signed char)roundf(x[j] * id);
+    } else {
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                mx = x[j];
+            }
+        }
+        float dd = mx / -8.0f;
+        float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        *(u16*)b = f2h(dd);
+        for (int j = 0; j < 16; j++) {
+            int q0 = min(15, (int)(x[j] * id + 8.5f));
+            int q1 = min(15, (int)(x[j + 16] * id + 8.5f));
+            b[2 + j] = (u8)(q0 | (q1 << 4));
+        }
+    }
+}
+
+extern "C" __global__ void k_cpy(TD s, TD d) {
+    i64 n = nelem(d);
+    GRID_LOOP(l, n) {
+        i64 i[4], j[4];
+        unravel(l, d.ne, i);
+        unravel(l, s.ne, j);
+        xfer(s, j[0], j[1], j[2], j[3], d, i[0], i[1], i[2], i[3]);
+    }
+}
+
+extern "C" __global__ void k_cpy_q(TD s, TD d) {
+    i64 nb = nelem(d) / 32;
+    GRID_LOOP(bi, nb) {
+        i64 l0 = bi * 32;
+        i64 i[4];
+        unravel(l0, d.ne, i);
+        float x[32];
+        for (int k = 0; k < 32; k++) {
+            i64 j[4];
+            unravel(l0 + k, s.ne, j);
+            x[k] = load(s, j[0], j[1], j[2], j[3]);
+        }
+        quantize_block(x, addr(d, i[0], i[1], i[2], i[3]), d.type);
+    }
+}
+
+// Same-type copy of block-quantized rows (s.ne[0] == d.ne[0]): one thread per block, raw bytes.
+extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) {
+    i64 per_row = d.ne[0] / block_size(d.type);
+    i64 nb = per_row * d.ne[1] * d.ne[2] * d.ne[3];
+    GRID_LOOP(bi, nb) {
+        i64 i0 = (bi % per_row) * block_size(d.type);
+        i64 r = bi / per_row, q = r;
+        i64 d1 = q % d.ne[1]; q /= d.ne[1];
+        i64 d2 = q % d.ne[2], d3 = q / d.ne[2];
+        i64 s1 = r % s.ne[1]; r /= s.ne[1];
+        i64 s2 = r % s.ne[2], s3 = r / s.ne[2];
+        const u8* from = addr(s, i0, s1, s2, s3);
+        u8* to = addr(d, i0, d1, d2, d3);
+        for (int k = 0; k < type_size; k++) to[k] = from[k];
+    }
+}
+
+extern "C" __global__ void k_get_rows(TD t, TD ids, TD d) {
+    i64 n = nelem(d);
+    GRID_LOOP(l, n) {
+        i64 i[4];
+        unravel(l, d.ne, i);
+        int row = load_i32(ids, i[1], i[2], i[3], 0);
+        if (row < 0 || row >= t.ne[1]) {
+            store(d, i[0], i[1], i[2], i[3], __int_as_float(0x7fc00000));
+            continue;
+        }
+        xfer(t, i[0], row, i[2], i[3], d, i[0], i[1], i[2], i[3]);
+    }
+}
+
+__device__ __forceinline__ int set_rows_target(const TD& ids, const TD& d, i64 i1, i64 i2, i64 i3) {
+    int row = load_i32(ids, i1, i2 % ids.ne[1], i3 % ids.ne[2], 0);
+    return (row < 0 || row >= d.ne[1]) ? -1 : row;
+}
+
+extern "C" __global__ void k_set_rows(TD d, TD s, TD ids) {
+    i64 n = nelem(s);
+    GRID_LOOP(l, n) {
+        i64 i[4];
+        unravel(l, s.ne, i);
+        int row = set_rows_target(ids, d, i[1], i[2], i[3]);
+        if (row >= 0) xfer(s, i[0], i[1], i[2], i[3], d, i[0], row, i[2], i[3]);
+    }
+}
+
+extern "C" __global__ void k_set_rows_q(TD d, TD s, TD ids) {
+    i64 per_row = s.ne[0] / 32;
+    i64 nb = per_row * s.ne[1] * s.ne[2] * s.ne[3];
+    GRID_LOOP(bi, nb) {
+        i64 i0 = (bi % per_row) * 32, r = bi / per_row;
+        i64 i1 = r % s.ne[1], i2 = (r / s.ne[1]) % s.ne[2], i3 = r / (s.ne[1] * s.ne[2]);
+        int row = set_rows_target(ids, d, i1, i2, i3);
+        if (row < 0) continue;
+        float x[32];
+        for (int k = 0; k < 32; k++) x[k] = load(s, i0 + k, i1, i2, i3);
+        quantize_block(x, addr(d, i0, row, i2, i3), d.type);
+    }
+}
+
+extern "C" __global__ void k_concat(TD a, TD b, TD d, int dim) {
+    i64 n = nelem(d);
+    GRID_LOOP(l, n) {
+        i64 i[4];
+        unravel(l, d.ne, i);
+        if (i[dim] < a.ne[dim]) {
+            xfer(a, i[0], i[1], i[2], i[3], d, i[0], i[1], i[2], i[3]);
+        } else {
+            i64 j[4] = {i[0], i[1], i[2], i[3]};
+            j[dim] -= a.ne[dim];
+            xfer(b, j[0], j[1], j[2], j[3], d, i[0], i[1], i[2], i[3]);
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! backend-cuda: the CUDA backend of ggml-tp. Devices `cuda:0`, `cuda:1`, ... with device memory and
+//! pinned host buffers, one stream per backend, kernels compiled at run time with NVRTC for each
+//! device's compute capability, cuBLAS for float matrix products and an NCCL AllReduce
+//! communicator. Every CUDA library is loaded at run time: without a driver the family reports zero
+//! devices and says why ([`probe`]).
+
+pub mod comm;
+pub mod device;
+pub mod kernels;
+pub mod memory;
+pub mod probe;
+pub mod reg;
+pub mod stream;
+
+pub use comm::NcclCommunicator;
+pub use device::CudaDevice;
+pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType};
+pub use reg::{cuda_devices, CudaReg};
+pub use stream::CudaBackend;
+
+/// A backend error of this family.
+pub(crate) fn err(msg: impl Into<String>) -> ggml_core::Error {
+    ggml_core::Error::Backend {
+        backend: "cuda".into(),
+        msg: msg.into(),
+    }
+}
+
+/// Maps a CUDA library error to a backend error that says what was being done.
+pub(crate) fn cu<T, E: std::fmt::Debug>(
+    what: &str,
+    r: std::result::Result<T, E>,
+) -> ggml_core::Result<T> {
+    r.map_err(|e| err(format!("{what}: {e:?}")))
+}

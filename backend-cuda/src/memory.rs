@@ -1,0 +1,272 @@
+//! Memory of the CUDA devices: [`CudaBuffer`] (device memory from `cuMemAlloc`; `set`/`get`/`fill`
+//! wait for the device's queued work, then copy synchronously, bounds-checked) with its allocator
+//! [`CudaBufferType`], and [`PinnedBuffer`] / [`PinnedBufferType`] (page-locked host memory for fast
+//! transfers).
+
+use crate::{cu, err};
+use cudarc::driver::{result, sys, CudaContext};
+use ggml_core::backend::check_range;
+use ggml_core::{Buffer, BufferType, Error, Result};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Alignment of tensor offsets inside CUDA buffers.
+pub const CUDA_ALIGNMENT: usize = 256;
+
+/// A block of device memory on one CUDA device.
+pub struct CudaBuffer {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    ctx: Arc<CudaContext>,
+    device: String,
+}
+
+impl CudaBuffer {
+    /// Allocates `size` bytes on the device of `ctx` (zero-filled).
+    pub fn new(ctx: Arc<CudaContext>, device: String, size: usize) -> Result<Self> {
+        if size == 0 {
+            return Ok(CudaBuffer {
+                ptr: 0,
+                size,
+                ctx,
+                device,
+            });
+        }
+        cu("bind context", ctx.bind_to_thread())?;
+        // SAFETY: the context is current; the pointer is freed once in `drop`.
+        let ptr = unsafe { result::malloc_sync(size) }.map_err(|e| {
+            let free = result::mem_get_info().map(|m| m.0).unwrap_or(0);
+            if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                Error::OutOfMemory {
+                    device: device.clone(),
+                    requested: size,
+                    available: free,
+                }
+            } else {
+                err(format!("cuMemAlloc of {size} bytes on {device}: {e:?}"))
+            }
+        })?;
+        let b = CudaBuffer {
+            ptr,
+            size,
+            ctx,
+            device,
+        };
+        b.fill(0, size, 0)?;
+        Ok(b)
+    }
+
+    /// Device address of byte 0.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The context (device) owning this memory.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Device ordinal of this memory.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// Binds the context and waits for every stream of the device, before a synchronous copy.
+    fn quiesce(&self) -> Result<()> {
+        cu("bind context", self.ctx.bind_to_thread())?;
+        cu("synchronize", self.ctx.synchronize())
+    }
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        if self.size > 0 && self.quiesce().is_ok() {
+            // SAFETY: allocated in `new`, freed once; no queued work uses it after the synchronize.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+impl Buffer for CudaBuffer {
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn name(&self) -> String {
+        self.device.clone()
+    }
+    fn host_ptr(&self) -> Option<*mut u8> {
+        None
+    }
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len(), self.size)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.quiesce()?;
+        // SAFETY: the range lies inside the allocation.
+        cu("cuMemcpyHtoD", unsafe {
+            result::memcpy_htod_sync(self.ptr + offset as u64, data)
+        })
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range(offset, out.len(), self.size)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.quiesce()?;
+        // SAFETY: the range lies inside the allocation.
+        cu("cuMemcpyDtoH", unsafe {
+            result::memcpy_dtoh_sync(out, self.ptr + offset as u64)
+        })
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        check_range(offset, len, self.size)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.quiesce()?;
+        // SAFETY: the range lies inside the allocation.
+        cu("cuMemsetD8", unsafe {
+            result::memset_d8_sync(self.ptr + offset as u64, value, len)
+        })
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The device-memory allocator of one CUDA device.
+pub struct CudaBufferType {
+    ctx: Arc<CudaContext>,
+    device: String,
+}
+
+impl CudaBufferType {
+    pub fn new(ctx: Arc<CudaContext>, device: String) -> Self {
+        CudaBufferType { ctx, device }
+    }
+}
+
+impl BufferType for CudaBufferType {
+    fn name(&self) -> String {
+        self.device.clone()
+    }
+    fn alignment(&self) -> usize {
+        CUDA_ALIGNMENT
+    }
+    fn max_size(&self) -> usize {
+        self.ctx.total_mem().unwrap_or(usize::MAX)
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
+        Ok(Arc::new(CudaBuffer::new(
+            self.ctx.clone(),
+            self.device.clone(),
+            size,
+        )?))
+    }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`, portable to every context).
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    size: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a plain host allocation; access ordering is the scheduler's job, as for every buffer.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn new(ctx: Arc<CudaContext>, size: usize) -> Result<Self> {
+        if size == 0 {
+            return Ok(PinnedBuffer {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                size,
+                ctx,
+            });
+        }
+        cu("bind context", ctx.bind_to_thread())?;
+        // SAFETY: freed once in `drop`; 1 = CU_MEMHOSTALLOC_PORTABLE.
+        let ptr = unsafe { result::malloc_host(size, 1) }.map_err(|e| Error::OutOfMemory {
+            device: format!("pinned host ({e:?})"),
+            requested: size,
+            available: 0,
+        })? as *mut u8;
+        // SAFETY: `size` bytes were just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, size) };
+        Ok(PinnedBuffer { ptr, size, ctx })
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.size > 0 && self.ctx.bind_to_thread().is_ok() {
+            let _ = self.ctx.synchronize();
+            // SAFETY: allocated in `new`, freed once.
+            let _ = unsafe { result::free_host(self.ptr as *mut _) };
+        }
+    }
+}
+
+impl Buffer for PinnedBuffer {
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn name(&self) -> String {
+        "cuda_host".into()
+    }
+    fn host_ptr(&self) -> Option<*mut u8> {
+        Some(self.ptr)
+    }
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len(), self.size)?;
+        // SAFETY: range checked.
+        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range(offset, out.len(), self.size)?;
+        // SAFETY: range checked.
+        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        check_range(offset, len, self.size)?;
+        // SAFETY: range checked.
+        unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Allocates [`PinnedBuffer`]s.
+pub struct PinnedBufferType {
+    ctx: Arc<CudaContext>,
+}
+
+impl PinnedBufferType {
+    pub fn new(ctx: Arc<CudaContext>) -> Self {
+        PinnedBufferType { ctx }
+    }
+}
+
+impl BufferType for PinnedBufferType {
+    fn name(&self) -> String {
+        "cuda_host".into()
+    }
+    fn alignment(&self) -> usize {
+        64
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
+        Ok(Arc::new(PinnedBuffer::new(self.ctx.clone(), size)?))
+    }
+}

@@ -1,0 +1,156 @@
+//! The conformance suite on every CUDA device, and on meta devices over the CUDA devices with even
+//! and 3:1 ratios (AllReduce through NCCL when it loads); then a direct check of the NCCL
+//! communicator and a few timings. Prints `skipped: no CUDA device` (with the reason) when there is
+//! none, as on CI.
+
+use backend_cuda as _;
+use backend_meta::MetaDevice;
+use ggml_core::{Backend, DType, DataRef, Device, Graph};
+use ggml_tp_tests::{run_family, run_suite};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The CUDA devices, or `None` after printing why there are none.
+fn cuda_devices() -> Option<Vec<Arc<dyn Device>>> {
+    let reg = ggml_core::registry::backend("cuda").expect("cuda family registered");
+    let devs = reg.devices();
+    if devs.is_empty() {
+        println!(
+            "skipped: no CUDA device ({})",
+            reg.unavailable_reason().unwrap_or_default()
+        );
+        return None;
+    }
+    Some(devs)
+}
+
+#[test]
+fn cuda_devices_conform() {
+    let Some(devs) = cuda_devices() else { return };
+    for d in &devs {
+        println!("{}: {}, {:?}", d.name(), d.description(), d.memory());
+    }
+    for r in run_family("cuda", devs) {
+        r.assert_ok();
+    }
+}
+
+/// The suite on a meta device over the CUDA devices; with split inputs, an in-place write into a
+/// destination split along the written axis has no rule (the only failure allowed, as for CPU).
+fn check_meta(ratios: Option<Vec<f32>>, input_axis: Option<usize>) {
+    let Some(devs) = cuda_devices() else { return };
+    let ratios = ratios.filter(|r| r.len() == devs.len());
+    let m = MetaDevice::new(devs.clone(), ratios.clone()).unwrap();
+    m.set_input_split(input_axis);
+    let mut report = run_suite(m.new_backend().unwrap());
+    println!(
+        "meta over {} CUDA devices, ratios {ratios:?}, inputs split on {input_axis:?}:\n{}",
+        devs.len(),
+        report.summary()
+    );
+    for s in report.skipped.iter().take(20) {
+        println!("{s}");
+    }
+    let (no_rule, failures): (Vec<String>, Vec<String>) = report
+        .failures
+        .drain(..)
+        .partition(|f| f.contains("meta: no split rule for"));
+    report.failures = failures;
+    if input_axis.is_none() {
+        assert!(no_rule.is_empty(), "whole inputs always have a rule");
+    }
+    println!("  cases without a split rule: {}", no_rule.len());
+    report.assert_ok();
+}
+
+#[test]
+fn meta_cuda_even_inputs_whole() {
+    check_meta(None, None);
+}
+
+#[test]
+fn meta_cuda_three_to_one_inputs_split_on_axis_1() {
+    check_meta(Some(vec![3.0, 1.0]), Some(1));
+}
+
+/// Allocates `count` f32 on each device and returns (backend, buffer) pairs.
+fn per_device_f32(devs: &[Arc<dyn Device>], count: usize) -> Vec<(Arc<dyn Backend>, DataRef)> {
+    devs.iter()
+        .map(|d| {
+            let buf = d.buffer_type().alloc(count * 4).unwrap();
+            (d.new_backend().unwrap(), DataRef::new(buf, 0))
+        })
+        .collect()
+}
+
+#[test]
+fn nccl_all_reduce_sums_and_timing() {
+    let Some(devs) = cuda_devices() else { return };
+    let reg = ggml_core::registry::backend("cuda").unwrap();
+    let count = 4096 + 3;
+    let parts = per_device_f32(&devs, count);
+    let backends: Vec<Arc<dyn Backend>> = parts.iter().map(|p| p.0.clone()).collect();
+    let Some(comm) = reg.new_communicator(&backends) else {
+        println!("skipped: no NCCL communicator (libnccl.so missing)");
+        return;
+    };
+    let comm = comm.unwrap();
+    for (i, (_, d)) in parts.iter().enumerate() {
+        let v: Vec<f32> = (0..count)
+            .map(|k| (k % 97) as f32 + i as f32 * 0.5)
+            .collect();
+        d.buffer.set(0, bytemuck::cast_slice(&v)).unwrap();
+    }
+    let data: Vec<DataRef> = parts.iter().map(|p| p.1.clone()).collect();
+    comm.all_reduce(&data, DType::F32, count).unwrap();
+    let n = devs.len() as f32;
+    let half_sum: f32 = (0..devs.len()).map(|i| i as f32 * 0.5).sum();
+    for (_, d) in &parts {
+        let mut out = vec![0f32; count];
+        d.buffer.get(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+        for (k, &o) in out.iter().enumerate() {
+            assert_eq!(o, (k % 97) as f32 * n + half_sum, "element {k}");
+        }
+    }
+    // Latency at 16 KB (4096 f32), averaged after a warm-up.
+    let iters = 200;
+    comm.all_reduce(&data, DType::F32, 4096).unwrap();
+    let t = Instant::now();
+    for _ in 0..iters {
+        comm.all_reduce(&data, DType::F32, 4096).unwrap();
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    println!(
+        "NCCL all_reduce over {} devices, 16 KB: {us:.1} us per call (host-synchronized)",
+        devs.len()
+    );
+}
+
+#[test]
+fn cuda_mul_mat_timing() {
+    let Some(devs) = cuda_devices() else { return };
+    let backend = devs[0].new_backend().unwrap();
+    for (wt, k, m) in [(DType::BF16, 4096, 4096), (DType::Q4_0, 4096, 4096)] {
+        let mut g = Graph::new();
+        let a = g.new_input(wt, &[k, m]).unwrap();
+        let b = g.new_input(DType::F32, &[k, 1]).unwrap();
+        let out = g.mul_mat(a, b).unwrap();
+        g.output(out);
+        let mut sched = ggml_core::sched::Scheduler::new(vec![backend.clone()]);
+        sched.alloc(&mut g).unwrap();
+        sched.compute(&g).unwrap();
+        let iters = 20;
+        let t = Instant::now();
+        for _ in 0..iters {
+            sched.compute(&g).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64() / iters as f64;
+        let bytes = g.layout(a).nbytes() as f64;
+        println!(
+            "mul_mat {wt} [{k} x {m}] x vector on {}: {:.1} us, {:.2} TB/s of weights",
+            devs[0].name(),
+            s * 1e6,
+            bytes / s / 1e12
+        );
+    }
+}
