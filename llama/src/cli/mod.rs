@@ -13,6 +13,9 @@ pub mod logits;
 pub mod perplexity;
 pub mod run;
 
+// Links the CUDA family into the registry (registered through `inventory`).
+#[cfg(feature = "cuda")]
+use backend_cuda as _;
 use clap::{Parser, Subcommand};
 use std::fmt;
 
