@@ -200,7 +200,15 @@ fn chat_reads_turns_from_stdin() {
     };
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
-        .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-n", "8"])
+        .args([
+            "chat",
+            "-m",
+            model.to_str().unwrap(),
+            "--temp",
+            "0",
+            "-n",
+            "8",
+        ])
         .args(["--stop", "\n"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -213,7 +221,12 @@ fn chat_reads_turns_from_stdin() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     // One reply line per turn (a newline in a reply is a stop string).
-    assert_eq!(text(&out.stdout).matches('\n').count(), 2, "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stdout).matches('\n').count(),
+        2,
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
@@ -223,15 +236,31 @@ fn perplexity_kl_against_itself_is_zero() {
     };
     let dir = temp_dir("ppl");
     let txt = dir.join("text.txt");
-    std::fs::write(&txt, "The quick brown fox jumps over the lazy dog. ".repeat(12)).unwrap();
+    std::fs::write(
+        &txt,
+        "The quick brown fox jumps over the lazy dog. ".repeat(12),
+    )
+    .unwrap();
     let base = dir.join("base.kld");
     let m = model.to_str().unwrap();
-    let common = ["perplexity", "-m", m, "-f", txt.to_str().unwrap(), "-t", "1"];
+    let common = [
+        "perplexity",
+        "-m",
+        m,
+        "-f",
+        txt.to_str().unwrap(),
+        "-t",
+        "1",
+    ];
     let mut first = common.to_vec();
     first.extend(["--chunk", "32", "--kl-base", base.to_str().unwrap()]);
     let out = ggml_tp(&first);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("PPL = "), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("PPL = "),
+        "{}",
+        text(&out.stdout)
+    );
     let mut second = common.to_vec();
     second.extend(["--kl-against", base.to_str().unwrap()]);
     let out = ggml_tp(&second);
