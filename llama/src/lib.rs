@@ -3,6 +3,8 @@
 
 pub mod arch;
 pub mod chat;
+pub mod cli;
+pub mod generate;
 pub mod kv;
 pub mod model;
 pub mod runtime;

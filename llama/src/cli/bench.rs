@@ -1,0 +1,129 @@
+//! `ggml-tp bench`: prompt processing (`pp<P>`: one batch of P tokens from an empty cache) and
+//! generation (`tg<N>`: N tokens one at a time from an empty cache) speed, as a markdown table like
+//! llama.cpp's `llama-bench`, mean ± standard deviation over repetitions after one warm-up run.
+//! Several models, `--split-mode` values and `--cpu-devices` counts give one row per combination
+//! (split mode none always on one device).
+
+use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
+use super::CliResult;
+use crate::runtime::{Outputs, Session};
+use std::time::Instant;
+
+/// Options of `bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens of the pp test (0 skips it).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test (0 skips it).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
+    pub repetitions: usize,
+}
+
+/// Token ids spread over the vocabulary (fixed, so every run sees the same batch).
+fn bench_tokens(n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// Seconds of a pp run: the whole batch at once.
+fn time_pp(s: &mut Session, tokens: &[u32]) -> CliResult<f64> {
+    s.reset();
+    let t = Instant::now();
+    s.eval(tokens, Outputs::Last)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds of a tg run: one token per step.
+fn time_tg(s: &mut Session, tokens: &[u32]) -> CliResult<f64> {
+    s.reset();
+    let t = Instant::now();
+    for &id in tokens {
+        s.eval(&[id], Outputs::Last)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Mean and sample standard deviation.
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+fn row(l: &Loaded, threads: usize, test: &str, rates: &[f64]) {
+    let (mean, std) = mean_std(rates);
+    println!(
+        "| {} | {:.1} MiB | {} | {} | {} | {} | {:.2} ± {:.2} |",
+        l.name(),
+        l.file_size as f64 / (1 << 20) as f64,
+        l.split_mode.name(),
+        l.device_names.join(","),
+        threads,
+        test,
+        mean,
+        std
+    );
+}
+
+pub fn run(args: &Args) -> CliResult {
+    // Split mode none runs on one device whatever --cpu-devices lists for the other modes.
+    let mut setups: Vec<Setup> = Vec::new();
+    for mut s in args.model.setups() {
+        if s.split_mode == Some(SplitMode::None) && args.model.devices.is_empty() {
+            s.cpu_devices = Some(1);
+        }
+        if !setups.contains(&s) {
+            setups.push(s);
+        }
+    }
+    let reps = args.repetitions.max(1);
+    let threads = args.model.threads();
+    // Fail early on an impossible placement before loading anything.
+    for s in &setups {
+        args.model.placement(s)?;
+    }
+    println!("| model | size | split | devices | threads | test | t/s |");
+    println!("| --- | ---: | --- | --- | ---: | ---: | ---: |");
+    for setup in &setups {
+        let loaded = load(&args.model, setup)?;
+        let n_vocab = loaded.model.config.n_vocab;
+        let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+        let opts = args.model.session_options(n_ctx);
+        let mut session = Session::new(loaded.model.clone(), opts)?;
+        if args.n_prompt > 0 {
+            let tokens = bench_tokens(args.n_prompt, n_vocab);
+            time_pp(&mut session, &tokens)?;
+            let rates = (0..reps)
+                .map(|_| time_pp(&mut session, &tokens).map(|t| tokens.len() as f64 / t))
+                .collect::<CliResult<Vec<f64>>>()?;
+            row(&loaded, threads, &format!("pp{}", args.n_prompt), &rates);
+        }
+        if args.n_gen > 0 {
+            let tokens = bench_tokens(args.n_gen, n_vocab);
+            time_tg(&mut session, &tokens[..tokens.len().min(4)])?;
+            let rates = (0..reps)
+                .map(|_| time_tg(&mut session, &tokens).map(|t| tokens.len() as f64 / t))
+                .collect::<CliResult<Vec<f64>>>()?;
+            row(&loaded, threads, &format!("tg{}", args.n_gen), &rates);
+        }
+    }
+    Ok(())
+}

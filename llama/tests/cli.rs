@@ -1,0 +1,274 @@
+//! The `ggml-tp` binary end to end on the tiny Llama fixture: `devices`, greedy `run` giving the same
+//! tokens with split modes none and tensor (two CPU devices), `logits` equal to what the library
+//! computes, and bad inputs ending with a non-zero status and a one-line error.
+//!
+//! Fixtures: `GGML_TP_FIXTURES`, else `<CARGO_MANIFEST_DIR>/../../shared/fixtures`; absent, the
+//! model tests print `skipped: fixtures not found`.
+
+use backend_cpu::device::cpu_devices;
+use ggml_core::gguf::{GgufFile, GgufWriter};
+use llama::{Model, Outputs, Placement, Session, SessionOptions};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("GGML_TP_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let path = dir.join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        println!("skipped: fixtures not found");
+        None
+    }
+}
+
+fn ggml_tp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
+        .args(args)
+        .output()
+        .expect("the ggml-tp binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A fresh directory under the system temporary directory.
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ggml-tp-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Fails unless `out` failed with exactly one line on stderr, `error: ...` containing `want`.
+fn assert_one_line_error(out: &Output, want: &str) {
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "succeeded; stderr: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "stderr: {err}");
+    assert!(lines[0].starts_with("error: "), "stderr: {err}");
+    assert!(lines[0].contains(want), "want {want:?} in: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+}
+
+#[test]
+fn devices_lists_the_cpu() {
+    let out = ggml_tp(&["devices"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("cpu:") && s.contains("cpu:0"), "{s}");
+}
+
+#[test]
+fn greedy_run_is_the_same_with_tensor_parallelism() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    let model = model.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-m",
+            model,
+            "-p",
+            "Hello world",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+            "--print-ids",
+            "-t",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let out = ggml_tp(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        let ids = err
+            .lines()
+            .find(|l| l.starts_with("ids: "))
+            .unwrap_or_else(|| panic!("no ids in {err}"))
+            .to_string();
+        assert!(err.contains("t/s"), "{err}");
+        (ids, text(&out.stdout))
+    };
+    let none = run(&["--split-mode", "none"]);
+    let tensor = run(&["--split-mode", "tensor", "--cpu-devices", "2"]);
+    assert_eq!(none.0.split_whitespace().count(), 25, "{}", none.0);
+    assert_eq!(none, tensor);
+    assert!(none.1.starts_with("Hello world"), "{}", none.1);
+}
+
+#[test]
+fn logits_match_the_library() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    let dir = temp_dir("logits");
+    let out = ggml_tp(&[
+        "logits",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The quick brown fox",
+        "-t",
+        "1",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tokens: Vec<u32> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
+    let bytes = std::fs::read(dir.join("logits.f32")).unwrap();
+    let got: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+
+    let placement = Placement::Single(cpu_devices(1, 1).unwrap().remove(0));
+    let m = std::sync::Arc::new(Model::load(&model, &placement).unwrap());
+    let mut s = Session::new(
+        m.clone(),
+        SessionOptions {
+            n_ctx: tokens.len(),
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    let want = s.eval(&tokens, Outputs::All).unwrap();
+    assert!(tokens.len() > 2);
+    assert_eq!(got.len(), tokens.len() * m.config.n_vocab);
+    assert_eq!(got, want.data);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_inputs_give_one_line_errors() {
+    let out = ggml_tp(&["run", "-m", "/nonexistent/model.gguf", "-p", "hi"]);
+    assert_one_line_error(&out, "model file not found");
+
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    let m = model.to_str().unwrap();
+    let out = ggml_tp(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "--split-mode",
+        "tensor",
+        "--cpu-devices",
+        "2",
+        "--tensor-split",
+        "3,1,1",
+    ]);
+    assert_one_line_error(&out, "--tensor-split has 3 values for 2 devices");
+    let out = ggml_tp(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "--split-mode",
+        "none",
+        "--cpu-devices",
+        "2",
+    ]);
+    assert_one_line_error(&out, "split-mode none");
+
+    // A copy of the fixture whose architecture is unknown.
+    let dir = temp_dir("arch");
+    let bad = dir.join("mamba9.gguf");
+    let file = GgufFile::open(&model).unwrap();
+    let mut w = GgufWriter::from_file(&file).unwrap();
+    w.set("general.architecture", "mamba9");
+    w.write_to_path(&bad).unwrap();
+    let out = ggml_tp(&["run", "-m", bad.to_str().unwrap(), "-p", "hi"]);
+    assert_one_line_error(&out, "unknown architecture \"mamba9\"");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn chat_reads_turns_from_stdin() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
+        .args([
+            "chat",
+            "-m",
+            model.to_str().unwrap(),
+            "--temp",
+            "0",
+            "-n",
+            "8",
+        ])
+        .args(["--stop", "\n"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Hello there\nAnd again\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // One reply line per turn (a newline in a reply is a stop string).
+    assert_eq!(
+        text(&out.stdout).matches('\n').count(),
+        2,
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn perplexity_kl_against_itself_is_zero() {
+    let Some(model) = fixture("arch/llama.gguf") else {
+        return;
+    };
+    let dir = temp_dir("ppl");
+    let txt = dir.join("text.txt");
+    std::fs::write(
+        &txt,
+        "The quick brown fox jumps over the lazy dog. ".repeat(12),
+    )
+    .unwrap();
+    let base = dir.join("base.kld");
+    let m = model.to_str().unwrap();
+    let common = [
+        "perplexity",
+        "-m",
+        m,
+        "-f",
+        txt.to_str().unwrap(),
+        "-t",
+        "1",
+    ];
+    let mut first = common.to_vec();
+    first.extend(["--chunk", "32", "--kl-base", base.to_str().unwrap()]);
+    let out = ggml_tp(&first);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("PPL = "),
+        "{}",
+        text(&out.stdout)
+    );
+    let mut second = common.to_vec();
+    second.extend(["--kl-against", base.to_str().unwrap()]);
+    let out = ggml_tp(&second);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        s.contains("mean 0.000000, max 0.000000; top-1 agreement 100.00%"),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
