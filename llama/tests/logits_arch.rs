@@ -128,7 +128,11 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
             if let Some(dq) = &dequant {
                 let (w, t) = compare(&got, dq, n_vocab);
                 line += &format!(" | vs dequantized: max NMSE {w:.2e}, top-1 {t:.3}");
-                ok &= w <= 5e-3 && t >= 0.9;
+                // A backend that multiplies dequantized weights at full precision (CUDA) matches the
+                // dequantized model exactly instead, and llama.cpp's logits only up to its 8-bit
+                // activations.
+                let full_precision = w <= 1e-6 && worst <= 5e-3 && top1 >= 0.95;
+                ok = (ok || full_precision) && w <= 5e-3 && t >= 0.9;
             }
             println!("{line}");
             if !ok {

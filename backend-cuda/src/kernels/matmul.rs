@@ -40,6 +40,8 @@ pub fn mul_mat(
     let (r2, r3) = (b2 / a2, b3 / a3);
     let handle = be.blas();
     let (alpha, beta) = (1.0f32, 0.0f32);
+    // K = 0 (a device holding no slice of a split axis) is legal: BLAS then writes beta * C = 0, but
+    // the leading dimensions must still be at least 1.
     let gemm = |a_off: usize, b_off: usize, d_off: usize, cols: usize| -> Result<()> {
         // SAFETY: the operands are contiguous F32 of the sizes given (checked by the caller's
         // descriptors or allocated above); the handle is bound to this backend's stream.
@@ -53,9 +55,9 @@ pub fn mul_mat(
                 k as i32,
                 &alpha,
                 (ap + 4 * a_off as u64) as *const f32,
-                k as i32,
+                k.max(1) as i32,
                 (bp + 4 * b_off as u64) as *const f32,
-                k as i32,
+                k.max(1) as i32,
                 &beta,
                 (d.ptr + 4 * d_off as u64) as *mut f32,
                 m as i32,
