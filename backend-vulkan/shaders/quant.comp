@@ -1,9 +1,20 @@
 // One invocation per destination block of 32 values: quantizes F32/F16/BF16 values to Q8_0 or Q4_0
 // with ggml's reference quantizers. pu(0) = 0: cpy/cont (source slot 1 read in flat ggml order);
-// 1: set_rows (source rows in slot 2, I32 ids in slot 3, broadcast over source dims 2 and 3).
+// 1: set_rows (source rows in slot 2, I32 ids in slot 3, broadcast over source dims 2 and 3);
+// 2: cpy/cont between tensors of one block type, copying blocks bit for bit (pu(1) = block bytes).
 
 void main() {
     uint mode = pu(0u);
+    if (mode == 2u) {
+        uint b = thread_id();
+        if (b >= nelem(0u) / 32u) return;
+        uvec4 di = unravel(b * 32u, 0u);
+        uvec4 si = unravel(b * 32u, 1u);
+        uint d = row_off(0u, di.y, di.z, di.w) + (di.x >> 5) * nb(0u, 0u);
+        uint s = row_off(1u, si.y, si.z, si.w) + (si.x >> 5) * nb(1u, 0u);
+        for (uint k = 0u; k < pu(1u); k += 2u) st16(0u, d + k, rd16(1u, s + k));
+        return;
+    }
     uint src = mode == 0u ? 1u : 2u;
     uint blocks = (mode == 0u ? nelem(0u) : nelem(2u)) / 32u;
     uint b = thread_id();

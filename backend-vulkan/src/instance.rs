@@ -57,8 +57,32 @@ pub struct PhysicalInfo {
     pub device_local_bytes: u64,
 }
 
+/// Which shader variant to use on devices that support both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// 16-bit storage and subgroup reductions where the device has them (the default).
+    Auto,
+    /// The base shaders everywhere (32-bit words, atomics for 16-bit stores, shared memory only).
+    Base,
+}
+
+impl Variant {
+    /// `Base` when `GGML_TP_VULKAN_BASE` is set to anything but `0`, else `Auto`.
+    pub fn from_env() -> Variant {
+        if std::env::var("GGML_TP_VULKAN_BASE").is_ok_and(|v| v != "0") {
+            Variant::Base
+        } else {
+            Variant::Auto
+        }
+    }
+}
+
 /// Why `pd` cannot run the shaders, or what it offers.
-fn probe(instance: &Instance, pd: vk::PhysicalDevice) -> Result<PhysicalInfo, String> {
+fn probe(
+    instance: &Instance,
+    pd: vk::PhysicalDevice,
+    variant: Variant,
+) -> Result<PhysicalInfo, String> {
     let i = &instance.raw;
     // SAFETY: `pd` was enumerated from this instance; the chained structs outlive the calls.
     unsafe {
@@ -94,7 +118,6 @@ fn probe(instance: &Instance, pd: vk::PhysicalDevice) -> Result<PhysicalInfo, St
             && sg
                 .supported_operations
                 .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC);
-        let force_base = std::env::var("GGML_TP_VULKAN_BASE").is_ok_and(|v| v != "0");
         let mem = i.get_physical_device_memory_properties(pd);
         let device_local_bytes = mem.memory_heaps[..mem.memory_heap_count as usize]
             .iter()
@@ -107,7 +130,7 @@ fn probe(instance: &Instance, pd: vk::PhysicalDevice) -> Result<PhysicalInfo, St
             name,
             api_version: props.api_version,
             queue_family,
-            fast: storage16 && subgroups && !force_base,
+            fast: storage16 && subgroups && variant == Variant::Auto,
             subgroup_size: sg.subgroup_size,
             max_storage_range: u64::from(props.limits.max_storage_buffer_range),
             min_storage_align: props.limits.min_storage_buffer_offset_alignment,
@@ -127,8 +150,17 @@ pub fn copies_per_device() -> usize {
 }
 
 /// Opens every usable physical device `copies` times as logical devices `vulkan:0`, `vulkan:1`, ...
-/// An error (with the reasons) when none could be opened.
+/// with the shader variant from the environment ([`Variant::from_env`]). An error (with the
+/// reasons) when none could be opened.
 pub fn open_devices(copies: usize) -> Result<Vec<Arc<VulkanDevice>>, String> {
+    open_devices_with(copies, Variant::from_env())
+}
+
+/// [`open_devices`] with an explicit shader variant.
+pub fn open_devices_with(
+    copies: usize,
+    variant: Variant,
+) -> Result<Vec<Arc<VulkanDevice>>, String> {
     let instance = Instance::new()?;
     // SAFETY: the instance is live.
     let pds = unsafe { instance.raw.enumerate_physical_devices() }
@@ -139,7 +171,7 @@ pub fn open_devices(copies: usize) -> Result<Vec<Arc<VulkanDevice>>, String> {
     let mut devices = Vec::new();
     let mut reasons = Vec::new();
     for pd in pds {
-        let info = match probe(&instance, pd) {
+        let info = match probe(&instance, pd, variant) {
             Ok(i) => i,
             Err(e) => {
                 reasons.push(e);

@@ -14,7 +14,7 @@ pub mod reg;
 pub mod stream;
 
 pub use device::VulkanDevice;
-pub use instance::{copies_per_device, open_devices};
+pub use instance::{copies_per_device, open_devices, open_devices_with, Variant};
 pub use memory::{VulkanBuffer, VulkanBufferType};
 pub use reg::VulkanReg;
 pub use stream::VulkanBackend;

@@ -1,8 +1,11 @@
 //! Element-wise and data-movement ops on `eltwise.comp` (one invocation per element) and
 //! `quant.comp` (one invocation per Q8_0/Q4_0 block written): binary ops with broadcast, scale,
-//! clamp, unary functions, GLU variants, cpy/cont, concat, add_id, get_rows and set_rows.
+//! clamp, unary functions, GLU variants, cpy/cont (also block copies between tensors of one block
+//! type), concat, add_id, get_rows and set_rows.
 
-use super::{float, groups_for, loadable, not_family, quant_target, words, Encoded, Slot};
+use super::{
+    float, groups_for, loadable, not_family, quant_target, type_code, words, Encoded, Slot,
+};
 use ggml_core::{DType, GluOp, Layout, Op, UnaryOp};
 
 const OP_ADD: u32 = 0;
@@ -25,7 +28,7 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Scale { .. } | Op::Clamp { .. } | Op::Unary(_) => is(0, float) && float(d),
         Op::Glu { .. } => is(0, float) && (src.len() == 1 || is(1, float)) && float(d),
         Op::Cpy | Op::Cont => match t(0) {
-            Some(s) if s == d => !s.is_quantized(),
+            Some(s) if s == d => type_code(s).is_some(),
             Some(s) => (float(d) && loadable(s)) || (quant_target(d) && float(s)),
             None => false,
         },
@@ -93,6 +96,11 @@ pub fn encode(op: &Op, slots: &[Slot]) -> Encoded {
                 fused,
             ])
         }
+        Op::Cpy | Op::Cont if dst.dtype.is_quantized() && slots[1].layout.dtype == dst.dtype => (
+            "quant",
+            words(&[2, dst.dtype.type_size() as u32]),
+            groups_for(dst.nelements() / dst.dtype.block_size()),
+        ),
         Op::Cpy | Op::Cont if quant_target(dst.dtype) => (
             "quant",
             words(&[0]),
