@@ -50,7 +50,7 @@ fn main() {
         let source = format!("#version 450\n{common}\n#line 1\n{body}");
         let mut entry = format!("    (\"{name}\"");
         for (fast, variant) in [(true, "fast"), (false, "base")] {
-            let words = compile(&compiler, name, &source, fast);
+            let words = compile(compiler, name, &source, fast);
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let path = out.join(format!("{name}_{variant}.spv"));
             std::fs::write(&path, bytes).expect("write SPIR-V");

@@ -73,7 +73,7 @@ impl VulkanBackend {
             let l = &s.layout;
             let code = ops::type_code(l.dtype)
                 .ok_or_else(|| backend_err(format!("{}: type {}", d.shader, l.dtype)))?;
-            let align = if l.dtype.type_size() % 4 == 0 { 4 } else { 2 };
+            let align = ops::alignment(l.dtype);
             let end = s.data.offset.checked_add(l.nbytes());
             if end.is_none_or(|e| e > buf.size()) {
                 return Err(Error::OutOfBounds {

@@ -28,7 +28,8 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Scale { .. } | Op::Clamp { .. } | Op::Unary(_) => is(0, float) && float(d),
         Op::Glu { .. } => is(0, float) && (src.len() == 1 || is(1, float)) && float(d),
         Op::Cpy | Op::Cont => match t(0) {
-            Some(s) if s == d => type_code(s).is_some(),
+            // Block copies move 16-bit words.
+            Some(s) if s == d => type_code(s).is_some() && d.type_size() % 2 == 0,
             Some(s) => (float(d) && loadable(s)) || (quant_target(d) && float(s)),
             None => false,
         },

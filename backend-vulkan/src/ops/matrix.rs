@@ -1,5 +1,6 @@
 //! mul_mat and mul_mat_id on `matmul.comp`: one invocation per result element, weights of any type
-//! the shaders load (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) dequantized in the shader,
+//! the shaders load (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)
+//! dequantized in the shader,
 //! activations F32/F16/BF16.
 
 use super::{float, groups_for, loadable, not_family, words, Encoded, Slot};

@@ -62,6 +62,10 @@ pub fn type_code(t: DType) -> Option<u32> {
         DType::Q4_1 => 6,
         DType::Q5_0 => 7,
         DType::Q5_1 => 8,
+        DType::Q4K => 9,
+        DType::Q5K => 10,
+        DType::Q6K => 11,
+        DType::MXFP4 => 12,
         _ => return None,
     })
 }
@@ -69,6 +73,15 @@ pub fn type_code(t: DType) -> Option<u32> {
 /// Types the shaders read as numbers (I32 excluded).
 pub fn loadable(t: DType) -> bool {
     t != DType::I32 && type_code(t).is_some()
+}
+
+/// Byte alignment the shaders need for tensors of type `t` (offsets and strides).
+pub fn alignment(t: DType) -> usize {
+    match t {
+        DType::F32 | DType::I32 => 4,
+        DType::MXFP4 => 1,
+        _ => 2,
+    }
 }
 
 /// Scalar float types the shaders store.
