@@ -1,5 +1,5 @@
-//! Compiles the compute shaders in `shaders/` (GLSL, each prefixed with `shaders/common.glsl`) to
-//! SPIR-V with glslang, in two variants: `fast` (16-bit storage and subgroup arithmetic) and `base`
+//! Compiles the compute shaders in `shaders/` (GLSL; `#include "x.glsl"` lines are replaced by
+//! `shaders/x.glsl`) to SPIR-V with glslang, in two variants: `fast` (16-bit storage and subgroup arithmetic) and `base`
 //! (32-bit words and shared-memory reductions only). Writes `$OUT_DIR/shaders.rs`, a table of
 //! `(name, fast SPIR-V, base SPIR-V)`.
 
@@ -30,10 +30,26 @@ fn compile(compiler: &Compiler, name: &str, source: &str, fast: bool) -> Vec<u32
         .unwrap_or_else(|e| panic!("shader {name} (fast: {fast}): {e}"))
 }
 
+/// `source` with every `#include "file"` line replaced by that file of `dir` (expanded in turn).
+fn expand(dir: &Path, source: &str) -> String {
+    source
+        .lines()
+        .map(|line| match line.trim().strip_prefix("#include ") {
+            Some(name) => {
+                let name = name.trim().trim_matches('"');
+                let text = std::fs::read_to_string(dir.join(name))
+                    .unwrap_or_else(|e| panic!("shaders/{name}: {e}"));
+                expand(dir, &text)
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn main() {
     let dir = Path::new("shaders");
     println!("cargo:rerun-if-changed=shaders");
-    let common = std::fs::read_to_string(dir.join("common.glsl")).expect("shaders/common.glsl");
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("shaders/")
         .filter_map(|e| e.ok())
@@ -47,7 +63,7 @@ fn main() {
     for file in &names {
         let name = file.trim_end_matches(".comp");
         let body = std::fs::read_to_string(dir.join(file)).expect("shader source");
-        let source = format!("#version 450\n{common}\n#line 1\n{body}");
+        let source = format!("#version 450\n{}\n", expand(dir, &body));
         let mut entry = format!("    (\"{name}\"");
         for (fast, variant) in [(true, "fast"), (false, "base")] {
             let words = compile(compiler, name, &source, fast);

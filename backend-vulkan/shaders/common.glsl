@@ -1,5 +1,5 @@
-// Shared by every compute shader of backend-vulkan (prepended by build.rs after `#version` and the
-// variant defines). FAST: 16-bit stores through GL_EXT_shader_16bit_storage and subgroup reductions;
+// Shared by every compute shader of backend-vulkan (`#include "common.glsl"`, expanded by build.rs
+// after `#version` and the variant defines). FAST: 16-bit stores through GL_EXT_shader_16bit_storage and subgroup reductions;
 // otherwise 16-bit stores use word atomics and reductions use shared memory only.
 //
 // Bindings: 0 = parameter words (read-only), 1 = array of SLOTS data buffers (slot 0 = destination,
@@ -98,63 +98,28 @@ uint f_to_bf16(float v) {
     return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
-// Element j of the 256-element K-quant block at byte `blk` of slot t (Q4_K, Q5_K, Q6_K).
-float load_k_elem(uint t, uint ty, uint blk, uint j) {
-    if (ty == T_Q6_K) {
-        // ql[128], qh[64], scales[16] (int8), d; element 128h + 32k + l.
-        uint h = j >> 7, k = (j >> 5) & 3u, l = j & 31u;
-        uint lo = (rd8(t, blk + 64u * h + 32u * (k & 1u) + l) >> (4u * (k >> 1))) & 15u;
-        uint hi = (rd8(t, blk + 128u + 32u * h + l) >> (2u * k)) & 3u;
-        float sc = float(int(rd8(t, blk + 192u + (j >> 4)) << 24) >> 24);
-        return f16_to_f(rd16(t, blk + 208u)) * sc * float(int(lo | (hi << 4)) - 32);
-    }
-    // d, dmin, scales[12] (six-bit scale and min per 32 elements), Q5_K: qh[32], qs[128].
-    uint s = j >> 5;
-    uint sc, m;
-    if (s < 4u) {
-        sc = rd8(t, blk + 4u + s) & 63u;
-        m = rd8(t, blk + 8u + s) & 63u;
-    } else {
-        uint b = rd8(t, blk + 8u + s);
-        sc = (b & 15u) | ((rd8(t, blk + s) >> 6) << 4);
-        m = (b >> 4) | ((rd8(t, blk + 4u + s) >> 6) << 4);
-    }
-    uint qb = rd8(t, blk + (ty == T_Q4_K ? 16u : 48u) + 32u * (j >> 6) + (j & 31u));
-    uint q = (s & 1u) == 0u ? (qb & 15u) : (qb >> 4);
-    if (ty == T_Q5_K) q |= ((rd8(t, blk + 16u + (j & 31u)) >> s) & 1u) << 4;
-    return f16_to_f(rd16(t, blk)) * float(sc) * float(q) - f16_to_f(rd16(t, blk + 2u)) * float(m);
+// Element i0 of the scalar-typed (F32, F16, BF16, I32) row of slot t that starts at byte `row`.
+float load_scalar_elem(uint t, uint row, uint i0) {
+    uint ty = ttype(t);
+    uint o = row + i0 * nb(t, 0u);
+    if (ty == T_F32) return uintBitsToFloat(rd32(t, o));
+    if (ty == T_F16) return f16_to_f(rd16(t, o));
+    if (ty == T_BF16) return bf16_to_f(rd16(t, o));
+    return float(int(rd32(t, o)));
 }
 
-// Element i0 of the row of slot t that starts at byte `row` (scalar and block types).
+#ifdef BLOCKS
+float load_block_elem(uint t, uint ty, uint row, uint i0);
+#endif
+
+// Element i0 of the row of slot t that starts at byte `row`: scalar types, and block types in
+// shaders compiled with BLOCKS (blocks.glsl).
 float load_row_elem(uint t, uint row, uint i0) {
+#ifdef BLOCKS
     uint ty = ttype(t);
-    uint nb0 = nb(t, 0u);
-    if (ty == T_F32) return uintBitsToFloat(rd32(t, row + i0 * nb0));
-    if (ty == T_F16) return f16_to_f(rd16(t, row + i0 * nb0));
-    if (ty == T_BF16) return bf16_to_f(rd16(t, row + i0 * nb0));
-    if (ty == T_I32) return float(int(rd32(t, row + i0 * nb0)));
-    if (ty >= T_Q4_K && ty <= T_Q6_K) return load_k_elem(t, ty, row + (i0 >> 8) * nb0, i0 & 255u);
-    uint blk = row + (i0 >> 5) * nb0;
-    uint j = i0 & 31u;
-    if (ty == T_MXFP4) {
-        const float values[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
-                                           0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
-        uint e = rd8(t, blk);
-        float scale = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
-        uint n = rd8(t, blk + 1u + (j & 15u));
-        return scale * values[j < 16u ? (n & 15u) : (n >> 4)];
-    }
-    float d = f16_to_f(rd16(t, blk));
-    if (ty == T_Q8_0) return d * float(int(rd8(t, blk + 2u + j) << 24) >> 24);
-    uint qo = ty == T_Q4_0 ? 2u : (ty == T_Q4_1 ? 4u : (ty == T_Q5_0 ? 6u : 8u));
-    uint q = rd8(t, blk + qo + (j & 15u));
-    q = j < 16u ? (q & 15u) : (q >> 4);
-    if (ty == T_Q4_0) return d * (float(q) - 8.0);
-    if (ty == T_Q4_1) return d * float(q) + f16_to_f(rd16(t, blk + 2u));
-    uint qh = rd32_2(t, blk + (ty == T_Q5_0 ? 2u : 4u));
-    q |= ((qh >> j) & 1u) << 4;
-    if (ty == T_Q5_0) return d * (float(q) - 16.0);
-    return d * float(q) + f16_to_f(rd16(t, blk + 2u));
+    if (ty >= T_Q4_0) return load_block_elem(t, ty, row, i0);
+#endif
+    return load_scalar_elem(t, row, i0);
 }
 float load(uint t, uvec4 i) { return load_row_elem(t, row_off(t, i.y, i.z, i.w), i.x); }
 int load_i32(uint t, uvec4 i) { return int(rd32(t, elem_off(t, i))); }

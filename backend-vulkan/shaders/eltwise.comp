@@ -1,6 +1,8 @@
 // One invocation per destination element (per source element for set_rows): binary ops with
 // broadcast, scale, clamp, unary functions, gated linear units, scalar copies and conversions, concat,
-// add_id, get_rows and set_rows into scalar rows. Op code in pu(0).
+// add_id and set_rows into scalar rows. Op code in pu(0).
+
+#include "common.glsl"
 
 #define OP_ADD 0u
 #define OP_SUB 1u
@@ -13,7 +15,6 @@
 #define OP_CPY 8u
 #define OP_CONCAT 9u
 #define OP_ADD_ID 10u
-#define OP_GET_ROWS 11u
 #define OP_SET_ROWS 12u
 
 float erf_approx(float x) {
@@ -124,17 +125,7 @@ void main() {
         v = load(1u, i) + load(2u, uvec4(i.x, uint(row), 0u, 0u));
         break;
     }
-    default: { // OP_GET_ROWS: slots 1 = table, 2 = ids
-        int row = load_i32(2u, uvec4(i.y, i.z, i.w, 0u));
-        if (row < 0 || uint(row) >= ne(1u, 1u)) return;
-        uvec4 si = uvec4(i.x, uint(row), i.z, i.w);
-        if (ttype(1u) == ttype(0u)) {
-            copy_raw(0u, elem_off(0u, i), 1u, elem_off(1u, si));
-            return;
-        }
-        v = load(1u, si);
-        break;
-    }
+    default: return;
     }
     store(0u, i, v);
 }

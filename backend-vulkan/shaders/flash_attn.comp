@@ -3,6 +3,10 @@
 // 1 = q F32 [D, Nq, H, S], 2 = k, 3 = v (any loadable type), 4 = optional mask, 5 = optional sinks.
 // Parameters: scale, max_bias, softcap, has_mask, has_sinks.
 
+#define BLOCKS
+#include "common.glsl"
+#include "blocks.glsl"
+
 #define MAX_KV 2048u
 shared float scores[MAX_KV];
 
@@ -25,12 +29,12 @@ void main() {
 
     float mx = NEG_INF;
     for (uint j = l; j < n_kv; j += WG) {
-        float mv = has_mask ? slope * load_row_elem(4u, mrow, j) : 0.0;
+        float mv = has_mask ? slope * load_scalar_elem(4u, mrow, j) : 0.0;
         float x = NEG_INF;
         if (mv != NEG_INF) {
             uint krow = row_off(2u, j, hk, s);
             float dot = 0.0;
-            for (uint c = 0u; c < d; c++) dot += load_row_elem(1u, qrow, c) * load_row_elem(2u, krow, c);
+            for (uint c = 0u; c < d; c++) dot += load_scalar_elem(1u, qrow, c) * load_row_elem(2u, krow, c);
             x = dot * scale;
             if (softcap != 0.0) x = softcap * tanh(clamp(x, -15.0, 15.0));
             x += mv;

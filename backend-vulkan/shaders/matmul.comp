@@ -2,6 +2,10 @@
 // row in the shader. Slot 1 = weights (any loadable type), slot 2 = activations, slot 3 = I32 expert
 // ids (mul_mat_id, pu(0) = 1). mul_mat broadcasts the weights over activation dims 2 and 3.
 
+#define BLOCKS
+#include "common.glsl"
+#include "blocks.glsl"
+
 void main() {
     uint e = thread_id();
     if (e >= nelem(0u)) return;
@@ -20,6 +24,6 @@ void main() {
         brow = row_off(2u, i.y % ne(2u, 1u), i.z, 0u);
     }
     float acc = 0.0;
-    for (uint k = 0u; k < k_len; k++) acc += load_row_elem(1u, wrow, k) * load_row_elem(2u, brow, k);
+    for (uint k = 0u; k < k_len; k++) acc += load_row_elem(1u, wrow, k) * load_scalar_elem(2u, brow, k);
     store(0u, i, acc);
 }

@@ -3,6 +3,8 @@
 // 1: set_rows (source rows in slot 2, I32 ids in slot 3, broadcast over source dims 2 and 3);
 // 2: cpy/cont between tensors of one block type, copying blocks bit for bit (pu(1) = block bytes).
 
+#include "common.glsl"
+
 void main() {
     uint mode = pu(0u);
     if (mode == 2u) {
@@ -25,14 +27,14 @@ void main() {
     if (mode == 0u) {
         uvec4 di = unravel(e0, 0u);
         dst_off = row_off(0u, di.y, di.z, di.w) + (di.x >> 5) * nb(0u, 0u);
-        [[unroll]] for (uint k = 0u; k < 32u; k++) x[k] = load(1u, unravel(e0 + k, 1u));
+        for (uint k = 0u; k < 32u; k++) x[k] = load(1u, unravel(e0 + k, 1u));
     } else {
         uvec4 si = unravel(e0, 2u);
         int row = load_i32(3u, uvec4(si.y, si.z % ne(3u, 1u), si.w % ne(3u, 2u), 0u));
         if (row < 0 || uint(row) >= ne(0u, 1u)) return;
         dst_off = row_off(0u, uint(row), si.z, si.w) + (si.x >> 5) * nb(0u, 0u);
         uint r = row_off(2u, si.y, si.z, si.w);
-        [[unroll]] for (uint k = 0u; k < 32u; k++) x[k] = load_row_elem(2u, r, si.x + k);
+        for (uint k = 0u; k < 32u; k++) x[k] = load_row_elem(2u, r, si.x + k);
     }
     if (ttype(0u) == T_Q8_0) {
         float amax = 0.0;

@@ -2,6 +2,8 @@
 // slot 2 = I32 positions, slot 3 = optional F32 frequency factors. Parameters: mode (0 normal, 1
 // NeoX), n_dims, freq_base, freq_scale, ext_factor, attn_factor, YaRN correction dims, has factors.
 
+#include "common.glsl"
+
 void main() {
     uint e = thread_id();
     if (e >= nelem(0u)) return;

@@ -1,6 +1,8 @@
 // One workgroup per row of slot 1: rms_norm (pu(0) = 0), norm (1), sum_rows (2) and soft_max (3,
 // with an optional mask in slot 2 and sinks in slot 3). Result rows in slot 0 (F32).
 
+#include "common.glsl"
+
 void main() {
     uint op = pu(0u);
     uint r = group_id();

@@ -2,6 +2,8 @@
 // workgroup per row: a bitonic sort of (value, index) pairs in shared memory, rows of at most
 // MAX_SORT elements. Ties keep the lower index first (a stable order); NaN sorts above every number.
 
+#include "common.glsl"
+
 #define MAX_SORT 1024u
 shared float sv[MAX_SORT];
 shared uint si[MAX_SORT];

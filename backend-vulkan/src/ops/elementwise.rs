@@ -1,5 +1,5 @@
-//! Element-wise and data-movement ops on `eltwise.comp` (one invocation per element) and
-//! `quant.comp` (one invocation per Q8_0/Q4_0 block written): binary ops with broadcast, scale,
+//! Element-wise and data-movement ops on `eltwise.comp` (one invocation per element), `get_rows.comp`
+//! (the same, with block loaders) and `quant.comp` (one invocation per block written): binary ops with broadcast, scale,
 //! clamp, unary functions, GLU variants, cpy/cont (also block copies between tensors of one block
 //! type), concat, add_id, get_rows and set_rows.
 
@@ -16,7 +16,6 @@ const OP_GLU: u32 = 7;
 const OP_CPY: u32 = 8;
 const OP_CONCAT: u32 = 9;
 const OP_ADD_ID: u32 = 10;
-const OP_GET_ROWS: u32 = 11;
 const OP_SET_ROWS: u32 = 12;
 
 pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
@@ -30,7 +29,8 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Cpy | Op::Cont => match t(0) {
             // Block copies move 16-bit words.
             Some(s) if s == d => type_code(s).is_some() && d.type_size() % 2 == 0,
-            Some(s) => (float(d) && loadable(s)) || (quant_target(d) && float(s)),
+            // Converting copies read scalar sources (eltwise.comp has no block loaders).
+            Some(s) => (float(d) || quant_target(d)) && float(s),
             None => false,
         },
         Op::Concat { .. } => t(0) == Some(d) && t(1) == Some(d) && !d.is_quantized(),
@@ -110,7 +110,7 @@ pub fn encode(op: &Op, slots: &[Slot]) -> Encoded {
         Op::Cpy | Op::Cont => el(&[OP_CPY]),
         Op::Concat { dim } => el(&[OP_CONCAT, *dim as u32]),
         Op::AddId => el(&[OP_ADD_ID]),
-        Op::GetRows => el(&[OP_GET_ROWS]),
+        Op::GetRows => ("get_rows", words(&[]), per_elem),
         Op::SetRows => {
             let src = slots[2].layout.nelements();
             if quant_target(dst.dtype) {
