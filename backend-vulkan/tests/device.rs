@@ -4,7 +4,7 @@
 //! `skipped: no vulkan device`, when there is none.
 
 use backend_vulkan::{open_devices_with, Variant, VulkanDevice};
-use ggml_core::{Backend, Buffer, DataRef, Device};
+use ggml_core::{DataRef, Device};
 use std::sync::Arc;
 use std::time::Instant;
 

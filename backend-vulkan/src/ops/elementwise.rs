@@ -28,7 +28,7 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Glu { .. } => is(0, float) && (src.len() == 1 || is(1, float)) && float(d),
         Op::Cpy | Op::Cont => match t(0) {
             // Block copies move 16-bit words.
-            Some(s) if s == d => type_code(s).is_some() && d.type_size() % 2 == 0,
+            Some(s) if s == d => type_code(s).is_some() && d.type_size().is_multiple_of(2),
             // Converting copies read scalar sources (eltwise.comp has no block loaders).
             Some(s) => (float(d) || quant_target(d)) && float(s),
             None => false,
