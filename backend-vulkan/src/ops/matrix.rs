@@ -1,7 +1,7 @@
-//! mul_mat and mul_mat_id on `matmul.comp`: one invocation per result element, weights of any type
-//! the shaders load (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)
-//! dequantized in the shader,
-//! activations F32/F16/BF16.
+//! mul_mat and mul_mat_id on `matmul.comp` (one invocation per result element) and, for mul_mat
+//! with several activation columns, `matmul_tiled.comp` (8x8 output tiles, K chunks dequantized once
+//! into shared memory). Weights of any type the shaders load (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+//! Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) are dequantized in the shader; activations F32/F16/BF16.
 
 use super::{float, groups_for, loadable, not_family, words, Encoded, Slot};
 use ggml_core::{DType, Layout, Op};
@@ -16,15 +16,20 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
     }
 }
 
+/// Activation columns from which mul_mat uses the tiled shader.
+pub const TILED_MIN_COLS: usize = 4;
+/// Output tile of `matmul_tiled.comp` (`TM` x `TN`).
+const TILE: usize = 8;
+
 pub fn encode(op: &Op, slots: &[Slot]) -> Encoded {
-    let mode = match op {
-        Op::MulMat => 0,
-        Op::MulMatId => 1,
-        other => return Err(not_family(other, "matrix")),
-    };
-    Ok((
-        "matmul",
-        words(&[mode]),
-        groups_for(slots[0].layout.nelements()),
-    ))
+    let dst = &slots[0].layout;
+    match op {
+        Op::MulMat if dst.ne[1] >= TILED_MIN_COLS => {
+            let tiles = dst.ne[0].div_ceil(TILE) * dst.ne[1].div_ceil(TILE);
+            Ok(("matmul_tiled", words(&[]), tiles * dst.ne[2] * dst.ne[3]))
+        }
+        Op::MulMat => Ok(("matmul", words(&[0]), groups_for(dst.nelements()))),
+        Op::MulMatId => Ok(("matmul", words(&[1]), groups_for(dst.nelements()))),
+        other => Err(not_family(other, "matrix")),
+    }
 }
