@@ -272,3 +272,56 @@ fn perplexity_kl_against_itself_is_zero() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn serve_answers_http_until_killed() {
+    use std::io::{Read, Write};
+    let Some(model) = fixture("arch/llama.gguf") else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
+        .args([
+            "serve",
+            "-m",
+            model.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--no-progress",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = |body: &str| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let req = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let mut answer = None;
+    for _ in 0..100 {
+        answer = request(r#"{"prompt":"hello","max_tokens":4,"temperature":0}"#);
+        if answer.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let bad = request("not json");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let answer = answer.expect("the server answered");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"completion_tokens\":4"), "{answer}");
+    assert!(bad.unwrap().starts_with("HTTP/1.1 400"));
+}

@@ -12,6 +12,7 @@ pub mod load;
 pub mod logits;
 pub mod perplexity;
 pub mod run;
+pub mod serve;
 
 // Links the CUDA family into the registry (registered through `inventory`).
 #[cfg(feature = "cuda")]
@@ -75,6 +76,8 @@ pub enum Command {
     Perplexity(perplexity::Args),
     /// Prompt processing and generation speed, as a table.
     Bench(bench::Args),
+    /// OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, ...).
+    Serve(serve::Args),
 }
 
 impl Command {
@@ -86,6 +89,7 @@ impl Command {
             Command::Logits(a) => logits::run(a),
             Command::Perplexity(a) => perplexity::run(a),
             Command::Bench(a) => bench::run(a),
+            Command::Serve(a) => serve::run(a),
         }
     }
 }
