@@ -46,7 +46,12 @@ fn moe_block_matches_and_reduces_after_the_expert_sum() {
     let seed = rand::random::<u64>();
     let t = 3;
     let want = single(seed, true, t);
-    for (n, ratios) in [(2, None), (3, Some(vec![1.0, 1.0, 0.0])), (4, None)] {
+    for (n, ratios) in [
+        (2, None),
+        (2, Some(vec![3.0, 1.0])),
+        (3, Some(vec![1.0, 1.0, 0.0])),
+        (4, None),
+    ] {
         let (got, stats) = on_meta(n, ratios.clone(), seed, true, t, 1);
         let e = nmse(&got, &want);
         assert!(e <= 1e-6, "seed {seed} n {n} ratios {ratios:?}: nmse {e}");
@@ -148,4 +153,29 @@ fn each_device_plans_compute_memory_for_its_share_only() {
             "a device plans {m} bytes of compute memory, one device alone {full}"
         );
     }
+}
+
+#[test]
+fn sixty_four_devices_hold_their_slices() {
+    use backend_meta::WeightSplit;
+    use ggml_core::{DType, Layout};
+    let devs: Vec<Arc<dyn Device>> = cpu_devices(64, 64)
+        .unwrap()
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
+    let meta = MetaDevice::new(devs, None).unwrap();
+    // 100 rows over 64 devices: 36 devices hold 2 rows, 28 hold 1; bytes round-trip.
+    let layout = Layout::contiguous(DType::F32, [8, 100, 1, 1]);
+    let buf = meta
+        .alloc_tensor(layout, &WeightSplit::axis(1, 100, 1), 0, "w")
+        .unwrap();
+    let vals: Vec<f32> = (0..800).map(|i| i as f32).collect();
+    ggml_core::Buffer::set(buf.as_ref(), 0, bytemuck::cast_slice(&vals)).unwrap();
+    let mut back = vec![0f32; 800];
+    ggml_core::Buffer::get(buf.as_ref(), 0, bytemuck::cast_slice_mut(&mut back)).unwrap();
+    assert_eq!(back, vals);
+    let rows: Vec<usize> = (0..64).map(|d| buf.local_layout(d).ne[1]).collect();
+    assert_eq!(rows.iter().sum::<usize>(), 100);
+    assert!(rows.iter().all(|&r| r == 1 || r == 2), "{rows:?}");
 }

@@ -238,3 +238,13 @@ fn layers_run_on_the_device_that_holds_their_weights() {
         assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
     }
 }
+
+#[test]
+fn a_meta_device_over_mixed_families_is_refused() {
+    let cpu: Arc<dyn Device> = backend_cpu::device::cpu_devices(1, 1).unwrap().remove(0);
+    let err = backend_meta::MetaDevice::new(vec![cpu, Arc::new(Accel)], None)
+        .err()
+        .expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("cpu") && msg.contains("accel"), "{msg}");
+}
