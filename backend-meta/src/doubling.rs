@@ -25,7 +25,10 @@ struct Kit {
 /// A prepared reduction of one tensor over all devices.
 pub struct Doubling {
     kits: Vec<Kit>,
+    /// Bytes of one transfer (in the transport type).
     bytes: usize,
+    /// Bytes of one partial sum (F32).
+    own_bytes: usize,
     own: Vec<DataRef>,
     transport: DType,
 }
@@ -76,6 +79,7 @@ impl Doubling {
         Ok(Doubling {
             kits,
             bytes: Layout::contiguous(transport, layout.ne).nbytes(),
+            own_bytes: layout.nbytes(),
             own,
             transport,
         })
@@ -152,7 +156,7 @@ impl Doubling {
         for r in p..n {
             let src = &self.own[r - p];
             let dst = &self.own[r];
-            let len = Layout::contiguous(DType::F32, [self.own_len(), 1, 1, 1]).nbytes();
+            let len = self.own_bytes;
             if devices[r].can_access(src.buffer.as_ref()) {
                 backends[r].copy_async(src, dst, len)?;
             } else {
@@ -163,9 +167,5 @@ impl Doubling {
             backends[r].synchronize()?;
         }
         Ok(())
-    }
-
-    fn own_len(&self) -> usize {
-        self.kits[0].graph.layout(TensorId(0)).nelements()
     }
 }
