@@ -69,6 +69,11 @@ fn meta_cuda_even_inputs_whole() {
 }
 
 #[test]
+fn meta_cuda_three_to_one_inputs_whole() {
+    check_meta(Some(vec![3.0, 1.0]), None);
+}
+
+#[test]
 fn meta_cuda_three_to_one_inputs_split_on_axis_1() {
     check_meta(Some(vec![3.0, 1.0]), Some(1));
 }
