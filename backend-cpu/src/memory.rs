@@ -1,7 +1,7 @@
 //! Host memory of the CPU devices: [`CpuBuffer`] (a 64-byte aligned allocation) and [`CpuBufferType`]
 //! (its allocator), with per-device accounting against a memory budget ([`MemAccount`]).
 
-use ggml_core::backend::check_range;
+use ggml_core::host_buffer::HostSpan;
 use ggml_core::{Buffer, BufferType, Error, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::any::Any;
@@ -69,6 +69,12 @@ pub struct CpuBuffer {
 }
 
 impl CpuBuffer {
+    fn span(&self) -> HostSpan {
+        // SAFETY: the allocation (or the dangling pointer of an empty buffer) covers `size` bytes
+        // for the buffer's life.
+        unsafe { HostSpan::new(self.ptr.as_ptr(), self.size) }
+    }
+
     /// The account (device) this buffer's memory is charged to.
     pub fn account(&self) -> &Arc<MemAccount> {
         &self.account
@@ -134,22 +140,13 @@ impl Buffer for CpuBuffer {
         Some(self.ptr.as_ptr())
     }
     fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.size)?;
-        // SAFETY: the range is inside the allocation; `data` cannot alias it mutably.
-        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
-        Ok(())
+        self.span().set(offset, data)
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range(offset, out.len(), self.size)?;
-        // SAFETY: the range is inside the allocation.
-        unsafe { std::ptr::copy(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
-        Ok(())
+        self.span().get(offset, out)
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range(offset, len, self.size)?;
-        // SAFETY: the range is inside the allocation.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), value, len) };
-        Ok(())
+        self.span().fill(offset, len, value)
     }
     fn as_any(&self) -> &dyn Any {
         self

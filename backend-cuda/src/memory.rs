@@ -6,6 +6,7 @@
 use crate::{cu, err};
 use cudarc::driver::{result, sys, CudaContext};
 use ggml_core::backend::check_range;
+use ggml_core::host_buffer::HostSpan;
 use ggml_core::{Buffer, BufferType, Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -202,6 +203,14 @@ impl PinnedBuffer {
     }
 }
 
+impl PinnedBuffer {
+    fn span(&self) -> HostSpan {
+        // SAFETY: the pinned allocation (or the dangling pointer of an empty buffer) covers `size`
+        // bytes for the buffer's life.
+        unsafe { HostSpan::new(self.ptr, self.size) }
+    }
+}
+
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         if self.size > 0 && self.ctx.bind_to_thread().is_ok() {
@@ -223,22 +232,13 @@ impl Buffer for PinnedBuffer {
         Some(self.ptr)
     }
     fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.size)?;
-        // SAFETY: range checked.
-        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) };
-        Ok(())
+        self.span().set(offset, data)
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range(offset, out.len(), self.size)?;
-        // SAFETY: range checked.
-        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
-        Ok(())
+        self.span().get(offset, out)
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range(offset, len, self.size)?;
-        // SAFETY: range checked.
-        unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
-        Ok(())
+        self.span().fill(offset, len, value)
     }
     fn as_any(&self) -> &dyn Any {
         self

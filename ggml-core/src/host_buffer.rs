@@ -9,6 +9,46 @@ use std::any::Any;
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 
+/// A host address range with the bounds-checked copies every host-memory buffer needs
+/// (`Buffer::set`/`get`/`fill`), so each buffer kind only owns its allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct HostSpan {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostSpan {
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as the span is used.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> HostSpan {
+        HostSpan { ptr, len }
+    }
+
+    /// Copies `data` to `offset`.
+    pub fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len(), self.len)?;
+        // SAFETY: the range is inside the span (checked); `copy` allows overlap.
+        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes from `offset`.
+    pub fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range(offset, out.len(), self.len)?;
+        // SAFETY: as for `set`.
+        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        check_range(offset, len, self.len)?;
+        // SAFETY: as for `set`.
+        unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
+        Ok(())
+    }
+}
+
 /// Host memory backed by an anonymous mapping.
 pub struct HostBuffer {
     map: UnsafeCell<Option<MmapMut>>,
@@ -45,6 +85,14 @@ impl HostBuffer {
     }
 }
 
+impl HostBuffer {
+    fn span(&self) -> HostSpan {
+        // SAFETY: the mapping (or the dangling pointer of an empty buffer) covers `size` bytes for
+        // the buffer's life.
+        unsafe { HostSpan::new(self.ptr, self.size) }
+    }
+}
+
 impl Buffer for HostBuffer {
     fn size(&self) -> usize {
         self.size
@@ -56,22 +104,13 @@ impl Buffer for HostBuffer {
         Some(self.ptr)
     }
     fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.size)?;
-        // SAFETY: range checked; the mapping is live.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
-        Ok(())
+        self.span().set(offset, data)
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range(offset, out.len(), self.size)?;
-        // SAFETY: range checked; the mapping is live.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
-        Ok(())
+        self.span().get(offset, out)
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range(offset, len, self.size)?;
-        // SAFETY: range checked; the mapping is live.
-        unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
-        Ok(())
+        self.span().fill(offset, len, value)
     }
     fn as_any(&self) -> &dyn Any {
         self
