@@ -204,4 +204,12 @@ pub trait Communicator: Send + Sync {
     /// `data[i]` is on participant `i`; after the call every one holds the elementwise sum of all
     /// `count` elements of `dtype`.
     fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()>;
+    /// Whether [`Communicator::all_reduce`] is ordered on the participants' streams: it starts only
+    /// after the work already queued on each participant's backend, work queued later on those
+    /// backends waits for it, and the call may return before the sum is complete. The caller then
+    /// need not synchronize the participants around it. When `false` (the default), the caller
+    /// synchronizes every participant before the call, and the sum is complete when it returns.
+    fn is_stream_ordered(&self) -> bool {
+        false
+    }
 }
