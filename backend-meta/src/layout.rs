@@ -220,9 +220,12 @@ fn view(
                 };
             }
             let mut off = 0;
-            for (m, &s) in start.iter().enumerate() {
-                let idx = if m == axis { local_start } else { s };
-                off += idx / unit(m) * ls.nb[m];
+            // An empty slice (a device with no share) reads nothing: keep its view at the start.
+            if !ne.contains(&0) {
+                for (m, &s) in start.iter().enumerate() {
+                    let idx = if m == axis { local_start } else { s };
+                    off += idx / unit(m) * ls.nb[m];
+                }
             }
             LocalLayout::View {
                 ne,

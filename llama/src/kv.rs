@@ -1,6 +1,8 @@
-//! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
-//! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
-//! on a meta device), and the host-built attention masks over the first `n_kv` slots.
+//! The KV cache of one or several sequences: per layer a K and a V tensor
+//! `[head_dim, n_seq * n_ctx, n_head_kv]` (F16 by default; F32 or Q8_0 selectable) living with the
+//! layer's weights (its device in a layer split, split by KV heads on a meta device). Sequence `s`
+//! owns the region of rows `s * n_ctx .. (s + 1) * n_ctx`, position `p` being row `s * n_ctx + p`.
+//! Also the host-built attention masks of one sequence over the first `n_kv` slots of its region.
 
 use crate::arch::blocks::Layer;
 use crate::model::weights::{Alloc, Home, Weight};
@@ -15,20 +17,32 @@ pub const KV_PAD: usize = 256;
 pub struct KvCache {
     layers: Vec<(Weight, Weight)>,
     n_ctx: usize,
+    n_seq: usize,
     dtype: DType,
 }
 
 impl KvCache {
-    /// A zeroed cache of `n_ctx` slots per layer of `model`, of element type `dtype`.
-    pub fn new(model: &Model, n_ctx: usize, dtype: DType) -> Result<KvCache, ModelError> {
+    /// A zeroed cache of `n_seq` sequences of `n_ctx` slots per layer of `model`, of element type
+    /// `dtype`.
+    pub fn new(
+        model: &Model,
+        n_ctx: usize,
+        n_seq: usize,
+        dtype: DType,
+    ) -> Result<KvCache, ModelError> {
         if !matches!(dtype, DType::F16 | DType::F32 | DType::Q8_0) {
             return Err(ModelError::Unsupported(format!(
                 "KV cache type {dtype} (F16, F32 or Q8_0)"
             )));
         }
-        if n_ctx == 0 {
-            return Err(ModelError::Input("a context of 0 slots".into()));
+        if n_ctx == 0 || n_seq == 0 {
+            return Err(ModelError::Input(format!(
+                "a cache of {n_seq} sequences of {n_ctx} slots"
+            )));
         }
+        let rows = n_ctx.checked_mul(n_seq).ok_or_else(|| {
+            ModelError::Input(format!("{n_seq} sequences of {n_ctx} slots overflow"))
+        })?;
         let cfg = &model.config;
         for d in [cfg.head_dim, cfg.head_dim_v] {
             if d % dtype.block_size() != 0 {
@@ -52,7 +66,7 @@ impl KvCache {
                     l,
                     "k",
                     cfg.head_dim,
-                    n_ctx,
+                    rows,
                     dtype,
                     cfg.n_head_kv,
                 )?;
@@ -62,7 +76,7 @@ impl KvCache {
                     l,
                     "v",
                     cfg.head_dim_v,
-                    n_ctx,
+                    rows,
                     dtype,
                     cfg.n_head_kv,
                 )?;
@@ -72,6 +86,7 @@ impl KvCache {
         Ok(KvCache {
             layers,
             n_ctx,
+            n_seq,
             dtype,
         })
     }
@@ -82,8 +97,29 @@ impl KvCache {
         (k, v)
     }
 
+    /// Slots of each sequence.
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+
+    /// Sequences the cache holds.
+    pub fn n_seq(&self) -> usize {
+        self.n_seq
+    }
+
+    /// The cache row of position `pos` of sequence `seq`.
+    pub fn row(&self, seq: usize, pos: usize) -> usize {
+        seq * self.n_ctx + pos
+    }
+
+    /// Buffer offset and byte length of positions `0..n` of sequence `seq` for KV head `head` in
+    /// cache tensor `t` (one of [`KvCache::layer`]'s): contiguous rows.
+    pub fn span(&self, t: &Weight, seq: usize, head: usize, n: usize) -> (usize, usize) {
+        let nb = t.layout.nb;
+        (
+            t.data.offset + head * nb[2] + self.row(seq, 0) * nb[1],
+            n * nb[1],
+        )
     }
 
     pub fn dtype(&self) -> DType {
@@ -104,12 +140,12 @@ fn cache_tensor(
     l: usize,
     which: &str,
     d: usize,
-    n_ctx: usize,
+    rows: usize,
     dtype: DType,
     heads: usize,
 ) -> Result<Weight, ModelError> {
     let name = format!("cache_{which}_l{l}");
-    let layout = Layout::contiguous(dtype, [d, n_ctx, heads, 1]);
+    let layout = Layout::contiguous(dtype, [d, rows, heads, 1]);
     let data = alloc.alloc(&name, layout, &layer.attn.splits.cache, Home::Layer(l))?;
     data.buffer.fill(data.offset, layout.nbytes(), 0)?;
     Ok(Weight { name, layout, data })

@@ -14,4 +14,4 @@ pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};
 pub use model::{Model, ModelError, Placement};
-pub use runtime::{Logits, Outputs, Session, SessionOptions};
+pub use runtime::{BatchSession, Logits, Outputs, SeqTokens, Session, SessionOptions};

@@ -1,10 +1,13 @@
-//! Sessions: a model, its KV cache and a scheduler. [`Session::eval`] runs a batch of tokens (a whole
-//! prompt in one graph, or one token per decode step) at the next positions and returns the logits
-//! of the requested rows. Graphs are rebuilt per call; their structure repeats while the attended
-//! cache length stays in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
+//! Sessions: a model, its KV cache and a scheduler. [`Session::eval`] runs a batch of tokens of one
+//! sequence (a whole prompt in one graph, or one token per decode step) at its next positions and
+//! returns the logits of the requested rows. [`BatchSession`] keeps several sequences in one cache
+//! (a region each) and [`BatchSession::eval`] runs tokens of several of them in one forward pass
+//! (prompt chunks of some next to decode tokens of others), so the weights are read once for all.
+//! Graphs are rebuilt per call; their structure repeats while the batch's make-up and each attended
+//! cache length stay in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
 //! their plans.
 
-use crate::arch::forward::{self, Inputs};
+use crate::arch::forward::{self, Inputs, SeqInputs};
 use crate::kv::{self, KvCache};
 use crate::model::{Model, ModelError};
 use ggml_core::sched::Scheduler;
@@ -69,7 +72,7 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Session, ModelError> {
-        let kv = KvCache::new(&model, opts.n_ctx, opts.kv_type)?;
+        let kv = KvCache::new(&model, opts.n_ctx, 1, opts.kv_type)?;
         let sched = Scheduler::new(model.placement().backends()?);
         Ok(Session {
             model,
@@ -101,12 +104,7 @@ impl Session {
     /// Declares the first `n` cache positions valid, after their K and V were written into
     /// [`Session::kv`]'s tensors from outside (a restored state).
     pub fn set_n_past(&mut self, n: usize) -> Result<(), ModelError> {
-        if n > self.kv.n_ctx() {
-            return Err(ModelError::Input(format!(
-                "{n} positions exceed the context of {}",
-                self.kv.n_ctx()
-            )));
-        }
+        check_len(&self.kv, n)?;
         self.n_past = n;
         Ok(())
     }
@@ -124,68 +122,273 @@ impl Session {
     /// Runs `tokens` at positions `n_past..`, appends them to the cache and returns the logits of
     /// the requested rows.
     pub fn eval(&mut self, tokens: &[u32], which: Outputs) -> Result<Logits, ModelError> {
-        let cfg = &self.model.config;
-        let t = tokens.len();
-        if t == 0 {
-            return Err(ModelError::Input("an empty batch".into()));
-        }
-        let end = self.n_past + t;
-        if end > self.kv.n_ctx() {
+        let part = Part {
+            seq: 0,
+            n_past: self.n_past,
+            tokens,
+            outputs: which,
+        };
+        let logits = forward_pass(&self.model, &self.kv, &mut self.sched, &[part])?;
+        self.n_past += tokens.len();
+        logits
+            .into_iter()
+            .next()
+            .ok_or_else(|| ModelError::Input("no logits".into()))
+    }
+}
+
+/// One sequence's tokens in a [`BatchSession::eval`] batch.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqTokens<'a> {
+    /// The sequence (`0..n_seq`).
+    pub seq: usize,
+    /// Its next tokens (at least one).
+    pub tokens: &'a [u32],
+    /// Which of them get logits.
+    pub outputs: Outputs,
+}
+
+/// A model with the KV cache of several sequences, evaluated together.
+pub struct BatchSession {
+    model: Arc<Model>,
+    kv: KvCache,
+    sched: Scheduler,
+    n_past: Vec<usize>,
+}
+
+impl BatchSession {
+    /// `n_seq` sequences of `opts.n_ctx` positions each.
+    pub fn new(
+        model: Arc<Model>,
+        opts: SessionOptions,
+        n_seq: usize,
+    ) -> Result<BatchSession, ModelError> {
+        let kv = KvCache::new(&model, opts.n_ctx, n_seq, opts.kv_type)?;
+        let sched = Scheduler::new(model.placement().backends()?);
+        Ok(BatchSession {
+            model,
+            kv,
+            sched,
+            n_past: vec![0; n_seq],
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// The scheduler (its statistics show plan reuse).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// The KV cache of every sequence (e.g. to save and restore one sequence's state).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Whether one [`BatchSession::eval`] may hold several sequences (see
+    /// [`crate::model::config::Arch::batches_sequences`]).
+    pub fn batches_sequences(&self) -> bool {
+        self.model.config.arch.batches_sequences()
+    }
+
+    fn check_seq(&self, seq: usize) -> Result<(), ModelError> {
+        if seq >= self.n_past.len() {
             return Err(ModelError::Input(format!(
-                "{end} positions exceed the context of {}",
-                self.kv.n_ctx()
+                "sequence {seq} of {}",
+                self.n_past.len()
             )));
         }
-        if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= cfg.n_vocab) {
+        Ok(())
+    }
+
+    /// Positions of sequence `seq` already in the cache.
+    pub fn n_past(&self, seq: usize) -> Result<usize, ModelError> {
+        self.check_seq(seq)?;
+        Ok(self.n_past[seq])
+    }
+
+    /// Declares the first `n` positions of sequence `seq` valid, after their K and V were written
+    /// into its region of [`BatchSession::kv`] from outside (a restored state).
+    pub fn set_n_past(&mut self, seq: usize, n: usize) -> Result<(), ModelError> {
+        self.check_seq(seq)?;
+        check_len(&self.kv, n)?;
+        self.n_past[seq] = n;
+        Ok(())
+    }
+
+    /// Keeps the first `n` positions of sequence `seq` (0 forgets it).
+    pub fn truncate(&mut self, seq: usize, n: usize) -> Result<(), ModelError> {
+        self.check_seq(seq)?;
+        self.n_past[seq] = self.n_past[seq].min(n);
+        Ok(())
+    }
+
+    /// Runs every part of `batch` (distinct sequences) in one forward pass, each at its sequence's
+    /// next positions, appends them to their caches and returns each part's logits in batch order.
+    /// Several sequences need a model that [`BatchSession::batches_sequences`].
+    pub fn eval(&mut self, batch: &[SeqTokens]) -> Result<Vec<Logits>, ModelError> {
+        if batch.len() > 1 && !self.batches_sequences() {
+            return Err(ModelError::Unsupported(format!(
+                "{} sequences in one pass of {} (one at a time)",
+                batch.len(),
+                self.model.config.arch.name()
+            )));
+        }
+        let mut parts = Vec::with_capacity(batch.len());
+        for (i, b) in batch.iter().enumerate() {
+            self.check_seq(b.seq)?;
+            if batch[..i].iter().any(|o| o.seq == b.seq) {
+                return Err(ModelError::Input(format!(
+                    "sequence {} twice in one batch",
+                    b.seq
+                )));
+            }
+            parts.push(Part {
+                seq: b.seq,
+                n_past: self.n_past[b.seq],
+                tokens: b.tokens,
+                outputs: b.outputs,
+            });
+        }
+        let logits = forward_pass(&self.model, &self.kv, &mut self.sched, &parts)?;
+        for b in batch {
+            self.n_past[b.seq] += b.tokens.len();
+        }
+        Ok(logits)
+    }
+}
+
+fn check_len(kv: &KvCache, n: usize) -> Result<(), ModelError> {
+    if n > kv.n_ctx() {
+        return Err(ModelError::Input(format!(
+            "{n} positions exceed the context of {}",
+            kv.n_ctx()
+        )));
+    }
+    Ok(())
+}
+
+/// One sequence's tokens in a forward pass, at positions `n_past..`.
+struct Part<'a> {
+    seq: usize,
+    n_past: usize,
+    tokens: &'a [u32],
+    outputs: Outputs,
+}
+
+/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`); returns each
+/// part's logits.
+fn forward_pass(
+    model: &Model,
+    kv: &KvCache,
+    sched: &mut Scheduler,
+    parts: &[Part],
+) -> Result<Vec<Logits>, ModelError> {
+    let cfg = &model.config;
+    if parts.is_empty() {
+        return Err(ModelError::Input("an empty batch".into()));
+    }
+    for p in parts {
+        if p.tokens.is_empty() {
+            return Err(ModelError::Input(format!(
+                "no tokens for sequence {}",
+                p.seq
+            )));
+        }
+        check_len(kv, p.n_past + p.tokens.len())?;
+        if let Some(&bad) = p.tokens.iter().find(|&&x| x as usize >= cfg.n_vocab) {
             return Err(ModelError::Input(format!(
                 "token {bad} outside the vocabulary of {}",
                 cfg.n_vocab
             )));
         }
-        let n_kv = self.kv.n_kv_for(end);
-        let mut g = Graph::new();
-        let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
-        let out_rows: Vec<usize> = match which {
-            Outputs::All => (0..t).collect(),
-            Outputs::Last => vec![t - 1],
-        };
-        let inp = Inputs {
-            tokens: g.new_input(DType::I32, &[t])?,
-            pos: g.new_input(DType::I32, &[t])?,
-            mask: g.new_input(DType::F32, &[n_kv, t])?,
-            mask_swa: if has_swa {
-                Some(g.new_input(DType::F32, &[n_kv, t])?)
-            } else {
-                None
-            },
-            out_ids: if out_rows.len() < t {
-                Some(g.new_input(DType::I32, &[out_rows.len()])?)
-            } else {
-                None
-            },
-        };
-        let logits = forward::build(&mut g, &self.model, &self.kv, &inp, t, n_kv)?;
-        self.sched.alloc(&mut g)?;
-        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
-        g.set_i32(inp.tokens, &ids)?;
-        let pos: Vec<i32> = (self.n_past..end).map(|p| p as i32).collect();
-        g.set_i32(inp.pos, &pos)?;
-        g.set_f32(inp.mask, &kv::mask(self.n_past, t, n_kv, 0))?;
-        if let Some(m) = inp.mask_swa {
-            g.set_f32(m, &kv::mask(self.n_past, t, n_kv, cfg.n_swa))?;
-        }
-        if let Some(o) = inp.out_ids {
-            let rows: Vec<i32> = out_rows.iter().map(|&r| r as i32).collect();
-            g.set_i32(o, &rows)?;
-        }
-        self.sched.compute(&g)?;
-        let data = g.get_f32(logits)?;
-        let positions = out_rows.iter().map(|r| self.n_past + r).collect();
-        self.n_past = end;
-        Ok(Logits {
-            n_vocab: cfg.n_vocab,
-            positions,
-            data,
-        })
     }
+    let t: usize = parts.iter().map(|p| p.tokens.len()).sum();
+    let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
+    let mut g = Graph::new();
+    let mut seqs = Vec::with_capacity(parts.len());
+    let mut out_rows: Vec<usize> = Vec::new();
+    let mut first = 0;
+    for p in parts {
+        let n = p.tokens.len();
+        let n_kv = kv.n_kv_for(p.n_past + n);
+        seqs.push(SeqInputs {
+            first,
+            n_tokens: n,
+            kv_start: kv.row(p.seq, 0),
+            n_kv,
+            mask: g.new_input(DType::F32, &[n_kv, n])?,
+            mask_swa: if has_swa {
+                Some(g.new_input(DType::F32, &[n_kv, n])?)
+            } else {
+                None
+            },
+        });
+        match p.outputs {
+            Outputs::All => out_rows.extend(first..first + n),
+            Outputs::Last => out_rows.push(first + n - 1),
+        }
+        first += n;
+    }
+    let inp = Inputs {
+        tokens: g.new_input(DType::I32, &[t])?,
+        pos: g.new_input(DType::I32, &[t])?,
+        kv_rows: g.new_input(DType::I32, &[t])?,
+        seqs,
+        out_ids: if out_rows.len() < t {
+            Some(g.new_input(DType::I32, &[out_rows.len()])?)
+        } else {
+            None
+        },
+    };
+    let logits = forward::build(&mut g, model, kv, &inp, t)?;
+    sched.alloc(&mut g)?;
+    let ids: Vec<i32> = parts
+        .iter()
+        .flat_map(|p| p.tokens.iter().map(|&x| x as i32))
+        .collect();
+    g.set_i32(inp.tokens, &ids)?;
+    let positions = |p: &Part| p.n_past..p.n_past + p.tokens.len();
+    let pos: Vec<i32> = parts
+        .iter()
+        .flat_map(|p| positions(p).map(|x| x as i32))
+        .collect();
+    g.set_i32(inp.pos, &pos)?;
+    let rows: Vec<i32> = parts
+        .iter()
+        .flat_map(|p| positions(p).map(|x| kv.row(p.seq, x) as i32))
+        .collect();
+    g.set_i32(inp.kv_rows, &rows)?;
+    for (p, s) in parts.iter().zip(&inp.seqs) {
+        g.set_f32(s.mask, &kv::mask(p.n_past, s.n_tokens, s.n_kv, 0))?;
+        if let Some(m) = s.mask_swa {
+            g.set_f32(m, &kv::mask(p.n_past, s.n_tokens, s.n_kv, cfg.n_swa))?;
+        }
+    }
+    if let Some(o) = inp.out_ids {
+        let rows: Vec<i32> = out_rows.iter().map(|&r| r as i32).collect();
+        g.set_i32(o, &rows)?;
+    }
+    sched.compute(&g)?;
+    let data = g.get_f32(logits)?;
+    let n_vocab = cfg.n_vocab;
+    let mut result = Vec::with_capacity(parts.len());
+    let mut row = 0;
+    for (p, s) in parts.iter().zip(&inp.seqs) {
+        let rows: Vec<usize> = out_rows
+            .iter()
+            .filter(|&&r| r >= s.first && r < s.first + s.n_tokens)
+            .map(|&r| p.n_past + r - s.first)
+            .collect();
+        let n = rows.len();
+        result.push(Logits {
+            n_vocab,
+            positions: rows,
+            data: data[row * n_vocab..(row + n) * n_vocab].to_vec(),
+        });
+        row += n;
+    }
+    Ok(result)
 }

@@ -1,7 +1,9 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
-//! cache written with `set_rows` at the batch positions, flash attention over the first `n_kv` cache
-//! slots with a host-built causal / sliding-window mask) → residual → norm → dense FFN or mixture of
-//! experts → residual, then the output norm and head for the requested rows.
+//! cache written with `set_rows` at the batch's cache rows, then per sequence flash attention of its
+//! tokens over the first `n_kv` slots of its cache region with a host-built causal / sliding-window
+//! mask) → residual → norm → dense FFN or mixture of experts → residual, then the output norm and
+//! head for the requested rows. A batch holds the tokens of one or several sequences; everything but
+//! the attention runs on all of them at once.
 
 use super::blocks::{Attention, Dense, Ffn, Gating, Layer, Moe};
 use crate::kv::KvCache;
@@ -13,14 +15,29 @@ use ggml_core::{Graph, TensorId};
 pub struct Inputs {
     /// I32 `[n_tokens]` token ids.
     pub tokens: TensorId,
-    /// I32 `[n_tokens]` positions (also the cache rows written).
+    /// I32 `[n_tokens]` positions (of each token in its sequence).
     pub pos: TensorId,
+    /// I32 `[n_tokens]` cache rows written ([`KvCache::row`] of each token's sequence and position).
+    pub kv_rows: TensorId,
+    /// The batch's sequences, each a contiguous run of tokens, in batch order.
+    pub seqs: Vec<SeqInputs>,
+    /// I32 `[n_out]` rows whose logits are wanted (`None`: all).
+    pub out_ids: Option<TensorId>,
+}
+
+/// One sequence's tokens in a batch and the part of its cache region they attend.
+pub struct SeqInputs {
+    /// Index of its first token in the batch.
+    pub first: usize,
+    pub n_tokens: usize,
+    /// The cache row of its position 0.
+    pub kv_start: usize,
+    /// Cache slots attended, from `kv_start`.
+    pub n_kv: usize,
     /// F32 `[n_kv, n_tokens]` causal mask (0 or -inf).
     pub mask: TensorId,
     /// F32 `[n_kv, n_tokens]` causal sliding-window mask, for models with windowed layers.
     pub mask_swa: Option<TensorId>,
-    /// I32 `[n_out]` rows whose logits are wanted (`None`: all).
-    pub out_ids: Option<TensorId>,
 }
 
 /// Graph-building state of one forward pass.
@@ -29,7 +46,6 @@ struct Fwd<'a> {
     model: &'a Model,
     inp: &'a Inputs,
     n_tokens: usize,
-    n_kv: usize,
 }
 
 impl Fwd<'_> {
@@ -83,17 +99,39 @@ impl Fwd<'_> {
         Ok(self.g.rope(y, self.inp.pos, freqs, cfg.rope_of(l))?)
     }
 
-    /// Writes `[d, n_heads, n_tokens]` rows into a cache `[d, n_ctx, n_heads]` at the positions and
-    /// returns the view of its first `n_kv` slots.
-    fn cache(&mut self, cache: &Weight, x: TensorId) -> Result<TensorId, ModelError> {
+    /// Writes `[d, n_heads, n_tokens]` rows into a cache `[d, rows, n_heads]` at the batch's cache
+    /// rows; returns the written cache.
+    fn write_cache(&mut self, cache: &Weight, x: TensorId) -> Result<TensorId, ModelError> {
         let c = self.bind(cache);
         let xp = self.g.permute(x, [0, 2, 1, 3])?;
-        let written = self.g.set_rows(c, xp, self.inp.pos)?;
-        let [d, _, heads, _] = cache.ne();
-        let nb = cache.layout.nb;
-        Ok(self
-            .g
-            .view(written, &[d, self.n_kv, heads], &[nb[1], nb[2]], 0)?)
+        Ok(self.g.set_rows(c, xp, self.inp.kv_rows)?)
+    }
+
+    /// The view of the written cache `[d, rows, n_heads]` that sequence `s` attends.
+    fn attended(&mut self, written: TensorId, s: &SeqInputs) -> Result<TensorId, ModelError> {
+        let l = *self.g.layout(written);
+        let [d, _, heads, _] = l.ne;
+        Ok(self.g.view(
+            written,
+            &[d, s.n_kv, heads],
+            &[l.nb[1], l.nb[2]],
+            s.kv_start * l.nb[1],
+        )?)
+    }
+
+    /// The tokens of sequence `s` in `x` `[d, n_tokens, n_heads]`.
+    fn tokens_of(&mut self, x: TensorId, s: &SeqInputs) -> Result<TensorId, ModelError> {
+        if s.first == 0 && s.n_tokens == self.n_tokens {
+            return Ok(x);
+        }
+        let l = *self.g.layout(x);
+        let [d, _, heads, _] = l.ne;
+        Ok(self.g.view(
+            x,
+            &[d, s.n_tokens, heads],
+            &[l.nb[1], l.nb[2]],
+            s.first * l.nb[1],
+        )?)
     }
 
     fn attention(
@@ -110,24 +148,37 @@ impl Fwd<'_> {
         let v = self.linear(&a.wv, x, a.bv.as_ref())?;
         let v = self.g.reshape(v, &[cfg.head_dim_v, nkv, t])?;
         let (kc, vc) = kv.layer(l);
-        let k_all = self.cache(kc, k)?;
-        let v_all = self.cache(vc, v)?;
+        let k_all = self.write_cache(kc, k)?;
+        let v_all = self.write_cache(vc, v)?;
         let qp = self.g.permute(q, [0, 2, 1, 3])?;
-        let mask = match (cfg.swa_layers[l], self.inp.mask_swa) {
-            (true, Some(m)) => m,
-            _ => self.inp.mask,
-        };
         let sinks = a.sinks.as_ref().map(|s| s.bind(self.g));
-        let o = self.g.flash_attn_ext(
-            qp,
-            k_all,
-            v_all,
-            Some(mask),
-            sinks,
-            cfg.attn_scale,
-            0.0,
-            0.0,
-        )?;
+        // Each sequence attends its own cache region; the outputs are joined in batch order.
+        let inp = self.inp;
+        let mut out: Option<TensorId> = None;
+        for s in &inp.seqs {
+            let q_s = self.tokens_of(qp, s)?;
+            let k_s = self.attended(k_all, s)?;
+            let v_s = self.attended(v_all, s)?;
+            let mask = match (cfg.swa_layers[l], s.mask_swa) {
+                (true, Some(m)) => m,
+                _ => s.mask,
+            };
+            let o = self.g.flash_attn_ext(
+                q_s,
+                k_s,
+                v_s,
+                Some(mask),
+                sinks,
+                cfg.attn_scale,
+                0.0,
+                0.0,
+            )?;
+            out = Some(match out {
+                Some(prev) => self.g.concat(prev, o, 2)?,
+                None => o,
+            });
+        }
+        let o = out.ok_or_else(|| ModelError::Input("a batch without sequences".into()))?;
         let o = self.g.reshape(o, &[cfg.head_dim_v * nh, t])?;
         self.linear(&a.wo, o, a.bo.as_ref())
     }
@@ -225,22 +276,20 @@ impl Fwd<'_> {
     }
 }
 
-/// Builds the forward graph of `n_tokens` tokens attending to the first `n_kv` cache slots; returns the
-/// logits `[n_vocab, n_out]` (marked as output).
+/// Builds the forward graph of a batch of `n_tokens` tokens; returns the logits `[n_vocab, n_out]`
+/// (marked as output).
 pub fn build(
     g: &mut Graph,
     model: &Model,
     kv: &KvCache,
     inp: &Inputs,
     n_tokens: usize,
-    n_kv: usize,
 ) -> Result<TensorId, ModelError> {
     let mut f = Fwd {
         g,
         model,
         inp,
         n_tokens,
-        n_kv,
     };
     let table = f.bind(&model.tok_embd);
     let mut x = f.g.get_rows(table, inp.tokens)?;

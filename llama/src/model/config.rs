@@ -42,6 +42,20 @@ impl Arch {
             Arch::GptOss => "gpt-oss",
         }
     }
+
+    /// Whether one forward pass may hold the tokens of several sequences: true where a sequence's
+    /// only state is its KV cache region; an architecture with a recurrent per-sequence state runs
+    /// one sequence per pass.
+    pub fn batches_sequences(self) -> bool {
+        match self {
+            Arch::Llama
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Gemma3
+            | Arch::GptOss => true,
+        }
+    }
 }
 
 /// Typed access to `<arch>.<key>` metadata with errors that name the key.

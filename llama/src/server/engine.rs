@@ -1,11 +1,14 @@
-//! The inference worker: one dedicated thread that owns the model and one [`Session`] (its own KV
-//! cache) per slot, and serves every active slot by interleaving them step by step.
+//! The inference worker: one dedicated thread that owns the model and a [`BatchSession`] with one
+//! sequence (a region of the KV cache) per slot, and serves every active slot with continuous
+//! batching.
 //!
-//! Each step advances every active slot once: a slot still reading its prompt evaluates the next
-//! chunk of it (at most `prompt_chunk` tokens), a generating slot evaluates its last sampled token
-//! and samples the next. New requests join between steps, so nobody waits for another request to
-//! finish. Slots are *interleaved*, not batched: each slot runs its own forward pass, one after the
-//! other, so throughput with `n` active slots is that of `n` single-sequence passes.
+//! Each step advances every active slot once, all of them in **one forward pass**: a slot still
+//! reading its prompt contributes the next chunk of it (at most `prompt_chunk` tokens), a
+//! generating slot its last sampled token, and after the pass each generating slot samples its next
+//! token from its own logits. The weights are read once per step for all slots, so throughput grows
+//! with the active slots. New requests join between steps, so nobody waits for another request to
+//! finish. A model that cannot hold several sequences in one pass
+//! ([`BatchSession::batches_sequences`]) gets one pass per slot instead.
 //!
 //! Requests beyond the free slots wait in a FIFO queue; the [`Admission`] counter bounds slots plus
 //! queue, and a request past that bound is refused before it reaches the worker. A request whose
@@ -15,7 +18,7 @@
 use super::api::{ApiError, FinishReason, Usage};
 use super::metrics::Metrics;
 use super::slot_file;
-use crate::runtime::{Outputs, Session};
+use crate::runtime::{BatchSession, Logits, Outputs, SeqTokens};
 use crate::sampling::Sampler;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use axum::http::StatusCode;
@@ -148,7 +151,8 @@ pub struct Engine {
 
 /// Settings of the worker.
 pub struct WorkerSetup {
-    pub sessions: Vec<Session>,
+    /// One sequence per slot.
+    pub session: BatchSession,
     pub tokenizer: Arc<Tokenizer>,
     pub metrics: Arc<Metrics>,
     pub prompt_chunk: usize,
@@ -163,11 +167,11 @@ fn unavailable() -> ApiError {
 }
 
 impl Engine {
-    /// A worker over `setup`'s sessions and its handle. The worker is run (by [`Worker::run`]) on
-    /// the thread that made the sessions; the handle goes to the HTTP side.
+    /// A worker over `setup`'s session and its handle. The worker is run (by [`Worker::run`]) on
+    /// the thread that made the session; the handle goes to the HTTP side.
     pub fn new(setup: WorkerSetup) -> (Engine, Worker) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let n_slots = setup.sessions.len();
+        let n_slots = setup.session.kv().n_seq();
         setup
             .metrics
             .slots_total
@@ -179,11 +183,9 @@ impl Engine {
         };
         let worker = Worker {
             rx,
-            slots: setup
-                .sessions
-                .into_iter()
-                .map(|session| SlotState {
-                    session,
+            session: setup.session,
+            slots: (0..n_slots)
+                .map(|_| SlotState {
                     tokens: Vec::new(),
                     active: None,
                 })
@@ -264,16 +266,17 @@ struct Active {
     usage: Usage,
 }
 
+/// Slot `i` is sequence `i` of the worker's session.
 struct SlotState {
-    session: Session,
-    /// The tokens of the cached positions (`tokens.len() == session.n_past()`).
+    /// The tokens of the cached positions (as many as the sequence's `n_past`).
     tokens: Vec<u32>,
     active: Option<Active>,
 }
 
-/// The worker's state: the slots, their sessions and the queue.
+/// The worker's state: the session, the slots and the queue.
 pub struct Worker {
     rx: Receiver<Command>,
+    session: BatchSession,
     slots: Vec<SlotState>,
     waiting: VecDeque<Job>,
     tokenizer: Arc<Tokenizer>,
@@ -308,9 +311,7 @@ impl Worker {
             }
             self.assign();
             self.gauges();
-            for i in 0..self.slots.len() {
-                self.step(i);
-            }
+            self.step();
             Metrics::inc(&self.metrics.steps);
             self.gauges();
         }
@@ -340,7 +341,7 @@ impl Worker {
                         id,
                         busy: s.active.is_some(),
                         n_past: s.tokens.len(),
-                        n_ctx: s.session.kv().n_ctx(),
+                        n_ctx: self.session.kv().n_ctx(),
                     })
                     .collect();
                 let _ = reply.send(info);
@@ -364,23 +365,23 @@ impl Worker {
             slot_file::SlotFileError::Mismatch(_) => ApiError::bad_request(e.to_string()),
             e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
+        let session = &mut self.session;
         let n_bytes = match action {
             SlotAction::Save(path) => {
-                slot_file::save(&slot.session, &slot.tokens, &path).map_err(file_error)?
+                slot_file::save(session, id, &slot.tokens, &path).map_err(file_error)?
             }
-            SlotAction::Restore(path) => match slot_file::restore(&mut slot.session, &path) {
+            SlotAction::Restore(path) => match slot_file::restore(session, id, &path) {
                 Ok(tokens) => {
                     slot.tokens = tokens;
                     std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
                 }
                 Err(e) => {
-                    slot.tokens.truncate(slot.session.n_past());
+                    slot.tokens.truncate(session.n_past(id).unwrap_or(0));
                     return Err(file_error(e));
                 }
             },
             SlotAction::Erase => {
-                slot.session.reset();
-                slot.tokens.clear();
+                forget(session, slot, id);
                 0
             }
         };
@@ -436,7 +437,11 @@ impl Worker {
             0
         };
         let keep = shared.min(job.req.prompt.len() - 1);
-        slot.session.truncate(keep);
+        if let Err(e) = self.session.truncate(id, keep) {
+            Metrics::inc(&self.metrics.requests_failed);
+            let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            return job.send(Event::Failed(e));
+        }
         slot.tokens.truncate(keep);
         let usage = Usage {
             prompt_tokens: job.req.prompt.len(),
@@ -456,36 +461,78 @@ impl Worker {
         });
     }
 
-    /// Advances slot `i` by one prompt chunk or one generated token.
-    fn step(&mut self, i: usize) {
+    /// Advances every active slot by one prompt chunk or one generated token, in one forward pass
+    /// (one per slot where the model cannot batch sequences). Requests whose client has gone free
+    /// their slot first.
+    fn step(&mut self) {
+        let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(a) = slot.active.as_ref() else {
+                continue;
+            };
+            if a.job.gone() {
+                Metrics::inc(&self.metrics.requests_cancelled);
+                slot.active = None;
+                continue;
+            }
+            let input = match a.next {
+                Some(t) => vec![t],
+                None => {
+                    let prompt = &a.job.req.prompt;
+                    let from = slot.tokens.len();
+                    prompt[from..prompt.len().min(from + self.prompt_chunk)].to_vec()
+                }
+            };
+            inputs.push((i, input));
+        }
+        if self.session.batches_sequences() {
+            self.pass(&inputs);
+        } else {
+            for one in inputs.chunks(1) {
+                self.pass(one);
+            }
+        }
+    }
+
+    /// Runs one forward pass over `inputs` (slot, tokens) and advances each of those slots.
+    fn pass(&mut self, inputs: &[(usize, Vec<u32>)]) {
+        if inputs.is_empty() {
+            return;
+        }
+        let batch: Vec<SeqTokens> = inputs
+            .iter()
+            .map(|(i, tokens)| SeqTokens {
+                seq: *i,
+                tokens,
+                outputs: Outputs::Last,
+            })
+            .collect();
+        match self.session.eval(&batch) {
+            Ok(logits) => {
+                let n_tokens = inputs.iter().map(|(_, t)| t.len()).sum();
+                self.metrics.pass(inputs.len(), n_tokens);
+                for ((i, input), l) in inputs.iter().zip(&logits) {
+                    self.advance(*i, input, l);
+                }
+            }
+            Err(e) => {
+                let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+                for (i, _) in inputs {
+                    self.fail(*i, e.clone());
+                }
+            }
+        }
+    }
+
+    /// Takes slot `i`'s evaluated `input` into account: appends it to the slot's tokens and, once
+    /// the prompt is read, samples the next token from `logits` and streams its text.
+    fn advance(&mut self, i: usize, input: &[u32], logits: &Logits) {
         let slot = &mut self.slots[i];
         let Some(a) = slot.active.as_mut() else {
             return;
         };
-        if a.job.gone() {
-            Metrics::inc(&self.metrics.requests_cancelled);
-            slot.active = None;
-            return;
-        }
-        let prompt = &a.job.req.prompt;
-        let input: Vec<u32> = match a.next {
-            Some(t) => vec![t],
-            None => {
-                let from = slot.tokens.len();
-                prompt[from..prompt.len().min(from + self.prompt_chunk)].to_vec()
-            }
-        };
-        let logits = match slot.session.eval(&input, Outputs::Last) {
-            Ok(l) => l,
-            Err(e) => {
-                return self.fail(
-                    i,
-                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-                )
-            }
-        };
-        slot.tokens.extend_from_slice(&input);
-        if a.next.is_none() && slot.tokens.len() < prompt.len() {
+        slot.tokens.extend_from_slice(input);
+        if a.next.is_none() && slot.tokens.len() < a.job.req.prompt.len() {
             return; // more prompt to read
         }
         let tok = match a.sampler.sample(logits.last(), &slot.tokens) {
@@ -511,7 +558,7 @@ impl Worker {
             return self.finish(i, FinishReason::Stop);
         }
         if a.usage.completion_tokens >= a.job.req.max_tokens
-            || slot.tokens.len() >= slot.session.kv().n_ctx()
+            || slot.tokens.len() >= self.session.kv().n_ctx()
         {
             return self.finish(i, FinishReason::Length);
         }
@@ -547,9 +594,15 @@ impl Worker {
             Metrics::inc(&self.metrics.requests_failed);
             a.job.send(Event::Failed(e));
         }
-        slot.session.reset();
-        slot.tokens.clear();
+        forget(&mut self.session, slot, i);
     }
+}
+
+/// Empties slot `id`'s tokens and its sequence's cache.
+fn forget(session: &mut BatchSession, slot: &mut SlotState, id: usize) {
+    slot.tokens.clear();
+    // `id` indexes the session's sequences, as every slot does.
+    let _ = session.truncate(id, 0);
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {

@@ -1,5 +1,5 @@
-//! Server counters and gauges, shared by the HTTP handlers and the inference worker, rendered in
-//! the Prometheus text format by `GET /metrics`.
+//! Server counters, gauges and the histogram of sequences per forward pass, shared by the HTTP
+//! handlers and the inference worker, rendered in the Prometheus text format by `GET /metrics`.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +25,10 @@ pub struct Metrics {
     pub tokens_generated: AtomicU64,
     /// Decode steps of the worker (each advances every active slot once).
     pub steps: AtomicU64,
+    /// Tokens evaluated by forward passes (prompt chunks and decode tokens).
+    pub batch_tokens: AtomicU64,
+    /// Sequences (slots) per forward pass.
+    pub batch_sequences: Histogram,
     /// Slots serving a request now.
     pub slots_active: AtomicU64,
     /// Slots in all.
@@ -33,7 +37,56 @@ pub struct Metrics {
     pub queue_length: AtomicU64,
 }
 
+/// Upper bounds of the [`Histogram`] buckets (a last bucket, `+Inf`, takes the rest).
+const BUCKETS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// A Prometheus histogram of small counts.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket of [`BUCKETS`], then of `+Inf` (not cumulative).
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, v: u64) {
+        let b = BUCKETS
+            .iter()
+            .position(|&le| v <= le)
+            .unwrap_or(BUCKETS.len());
+        self.counts[b].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Appends the exposition of histogram `name` (cumulative buckets, sum and count).
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = write!(
+            out,
+            "# HELP ggml_tp_{name} {help}\n# TYPE ggml_tp_{name} histogram\n"
+        );
+        let mut total = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            total += c.load(Ordering::Relaxed);
+            let le = BUCKETS
+                .get(i)
+                .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "ggml_tp_{name}_bucket{{le=\"{le}\"}} {total}");
+        }
+        let sum = self.sum.load(Ordering::Relaxed);
+        let _ = write!(
+            out,
+            "ggml_tp_{name}_sum {sum}\nggml_tp_{name}_count {total}\n"
+        );
+    }
+}
+
 impl Metrics {
+    /// Records a forward pass over `n_seqs` sequences and `n_tokens` tokens.
+    pub fn pass(&self, n_seqs: usize, n_tokens: usize) {
+        self.batch_sequences.observe(n_seqs as u64);
+        Metrics::add(&self.batch_tokens, n_tokens);
+    }
+
     pub fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -48,7 +101,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric, names prefixed `ggml_tp_`.
     pub fn render(&self) -> String {
-        let rows: [(&str, &str, &str, &AtomicU64); 12] = [
+        let rows: [(&str, &str, &str, &AtomicU64); 13] = [
             (
                 "requests_total",
                 "counter",
@@ -104,6 +157,12 @@ impl Metrics {
                 &self.steps,
             ),
             (
+                "batch_tokens_total",
+                "counter",
+                "Tokens evaluated by forward passes (prompt chunks and decode tokens).",
+                &self.batch_tokens,
+            ),
+            (
                 "slots_active",
                 "gauge",
                 "Slots serving a request.",
@@ -126,6 +185,11 @@ impl Metrics {
                 "# HELP ggml_tp_{name} {help}\n# TYPE ggml_tp_{name} {kind}\nggml_tp_{name} {v}\n"
             );
         }
+        self.batch_sequences.render(
+            &mut out,
+            "batch_sequences",
+            "Sequences (slots) per forward pass.",
+        );
         out
     }
 }

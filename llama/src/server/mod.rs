@@ -14,9 +14,9 @@
 //! * `POST /slots/{id}?action=save&filename=X`, `action=restore`, `action=erase`: a slot's tokens and
 //!   KV cache to and from a file in the configured directory ([`slot_file`]).
 //!
-//! Requests run in slots, each with its own session and KV cache, served by one inference thread
-//! that interleaves the active slots step by step ([`engine`]); slots are not batched into one
-//! forward pass. Errors are JSON `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a
+//! Requests run in slots, each a sequence with its own region of one KV cache, served by one
+//! inference thread that advances every active slot per step in one forward pass (continuous
+//! batching, [`engine`]); `/metrics` shows the sequences per pass. Errors are JSON `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a
 //! malformed body, a prompt that does not fit a slot's context, `max_tokens` over the limit or a body
 //! over the size limit give 4xx; full slots and queue give 503.
 
@@ -28,7 +28,7 @@ pub mod slot_file;
 
 use crate::chat::{ChatError, ChatTemplate};
 use crate::model::{Model, ModelError, Placement};
-use crate::runtime::{Session, SessionOptions};
+use crate::runtime::{BatchSession, SessionOptions};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -53,7 +53,7 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// The model id in responses; the file name without extension when `None`.
     pub model_name: Option<String>,
-    /// Concurrent sequences, each with its own KV cache.
+    /// Concurrent sequences, each with its own region of the KV cache.
     pub n_slots: usize,
     /// Positions of each slot's cache (prompt plus generated tokens).
     pub n_ctx: usize,
@@ -230,7 +230,7 @@ struct Loaded {
     n_vocab: usize,
 }
 
-/// Starts the inference thread: it loads the model and the slots' sessions, reports back, and
+/// Starts the inference thread: it loads the model and the slots' session, reports back, and
 /// then runs the worker until the server's handles are gone.
 fn start_worker(c: &ServerConfig, metrics: Arc<Metrics>) -> Result<(Engine, Loaded), ServerError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -249,11 +249,9 @@ fn start_worker(c: &ServerConfig, metrics: Arc<Metrics>) -> Result<(Engine, Load
                 let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
                 let model = Arc::new(Model::from_gguf(&file, &placement)?);
                 let n_vocab = model.config.n_vocab;
-                let sessions = (0..n_slots)
-                    .map(|_| Session::new(model.clone(), opts))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let session = BatchSession::new(model, opts, n_slots)?;
                 let (engine, worker) = Engine::new(WorkerSetup {
-                    sessions,
+                    session,
                     tokenizer: tokenizer.clone(),
                     metrics,
                     prompt_chunk,

@@ -1,8 +1,9 @@
 //! Saving a slot's sequence (its tokens and the K/V entries of their positions) to a file and
-//! restoring it into a session, so a restored slot continues exactly where the saved one was.
+//! restoring it into a sequence of a batch session, so a restored slot continues exactly where the
+//! saved one was.
 //!
-//! The cache tensors are `[head_dim, n_ctx, n_head_kv]` per layer, so the first `n` positions of
-//! one KV head are `n` contiguous rows at offset `head * nb[2]`. They are read and written with the
+//! The cache tensors are `[head_dim, n_seq * n_ctx, n_head_kv]` per layer, so the first `n`
+//! positions of one sequence and KV head are `n` contiguous rows ([`KvCache::span`]). They are read and written with the
 //! buffers' offset `get`/`set`, which on a tensor-parallel (meta) device map logical offsets onto
 //! the device that holds each head; files are therefore independent of the placement.
 //!
@@ -11,8 +12,7 @@
 //! layer K then V, per head the `n_tokens` rows.
 
 use crate::kv::KvCache;
-use crate::model::weights::Weight;
-use crate::runtime::Session;
+use crate::runtime::BatchSession;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -60,14 +60,20 @@ impl Header {
     }
 }
 
-/// Writes `tokens` (the positions `0..tokens.len()` of `session`'s cache) and their K/V rows to
-/// `path` (through a temporary file renamed at the end); returns the bytes written.
-pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotFileError> {
-    if tokens.len() != session.n_past() {
+/// Writes `tokens` (the positions `0..tokens.len()` of sequence `seq` of `session`'s cache) and
+/// their K/V rows to `path` (through a temporary file renamed at the end); returns the bytes
+/// written.
+pub fn save(
+    session: &BatchSession,
+    seq: usize,
+    tokens: &[u32],
+    path: &Path,
+) -> Result<u64, SlotFileError> {
+    let n_past = session.n_past(seq)?;
+    if tokens.len() != n_past {
         return Err(SlotFileError::Mismatch(format!(
-            "{} tokens for {} cached positions",
+            "{} tokens for {n_past} cached positions",
             tokens.len(),
-            session.n_past()
         )));
     }
     let kv = session.kv();
@@ -96,7 +102,7 @@ pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotF
         let (k, v) = kv.layer(l);
         for t in [k, v] {
             for head in 0..t.ne()[2] {
-                let (offset, len) = rows(t, head, tokens.len());
+                let (offset, len) = kv.span(t, seq, head, tokens.len());
                 buf.resize(len, 0);
                 t.data.buffer.get(offset, &mut buf)?;
                 w.write_all(&buf)?;
@@ -110,9 +116,14 @@ pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotF
     Ok(size)
 }
 
-/// Reads a file written by [`save`] into `session`'s cache and returns its tokens; the session then
-/// holds exactly those positions. On an error after the cache was touched the session is reset.
-pub fn restore(session: &mut Session, path: &Path) -> Result<Vec<u32>, SlotFileError> {
+/// Reads a file written by [`save`] into sequence `seq` of `session`'s cache and returns its
+/// tokens; the sequence then holds exactly those positions. On an error after the cache was touched
+/// the sequence is emptied.
+pub fn restore(
+    session: &mut BatchSession,
+    seq: usize,
+    path: &Path,
+) -> Result<Vec<u32>, SlotFileError> {
     let mut r = BufReader::new(File::open(path)?);
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic)?;
@@ -164,23 +175,25 @@ pub fn restore(session: &mut Session, path: &Path) -> Result<Vec<u32>, SlotFileE
             "token {bad} outside the vocabulary"
         )));
     }
-    session.reset();
-    let written = write_rows(session.kv(), n_layer as usize, n, &mut r);
+    session.truncate(seq, 0)?;
+    let written = write_rows(session.kv(), seq, n_layer as usize, n, &mut r);
     match written {
         Ok(()) => {
-            session.set_n_past(n)?;
+            session.set_n_past(seq, n)?;
             Ok(tokens)
         }
         Err(e) => {
-            session.reset();
+            session.truncate(seq, 0)?;
             Err(e)
         }
     }
 }
 
-/// Copies the K/V rows of `n` positions of every layer and head from `r` into `kv`.
+/// Copies the K/V rows of `n` positions of every layer and head from `r` into sequence `seq` of
+/// `kv`.
 fn write_rows(
     kv: &KvCache,
+    seq: usize,
     n_layer: usize,
     n: usize,
     r: &mut impl Read,
@@ -190,7 +203,7 @@ fn write_rows(
         let (k, v) = kv.layer(l);
         for t in [k, v] {
             for head in 0..t.ne()[2] {
-                let (offset, len) = rows(t, head, n);
+                let (offset, len) = kv.span(t, seq, head, n);
                 buf.resize(len, 0);
                 r.read_exact(&mut buf)?;
                 t.data.buffer.set(offset, &buf)?;
@@ -202,11 +215,6 @@ fn write_rows(
         return Err(SlotFileError::Mismatch("trailing bytes".into()));
     }
     Ok(())
-}
-
-/// Buffer offset and byte length of the first `n` rows of `head` in cache tensor `t`.
-fn rows(t: &Weight, head: usize, n: usize) -> (usize, usize) {
-    (t.data.offset + head * t.layout.nb[2], n * t.layout.nb[1])
 }
 
 fn put(w: &mut impl Write, x: u32) -> std::io::Result<()> {
