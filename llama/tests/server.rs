@@ -1,28 +1,42 @@
 //! The HTTP server end to end on 127.0.0.1 (an ephemeral port) with the tiny random-weight llama
-//! fixture: concurrent streaming requests with clients that disconnect midway, request errors,
-//! overload (503), the info endpoints, and a slot saved and restored (on one device and tensor
-//! parallel over two) continuing exactly like the live slot.
+//! fixtures: concurrent streaming requests with clients that disconnect midway, concurrent requests
+//! batched into shared forward passes answering exactly like the same requests alone, request
+//! errors, overload (503), the info endpoints, and a slot saved and restored continuing exactly like
+//! the live slot, on one device and tensor parallel over two.
 //!
 //! Requests use `temperature: 0` (greedy) and, where answers are compared across slots,
-//! `cache_prompt: false`, so every answer follows the same arithmetic path.
+//! `cache_prompt: false`. Where answers of batched and unbatched passes are compared, the model is
+//! the fixture with Q8_0 matrices: the CPU computes each token's row bit-identically whatever else
+//! is in the batch (float weights go through a blocked GEMM from 8 columns on, whose rounding
+//! differs from the row kernels', which could flip a greedy near-tie).
 
 use backend_cpu::device::cpu_devices;
 use backend_meta::MetaDevice;
 use futures::StreamExt;
 use ggml_core::backend::Device;
+use ggml_core::DType;
 use llama::server::{Server, ServerConfig};
 use llama::Placement;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The tiny llama fixture, if the fixtures are present.
+/// The tiny llama fixture (F32 weights), if the fixtures are present.
 fn fixture() -> Option<PathBuf> {
+    arch_fixture("llama")
+}
+
+/// The tiny llama fixture with Q8_0 matrices.
+fn q8_fixture() -> Option<PathBuf> {
+    arch_fixture("llama-q8_0")
+}
+
+fn arch_fixture(name: &str) -> Option<PathBuf> {
     let dir = match std::env::var_os("GGML_TP_FIXTURES") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
     };
-    let path = dir.join("arch/llama.gguf");
+    let path = dir.join(format!("arch/{name}.gguf"));
     if path.is_file() {
         Some(path)
     } else {
@@ -169,10 +183,9 @@ async fn read_stream(
     (text, finish, usage, done)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_streams_with_disconnects() {
-    let Some(model) = fixture() else { return };
-    let base = start(model, single(), |c| {
+async fn concurrent_streams_with_disconnects(placement: Placement) {
+    let Some(model) = q8_fixture() else { return };
+    let base = start(model, placement, |c| {
         c.n_slots = 4;
         c.queue_len = 64;
     })
@@ -243,6 +256,82 @@ async fn concurrent_streams_with_disconnects() {
     let (path, b) = body(0, 24, false);
     let (status, v) = post(&base, path, &b).await;
     assert_eq!((status, answer_text(&v)), (200, expected[0].0.clone()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_with_disconnects_single_device() {
+    concurrent_streams_with_disconnects(single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_with_disconnects_tensor_parallel() {
+    concurrent_streams_with_disconnects(tensor2()).await;
+}
+
+/// Passes that held more than one sequence, from the `batch_sequences` histogram.
+async fn batched_passes(base: &str) -> u64 {
+    let passes = metric(base, "batch_sequences_count").await;
+    passes - metric(base, r#"batch_sequences_bucket{le="1"}"#).await
+}
+
+/// `N` concurrent greedy requests (F32 KV cache) share forward passes and answer exactly as each
+/// does alone.
+async fn batched_equals_alone(placement: Placement) {
+    let Some(model) = q8_fixture() else { return };
+    const N: usize = 8;
+    let base = start(model, placement, |c| {
+        c.n_slots = 4;
+        c.kv_type = DType::F32;
+    })
+    .await;
+    let mut alone = Vec::new();
+    for i in 0..N {
+        let (path, b) = body(i, 48, false);
+        let (status, v) = post(&base, path, &b).await;
+        assert_eq!(status, 200, "{v}");
+        alone.push(v);
+    }
+    // One request at a time: a pass never holds two sequences.
+    assert_eq!(batched_passes(&base).await, 0);
+    let passes_alone = metric(&base, "batch_sequences_count").await;
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                let (path, b) = body(i, 48, false);
+                post(&base, path, &b).await
+            })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (status, v) = t.await.unwrap();
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(answer_text(&v), answer_text(&alone[i]), "request {i}");
+        assert_eq!(v["usage"], alone[i]["usage"], "request {i}");
+        assert_eq!(
+            v["choices"][0]["finish_reason"],
+            alone[i]["choices"][0]["finish_reason"]
+        );
+    }
+    let batched = batched_passes(&base).await;
+    let passes_together = metric(&base, "batch_sequences_count").await - passes_alone;
+    let seqs = metric(&base, "batch_sequences_sum").await;
+    println!("{batched} of {passes_together} concurrent passes held several sequences ({seqs} sequence-passes in all)");
+    assert!(batched > 0, "no pass held more than one sequence");
+    assert!(
+        passes_together < passes_alone,
+        "{passes_together} passes together, {passes_alone} alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_answer_as_alone_single_device() {
+    batched_equals_alone(single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_answer_as_alone_tensor_parallel() {
+    batched_equals_alone(tensor2()).await;
 }
 
 async fn expect_error(base: &str, path: &str, body: reqwest::Body, status: u16, needle: &str) {
