@@ -278,15 +278,25 @@ struct Part<'a> {
     outputs: Outputs,
 }
 
-/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`); returns each
-/// part's logits.
-fn forward_pass(
-    model: &Model,
-    kv: &KvCache,
-    sched: &mut Scheduler,
-    parts: &[Part],
-) -> Result<Vec<Logits>, ModelError> {
-    let cfg = &model.config;
+impl Part<'_> {
+    /// The positions of its tokens.
+    fn positions(&self) -> std::ops::Range<usize> {
+        self.n_past..self.n_past + self.tokens.len()
+    }
+
+    /// The positions whose logits are wanted.
+    fn out_positions(&self) -> Vec<usize> {
+        let all = self.positions();
+        match self.outputs {
+            Outputs::All => all.collect(),
+            Outputs::Last => vec![all.end - 1],
+        }
+    }
+}
+
+/// Refuses parts with no tokens, past the context or outside the vocabulary.
+fn check_parts(model: &Model, kv: &KvCache, parts: &[Part]) -> Result<(), ModelError> {
+    let n_vocab = model.config.n_vocab;
     if parts.is_empty() {
         return Err(ModelError::Input("an empty batch".into()));
     }
@@ -297,23 +307,36 @@ fn forward_pass(
                 p.seq
             )));
         }
-        check_len(kv, p.n_past + p.tokens.len())?;
-        if let Some(&bad) = p.tokens.iter().find(|&&x| x as usize >= cfg.n_vocab) {
+        check_len(kv, p.positions().end)?;
+        if let Some(&bad) = p.tokens.iter().find(|&&x| x as usize >= n_vocab) {
             return Err(ModelError::Input(format!(
-                "token {bad} outside the vocabulary of {}",
-                cfg.n_vocab
+                "token {bad} outside the vocabulary of {n_vocab}"
             )));
         }
     }
+    Ok(())
+}
+
+/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`), each sequence's
+/// tokens a contiguous run of the batch; returns each part's logits.
+fn forward_pass(
+    model: &Model,
+    kv: &KvCache,
+    sched: &mut Scheduler,
+    parts: &[Part],
+) -> Result<Vec<Logits>, ModelError> {
+    check_parts(model, kv, parts)?;
+    let cfg = &model.config;
     let t: usize = parts.iter().map(|p| p.tokens.len()).sum();
     let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
     let mut g = Graph::new();
     let mut seqs = Vec::with_capacity(parts.len());
-    let mut out_rows: Vec<usize> = Vec::new();
+    // Batch rows whose logits are wanted.
+    let mut out_rows: Vec<i32> = Vec::new();
     let mut first = 0;
     for p in parts {
         let n = p.tokens.len();
-        let n_kv = kv.n_kv_for(p.n_past + n);
+        let n_kv = kv.n_kv_for(p.positions().end);
         seqs.push(SeqInputs {
             first,
             n_tokens: n,
@@ -326,10 +349,11 @@ fn forward_pass(
                 None
             },
         });
-        match p.outputs {
-            Outputs::All => out_rows.extend(first..first + n),
-            Outputs::Last => out_rows.push(first + n - 1),
-        }
+        out_rows.extend(
+            p.out_positions()
+                .into_iter()
+                .map(|x| (first + x - p.n_past) as i32),
+        );
         first += n;
     }
     let inp = Inputs {
@@ -345,22 +369,19 @@ fn forward_pass(
     };
     let logits = forward::build(&mut g, model, kv, &inp, t)?;
     sched.alloc(&mut g)?;
-    let ids: Vec<i32> = parts
-        .iter()
-        .flat_map(|p| p.tokens.iter().map(|&x| x as i32))
-        .collect();
-    g.set_i32(inp.tokens, &ids)?;
-    let positions = |p: &Part| p.n_past..p.n_past + p.tokens.len();
-    let pos: Vec<i32> = parts
-        .iter()
-        .flat_map(|p| positions(p).map(|x| x as i32))
-        .collect();
-    g.set_i32(inp.pos, &pos)?;
-    let rows: Vec<i32> = parts
-        .iter()
-        .flat_map(|p| positions(p).map(|x| kv.row(p.seq, x) as i32))
-        .collect();
-    g.set_i32(inp.kv_rows, &rows)?;
+    let per_token = |f: &dyn Fn(&Part, usize, usize) -> i32| -> Vec<i32> {
+        parts
+            .iter()
+            .flat_map(|p| {
+                p.positions()
+                    .zip(p.tokens)
+                    .map(move |(x, &tok)| f(p, x, tok as usize))
+            })
+            .collect()
+    };
+    g.set_i32(inp.tokens, &per_token(&|_, _, tok| tok as i32))?;
+    g.set_i32(inp.pos, &per_token(&|_, x, _| x as i32))?;
+    g.set_i32(inp.kv_rows, &per_token(&|p, x, _| kv.row(p.seq, x) as i32))?;
     for (p, s) in parts.iter().zip(&inp.seqs) {
         g.set_f32(s.mask, &kv::mask(p.n_past, s.n_tokens, s.n_kv, 0))?;
         if let Some(m) = s.mask_swa {
@@ -368,27 +389,27 @@ fn forward_pass(
         }
     }
     if let Some(o) = inp.out_ids {
-        let rows: Vec<i32> = out_rows.iter().map(|&r| r as i32).collect();
-        g.set_i32(o, &rows)?;
+        g.set_i32(o, &out_rows)?;
     }
     sched.compute(&g)?;
     let data = g.get_f32(logits)?;
     let n_vocab = cfg.n_vocab;
-    let mut result = Vec::with_capacity(parts.len());
-    let mut row = 0;
-    for (p, s) in parts.iter().zip(&inp.seqs) {
-        let rows: Vec<usize> = out_rows
-            .iter()
-            .filter(|&&r| r >= s.first && r < s.first + s.n_tokens)
-            .map(|&r| p.n_past + r - s.first)
-            .collect();
-        let n = rows.len();
-        result.push(Logits {
-            n_vocab,
-            positions: rows,
-            data: data[row * n_vocab..(row + n) * n_vocab].to_vec(),
-        });
-        row += n;
-    }
-    Ok(result)
+    let mut rows = data.chunks_exact(n_vocab);
+    Ok(parts
+        .iter()
+        .map(|p| {
+            let positions = p.out_positions();
+            let data = rows
+                .by_ref()
+                .take(positions.len())
+                .flatten()
+                .copied()
+                .collect();
+            Logits {
+                n_vocab,
+                positions,
+                data,
+            }
+        })
+        .collect())
 }

@@ -2,10 +2,11 @@
 //! sequence (a region of the KV cache) per slot, and serves every active slot with continuous
 //! batching.
 //!
-//! Each step advances every active slot once, all of them in **one forward pass**: a slot still
-//! reading its prompt contributes the next chunk of it (at most `prompt_chunk` tokens), a
-//! generating slot its last sampled token, and after the pass each generating slot samples its next
-//! token from its own logits. The weights are read once per step for all slots, so throughput grows
+//! Each step advances the active slots in **one forward pass**: every generating slot contributes
+//! its last sampled token, and the slots still reading their prompts share a budget of
+//! `prompt_chunk` prompt tokens per step, oldest request first (so a pass stays bounded and long
+//! prompts do not stall the generating slots). After the pass each slot that has read its whole
+//! prompt samples its next token from its own logits. The weights are read once per step for all slots, so throughput grows
 //! with the active slots. New requests join between steps, so nobody waits for another request to
 //! finish. A model that cannot hold several sequences in one pass
 //! ([`BatchSession::batches_sequences`]) gets one pass per slot instead.
@@ -194,6 +195,7 @@ impl Engine {
             tokenizer: setup.tokenizer,
             metrics: setup.metrics,
             prompt_chunk: setup.prompt_chunk.max(1),
+            started: 0,
         };
         (engine, worker)
     }
@@ -264,6 +266,8 @@ struct Active {
     /// The last sampled token, not yet in the cache.
     next: Option<u32>,
     usage: Usage,
+    /// When the request got its slot (a worker-wide count): older prompts are read first.
+    started: u64,
 }
 
 /// Slot `i` is sequence `i` of the worker's session.
@@ -282,6 +286,8 @@ pub struct Worker {
     tokenizer: Arc<Tokenizer>,
     metrics: Arc<Metrics>,
     prompt_chunk: usize,
+    /// Requests that got a slot so far.
+    started: u64,
 }
 
 impl Worker {
@@ -451,6 +457,7 @@ impl Worker {
         Metrics::add(&self.metrics.prompt_tokens, usage.prompt_tokens);
         Metrics::add(&self.metrics.prompt_tokens_cached, keep);
         let stop = StopFilter::new(job.req.stop.clone());
+        self.started += 1;
         slot.active = Some(Active {
             job,
             sampler,
@@ -458,14 +465,15 @@ impl Worker {
             stop,
             next: None,
             usage,
+            started: self.started,
         });
     }
 
-    /// Advances every active slot by one prompt chunk or one generated token, in one forward pass
-    /// (one per slot where the model cannot batch sequences). Requests whose client has gone free
-    /// their slot first.
+    /// Advances the active slots by one generated token each and by the step's prompt budget, in
+    /// one forward pass (one per slot where the model cannot batch sequences). Requests whose
+    /// client has gone free their slot first.
     fn step(&mut self) {
-        let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut order = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(a) = slot.active.as_ref() else {
                 continue;
@@ -475,13 +483,26 @@ impl Worker {
                 slot.active = None;
                 continue;
             }
+            order.push((a.started, i));
+        }
+        order.sort_unstable();
+        let mut budget = self.prompt_chunk;
+        let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (_, i) in order {
+            let slot = &self.slots[i];
+            let Some(a) = slot.active.as_ref() else {
+                continue;
+            };
             let input = match a.next {
                 Some(t) => vec![t],
-                None => {
+                None if budget > 0 => {
                     let prompt = &a.job.req.prompt;
                     let from = slot.tokens.len();
-                    prompt[from..prompt.len().min(from + self.prompt_chunk)].to_vec()
+                    let chunk = &prompt[from..prompt.len().min(from + budget)];
+                    budget -= chunk.len();
+                    chunk.to_vec()
                 }
+                None => continue,
             };
             inputs.push((i, input));
         }

@@ -64,7 +64,8 @@ pub struct ServerConfig {
     pub max_tokens: usize,
     /// The largest request body in bytes (413 beyond).
     pub max_body_bytes: usize,
-    /// Prompt tokens a slot evaluates per step, so long prompts do not stall other slots.
+    /// Prompt tokens evaluated per step over all slots (oldest request first), so a step stays
+    /// bounded and long prompts do not stall the generating slots.
     pub prompt_chunk: usize,
     /// Directory of slot files; `None` disables `/slots/{id}?action=save|restore`.
     pub slot_dir: Option<PathBuf>,
