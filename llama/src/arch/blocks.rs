@@ -186,10 +186,11 @@ impl Attention {
         let kv = |name: &str, width: usize| {
             ld.get(&blk(l, name), &[d, nkv * width], s.kv_rows.clone(), home)
         };
-        let wv = match own_kv {
-            false => None,
-            true if variant.v_may_be_k && ld.info(&blk(l, "attn_v.weight")).is_none() => None,
-            true => Some(kv("attn_v.weight", hv)?),
+        let has_v = ld.info(&blk(l, "attn_v.weight")).is_some();
+        let wv = if own_kv && (has_v || !variant.v_may_be_k) {
+            Some(kv("attn_v.weight", hv)?)
+        } else {
+            None
         };
         if own_kv && wv.is_none() && hv != hd {
             return Err(ModelError::BadTensor {
@@ -265,13 +266,8 @@ pub enum Gating {
 
 /// The expert projections whose results feed the gated activation.
 pub enum ExpertsIn {
-    /// Gate and up experts `[n_embd, n_ff_exp, n_expert]` (biases optional).
-    Separate {
-        gate: Weight,
-        up: Weight,
-        gate_b: Option<Weight>,
-        up_b: Option<Weight>,
-    },
+    /// Gate and up experts `[n_embd, n_ff_exp, n_expert]`.
+    Separate { gate: Weight, up: Weight },
     /// Gate and up experts fused along the rows, `[n_embd, 2 · n_ff_exp, n_expert]`, gate first
     /// (`ffn_gate_up_exps`, Gemma 4).
     Fused(Weight),
@@ -283,6 +279,9 @@ pub struct Moe {
     pub router_b: Option<Weight>,
     pub experts_in: ExpertsIn,
     pub down: Weight,
+    /// Biases of separate gate and up experts.
+    pub gate_b: Option<Weight>,
+    pub up_b: Option<Weight>,
     pub down_b: Option<Weight>,
     /// Per-expert output scale `[n_expert]` (`ffn_down_exps.scale`, Gemma 4).
     pub down_scale: Option<Weight>,
@@ -310,8 +309,9 @@ impl Moe {
         let (rows, bias, cols) = ffn_splits(f, down_type);
         let gate_up = blk(l, "ffn_gate_up_exps.weight");
         let experts_in = if ld.info(&gate_up).is_some() {
-            // Both halves cut like the down projection's columns, so each device's gate and up
-            // slices pair up.
+            // Both halves cut like the down projection's columns. Where an uneven cut's remainder
+            // lands on different devices for the two halves, the meta backend gathers the
+            // activation's input instead of pairing the slices.
             let fused_rows = match &rows {
                 WeightSplit::Axis { segments, .. } => WeightSplit::Axis {
                     axis: 1,
@@ -329,8 +329,6 @@ impl Moe {
                     home,
                 )?,
                 up: ld.get(&blk(l, "ffn_up_exps.weight"), &[d, f, e], rows, home)?,
-                gate_b: ld.opt(&blk(l, "ffn_gate_exps.bias"), &[f, e], bias.clone(), home)?,
-                up_b: ld.opt(&blk(l, "ffn_up_exps.bias"), &[f, e], bias, home)?,
             }
         };
         Ok(Moe {
@@ -338,6 +336,8 @@ impl Moe {
             router_b: ld.opt(&blk(l, "ffn_gate_inp.bias"), &[e], m(), home)?,
             experts_in,
             down: ld.get(&down, &[f, d, e], cols, home)?,
+            gate_b: ld.opt(&blk(l, "ffn_gate_exps.bias"), &[f, e], bias.clone(), home)?,
+            up_b: ld.opt(&blk(l, "ffn_up_exps.bias"), &[f, e], bias, home)?,
             down_b: ld.opt(&blk(l, "ffn_down_exps.bias"), &[d, e], m(), home)?,
             down_scale: ld.opt(&blk(l, "ffn_down_exps.scale"), &[e], m(), home)?,
             gating,

@@ -1,8 +1,8 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
 //! cache written with `set_rows` at the batch positions, flash attention over the first `n_kv` cache
 //! slots with a host-built causal / sliding-window mask) → residual → norm → dense FFN or mixture of
-//! experts → residual, then the output norm and head for the requested rows. The Gemma 4 parts (per-layer
-//! inputs, dense FFN next to experts) are in [`gemma4`].
+//! experts → residual, then the output norm and head for the requested rows. The Gemma 4 parts
+//! (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
 
 mod gemma4;
 
@@ -33,9 +33,9 @@ struct Fwd<'a> {
     inp: &'a Inputs,
     n_tokens: usize,
     n_kv: usize,
-    /// Per layer built so far: the views of the K and V cache it attends to (shared-KV layers reuse
-    /// their source layer's, which keeps them after its cache writes).
-    kv_views: Vec<(TensorId, TensorId)>,
+    /// Per layer with attention built so far: the views of the K and V cache it attends to
+    /// (shared-KV layers reuse their source layer's, which orders them after its cache writes).
+    kv_views: Vec<Option<(TensorId, TensorId)>>,
     /// The per-layer inputs `[n_embd_per_layer, n_tokens, n_layer]` (Gemma 4).
     per_layer: Option<TensorId>,
 }
@@ -129,11 +129,14 @@ impl Fwd<'_> {
                 let (kc, vc) = kv.layer(l);
                 (self.cache(kc, k)?, self.cache(vc, v)?)
             }
-            None => *self.kv_views.get(cfg.kv_source[l]).ok_or_else(|| {
-                ModelError::Unsupported(format!("layer {l} attends to a later layer's cache"))
+            None => self.kv_views[cfg.kv_source[l]].ok_or_else(|| {
+                ModelError::Unsupported(format!(
+                    "layer {l} attends to the cache of layer {}, not built before it",
+                    cfg.kv_source[l]
+                ))
             })?,
         };
-        self.kv_views.push((k_all, v_all));
+        self.kv_views[l] = Some((k_all, v_all));
         let qp = self.g.permute(q, [0, 2, 1, 3])?;
         let mask = match (cfg.swa_layers[l], self.inp.mask_swa) {
             (true, Some(m)) => m,
@@ -229,14 +232,9 @@ impl Fwd<'_> {
         }
         let x3 = self.g.reshape(x, &[d, 1, t])?;
         let h = match &m.experts_in {
-            ExpertsIn::Separate {
-                gate,
-                up,
-                gate_b,
-                up_b,
-            } => {
-                let gate = self.experts(gate, gate_b.as_ref(), x3, ids)?;
-                let up = self.experts(up, up_b.as_ref(), x3, ids)?;
+            ExpertsIn::Separate { gate, up } => {
+                let gate = self.experts(gate, m.gate_b.as_ref(), x3, ids)?;
+                let up = self.experts(up, m.up_b.as_ref(), x3, ids)?;
                 self.g.glu(m.act, gate, up)?
             }
             ExpertsIn::Fused(gate_up) => {
@@ -305,7 +303,7 @@ pub fn build(
         inp,
         n_tokens,
         n_kv,
-        kv_views: Vec::with_capacity(model.layers.len()),
+        kv_views: vec![None; model.layers.len()],
         per_layer: None,
     };
     let table = f.bind(&model.tok_embd);
