@@ -26,6 +26,9 @@ use backend_meta::WeightSplit;
 use ggml_core::gguf::GgufFile;
 use ggml_core::{GluOp, RopeMode};
 
+#[cfg(test)]
+mod tests;
+
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::Gemma4, RopeMode::Neox, n_vocab)?;
     let m = Meta {
