@@ -1,7 +1,7 @@
 //! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
 //! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
 //! on a meta device), and the host-built attention masks over the first `n_kv` slots. A layer that
-//! attends to an earlier layer's cache ([`ModelConfig::kv_source`](crate::model::config::ModelConfig))
+//! attends to an earlier layer's cache ([`ModelConfig::kv_source`](crate::model::config::ModelConfig::kv_source))
 //! has none of its own: its entry is that layer's tensors.
 
 use crate::arch::blocks::Layer;

@@ -146,7 +146,6 @@ pub struct MoeConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttnShape {
     pub n_head: usize,
-    /// KV heads (the most of any layer where layers differ, see [`ModelConfig::attn_shape`]).
     pub n_head_kv: usize,
     /// Per-head size of queries and keys.
     pub head_dim: usize,
@@ -162,6 +161,7 @@ pub struct ModelConfig {
     pub n_embd: usize,
     pub n_layer: usize,
     pub n_head: usize,
+    /// KV heads (the most of any layer where layers differ, see [`ModelConfig::attn_shape`]).
     pub n_head_kv: usize,
     /// Per-head size of queries and keys.
     pub head_dim: usize,
