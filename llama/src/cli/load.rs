@@ -130,6 +130,8 @@ pub struct Setup {
     pub split_mode: Option<SplitMode>,
     /// Virtual CPU devices asked for.
     pub cpu_devices: Option<usize>,
+    /// Run on the first of the devices only (`bench` rows of split mode none).
+    pub first_device_only: bool,
 }
 
 impl ModelArgs {
@@ -159,6 +161,7 @@ impl ModelArgs {
                         model: model.clone(),
                         split_mode,
                         cpu_devices,
+                        first_device_only: false,
                     });
                 }
             }
@@ -207,20 +210,25 @@ impl ModelArgs {
     pub fn devices(&self, setup: &Setup) -> CliResult<Vec<Arc<dyn Device>>> {
         let threads = self.threads();
         if self.devices.is_empty() {
-            let n = setup.cpu_devices.unwrap_or(1);
+            let n = if setup.first_device_only {
+                1
+            } else {
+                setup.cpu_devices.unwrap_or(1)
+            };
             if n == 0 {
                 return Err(CliError::new("--cpu-devices must be at least 1"));
             }
             return (0..n).map(|i| cpu_device(i, i, n, threads)).collect();
         }
-        let n_cpu = self
-            .devices
-            .iter()
-            .filter(|d| d.starts_with("cpu:"))
-            .count();
+        let names = if setup.first_device_only {
+            &self.devices[..1]
+        } else {
+            &self.devices[..]
+        };
+        let n_cpu = names.iter().filter(|d| d.starts_with("cpu:")).count();
         let mut out: Vec<Arc<dyn Device>> = Vec::new();
         let mut k = 0;
-        for name in &self.devices {
+        for name in names {
             if out.iter().any(|d| d.name() == *name) {
                 return Err(CliError::new(format!("device {name} is given twice")));
             }
