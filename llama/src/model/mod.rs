@@ -4,6 +4,7 @@
 //! memory ([`weights`]), each architecture naming and splitting its own tensors (`crate::arch`).
 
 pub mod config;
+pub mod synthetic;
 pub mod weights;
 
 #[cfg(test)]
