@@ -13,7 +13,7 @@ use llama::{Model, Outputs, Session, SessionOptions};
 use std::sync::Arc;
 use util::{argmax, fixtures, nmse, Mode};
 
-const MODELS: &[&str] = &["llama", "qwen3moe", "gpt-oss"];
+const MODELS: &[&str] = &["llama", "qwen3moe", "gpt-oss", "gemma4-dense", "gemma4-moe"];
 
 fn ratio_sets() -> Vec<Vec<f32>> {
     vec![
