@@ -1,6 +1,7 @@
 //! Several sequences in one forward pass ([`BatchSession`]) against each sequence run alone
 //! ([`Session`]), on tiny random-weight fixtures of several architectures (plain F32, all matrices
-//! Q8_0, sliding window, sinks with experts, experts) in every split mode, with an F32 KV cache.
+//! Q8_0, sliding window, sinks with experts, experts, Gemma 4's shared-KV layers and per-layer
+//! inputs) in every split mode, with an F32 KV cache.
 //!
 //! Four token streams start at different steps; each step evaluates the next prompt chunk of the
 //! streams still reading their prompt next to the single decode token of the others, as the server
@@ -163,6 +164,8 @@ fn batched_sequences_match_each_sequence_alone() {
         ("gemma3", false),
         ("gpt-oss", false),
         ("qwen3moe", false),
+        ("gemma4-dense", false),
+        ("gemma4-moe", false),
     ] {
         let m = manifest["models"]
             .as_array()
