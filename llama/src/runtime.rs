@@ -96,17 +96,9 @@ impl Session {
         &self.sched
     }
 
-    /// The KV cache (its tensors, e.g. to save and restore a sequence's state).
+    /// The KV cache.
     pub fn kv(&self) -> &KvCache {
         &self.kv
-    }
-
-    /// Declares the first `n` cache positions valid, after their K and V were written into
-    /// [`Session::kv`]'s tensors from outside (a restored state).
-    pub fn set_n_past(&mut self, n: usize) -> Result<(), ModelError> {
-        check_len(&self.kv, n)?;
-        self.n_past = n;
-        Ok(())
     }
 
     /// Forgets every position.

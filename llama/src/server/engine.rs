@@ -6,9 +6,9 @@
 //! its last sampled token, and the slots still reading their prompts share a budget of
 //! `prompt_chunk` prompt tokens per step, oldest request first (so a pass stays bounded and long
 //! prompts do not stall the generating slots). After the pass each slot that has read its whole
-//! prompt samples its next token from its own logits. The weights are read once per step for all slots, so throughput grows
-//! with the active slots. New requests join between steps, so nobody waits for another request to
-//! finish. A model that cannot hold several sequences in one pass
+//! prompt samples its next token from its own logits. The weights are read once per step for all
+//! slots, so throughput grows with the active slots. New requests join between steps, so nobody
+//! waits for another request to finish. A model that cannot hold several sequences in one pass
 //! ([`BatchSession::batches_sequences`]) gets one pass per slot instead.
 //!
 //! Requests beyond the free slots wait in a FIFO queue; the [`Admission`] counter bounds slots plus

@@ -16,9 +16,10 @@
 //!
 //! Requests run in slots, each a sequence with its own region of one KV cache, served by one
 //! inference thread that advances every active slot per step in one forward pass (continuous
-//! batching, [`engine`]); `/metrics` shows the sequences per pass. Errors are JSON `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a
-//! malformed body, a prompt that does not fit a slot's context, `max_tokens` over the limit or a body
-//! over the size limit give 4xx; full slots and queue give 503.
+//! batching, [`engine`]); `/metrics` shows the sequences per pass. Errors are JSON
+//! `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a malformed body, a prompt that
+//! does not fit a slot's context, `max_tokens` over the limit or a body over the size limit give
+//! 4xx; full slots and queue give 503.
 
 pub mod api;
 pub mod engine;

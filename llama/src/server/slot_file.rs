@@ -3,9 +3,10 @@
 //! saved one was.
 //!
 //! The cache tensors are `[head_dim, n_seq * n_ctx, n_head_kv]` per layer, so the first `n`
-//! positions of one sequence and KV head are `n` contiguous rows ([`KvCache::span`]). They are read and written with the
-//! buffers' offset `get`/`set`, which on a tensor-parallel (meta) device map logical offsets onto
-//! the device that holds each head; files are therefore independent of the placement.
+//! positions of one sequence and KV head are `n` contiguous rows ([`KvCache::span`]). They are read
+//! and written with the buffers' offset `get`/`set`, which on a tensor-parallel (meta) device map
+//! logical offsets onto the device that holds each head; files are therefore independent of the
+//! placement and of the slot they were saved from.
 //!
 //! Format (little-endian): magic `GGTPSLOT`, version `u32`, dtype name (`u32` length + UTF-8),
 //! `u32` n_layer, n_head_kv, K row bytes, V row bytes, n_tokens, the tokens (`u32` each), then per
