@@ -210,7 +210,9 @@ impl NcclCommunicator {
             _ => None,
         };
         let one_shot = match (&self.one_shot, wire) {
-            (Some(r), Some(w)) => bytes <= self.policy.one_shot_max_bytes && count <= r.max_count(w),
+            (Some(r), Some(w)) => {
+                bytes <= self.policy.one_shot_max_bytes && count <= r.max_count(w)
+            }
             _ => false,
         };
         match (one_shot, bf16) {

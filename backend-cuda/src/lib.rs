@@ -18,8 +18,8 @@ pub mod rendezvous;
 pub mod stream;
 
 pub use comm::{NcclCommunicator, ReducePath, ReducePolicy};
-pub use graph_cache::GraphStats;
 pub use device::CudaDevice;
+pub use graph_cache::GraphStats;
 pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType};
 pub use reg::{cuda_devices, CudaReg};
 pub use rendezvous::Rendezvous;

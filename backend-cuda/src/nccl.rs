@@ -136,7 +136,8 @@ impl Nccl {
     pub fn init_all(&self, devices: &[c_int]) -> Result<Vec<RawComm>, String> {
         let mut raw = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `raw` has room for one communicator per device.
-        let code = unsafe { (self.comm_init_all)(raw.as_mut_ptr(), raw.len() as c_int, devices.as_ptr()) };
+        let code =
+            unsafe { (self.comm_init_all)(raw.as_mut_ptr(), raw.len() as c_int, devices.as_ptr()) };
         self.check(&format!("ncclCommInitAll over {devices:?}"), code)?;
         Ok(raw)
     }

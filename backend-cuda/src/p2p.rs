@@ -182,7 +182,11 @@ impl PeerReducer {
         }
         let ctxs: Vec<&Arc<CudaContext>> =
             backends.iter().map(|b| b.cuda_device().context()).collect();
-        if !all_pairs_peer(&ctxs)? || backends.iter().any(|b| b.cuda_device().comm_kernels().is_err()) {
+        if !all_pairs_peer(&ctxs)?
+            || backends
+                .iter()
+                .any(|b| b.cuda_device().comm_kernels().is_err())
+        {
             return Ok(None);
         }
         enable_peer_access(&ctxs)?;

@@ -4,9 +4,9 @@
 //! process per GPU is the path to several hosts (a TCP address any rank reaches).
 
 use crate::comm::NcclCommunicator;
+use crate::err;
 use crate::nccl::{self, UniqueId};
 use crate::stream::CudaBackend;
-use crate::err;
 use ggml_core::Result;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

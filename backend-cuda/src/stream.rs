@@ -140,7 +140,13 @@ impl CudaBackend {
 
     /// The scratch buffers as they are now (a captured graph keeps those it was captured with).
     fn scratch_buffers(&self) -> Vec<Arc<CudaBuffer>> {
-        self.scratch.lock().slots.iter().flatten().cloned().collect()
+        self.scratch
+            .lock()
+            .slots
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     /// Launches the kernels of `nodes` one by one.
