@@ -15,13 +15,17 @@ use ggml_core::{Backend, DType, DataRef, Device as _, Error};
 use std::sync::Arc;
 use std::time::Instant;
 
-const SIZES: [usize; 7] = [
+const SIZES: [usize; 11] = [
     8 << 10,
     16 << 10,
     64 << 10,
     256 << 10,
+    512 << 10,
     1 << 20,
+    2 << 20,
     4 << 20,
+    8 << 20,
+    16 << 20,
     32 << 20,
 ];
 

@@ -20,8 +20,8 @@ use std::sync::Arc;
 /// How messages are routed, by size in bytes of the caller's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReducePolicy {
-    /// Largest message the one-shot peer-to-peer kernel takes (0: never); also the size of its
-    /// staging slots.
+    /// Largest message the one-shot peer-to-peer kernel takes (0: never); its staging holds twice
+    /// this per rank and peer.
     pub one_shot_max_bytes: usize,
     /// F32 messages of at least this many bytes travel as BF16 (`None`: never).
     pub bf16_min_bytes: Option<usize>,
@@ -79,7 +79,7 @@ struct Rank {
 
 /// What calls change: the one-shot kernel's call counter and the BF16 transport's buffers.
 struct State {
-    epoch: u32,
+    one_shot_calls: u64,
     wire: Vec<Option<CudaBuffer>>,
 }
 
@@ -145,7 +145,7 @@ impl NcclCommunicator {
             nccl,
             world: ranks.len(),
             state: Mutex::new(State {
-                epoch: 0,
+                one_shot_calls: 0,
                 wire: ranks.iter().map(|_| None).collect(),
             }),
             ranks,
@@ -179,7 +179,7 @@ impl NcclCommunicator {
             one_shot: None,
             policy: ReducePolicy::from_env(),
             state: Mutex::new(State {
-                epoch: 0,
+                one_shot_calls: 0,
                 wire: vec![None],
             }),
         })
@@ -287,8 +287,8 @@ impl NcclCommunicator {
                     (DType::BF16, _) => Wire::Bf16,
                     _ => return Err(unsupported("one-shot all-reduce")),
                 };
-                state.epoch = state.epoch.wrapping_add(1);
-                r.all_reduce(&ptrs, count, wire, state.epoch)
+                state.one_shot_calls += 1;
+                r.all_reduce(&ptrs, count, wire, state.one_shot_calls)
             }
             ReducePath::NcclBf16 => Err(unsupported("BF16 transport (F32 data only)")),
         }

@@ -1,21 +1,21 @@
 // One-shot peer-to-peer AllReduce (sum) for small messages, and the F32 <-> BF16 conversions of the
 // BF16 transport. Compiled by NVRTC on its own (no CUDA headers; sm_80 or newer for cvt.bf16).
 //
-// Every rank owns a staging area in its device memory, mapped into its peers through peer access:
-//   [flags: AR_MAX_BLOCKS x AR_MAX_RANKS u32][data: 2 slots x nranks sources x cap bytes]
-// Block b of rank q pushes its chunk (b of gridDim.x equal chunks) into slot (epoch & 1), source q,
-// of every peer, then writes `epoch` into flag [b][q] of every peer (release, system scope). It waits
-// until its own flags [b][r] reach `epoch` for every peer r, then sums the sources in rank order
-// (identical results on every rank) and writes the sum in place. Two slots make back-to-back calls
-// safe: a rank reuses a slot only after its previous call saw every peer's flag of the call in
-// between, and a peer raises that flag only once its kernel of two calls ago has finished.
+// The one-shot kernel moves data in 8-byte words of 32 payload bits and a 32-bit flag, written and
+// read as one access (the low-latency protocol of NCCL's LL): a word is valid once its flag equals the
+// call's flag, so neither fences nor separate signals are needed. Every rank owns a staging area in
+// its device memory, mapped into its peers through peer access: 2 slots x nranks sources x cap words.
+// Each thread pushes its words of this rank's data into slot `slot`, source `rank`, of every peer,
+// then waits for the same words from every peer in its own staging, clears them (so a stale word
+// never carries a live flag), sums in rank order (identical results on every rank) and writes the
+// sum in place. Two slots make back-to-back calls safe: a rank writes a slot again two calls later,
+// only after its call in between received a word from every peer, which each peer sends only once
+// its kernel of two calls ago, the last reader of that slot, has finished.
 typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned short u16;
 
 #define AR_MAX_RANKS 8
-#define AR_MAX_BLOCKS 64
-#define AR_FLAGS_BYTES 4096
 // A rank that waits this long for a peer traps instead of hanging the device.
 #define AR_TIMEOUT_NS 10000000000ull
 
@@ -23,13 +23,11 @@ struct ArPeers {
     u64 stage[AR_MAX_RANKS];
 };
 
-__device__ __forceinline__ void st_release(u32* p, u32 v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void st_word(u64 addr, u32 payload, u32 flag) {
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(addr), "r"(payload), "r"(flag) : "memory");
 }
-__device__ __forceinline__ u32 ld_acquire(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
+__device__ __forceinline__ void ld_word(u64 addr, u32& payload, u32& flag) {
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(payload), "=r"(flag) : "l"(addr) : "memory");
 }
 __device__ __forceinline__ u64 now_ns() {
     u64 t;
@@ -37,95 +35,98 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
-// Loads that skip the (non-coherent) L1 cache, for data peers wrote.
-__device__ __forceinline__ float ld_cg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ u16 ld_cg(const u16* p) {
-    u16 v;
-    asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
-// Element types: float, or u16 holding a bfloat16.
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(u16 v) { return __uint_as_float(((u32)v) << 16); }
-__device__ __forceinline__ void narrow(float f, float* out) { *out = f; }
-__device__ __forceinline__ void narrow(float f, u16* out) {
+__device__ __forceinline__ u32 bf16_bits(float f) {
     u16 h;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    *out = h;
+    return h;
 }
+__device__ __forceinline__ float bf16_value(u32 bits) { return __uint_as_float(bits << 16); }
 
-__device__ __forceinline__ u32* ar_flag(u64 stage, int block, int source) {
-    return (u32*)stage + block * AR_MAX_RANKS + source;
+// Elements of the data: float, or u16 holding a bfloat16.
+__device__ __forceinline__ float load(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ float load(const u16* p, u64 i) { return bf16_value(p[i]); }
+__device__ __forceinline__ void store(float* p, u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(u16* p, u64 i, float v) { p[i] = (u16)bf16_bits(v); }
+
+// Wire formats: one F32 per word, or two BF16 (the second 0 past the end).
+struct WireF32 {
+    static const int PER = 1;
+    template <typename D>
+    __device__ static u32 pack(const D* d, u64, u64 w) { return __float_as_uint(load(d, w)); }
+    __device__ static float unpack(u32 p, int) { return __uint_as_float(p); }
+};
+struct WireBf16 {
+    static const int PER = 2;
+    template <typename D>
+    __device__ static u32 pack(const D* d, u64 n, u64 w) {
+        const u32 lo = bf16_bits(load(d, 2 * w));
+        const u32 hi = 2 * w + 1 < n ? bf16_bits(load(d, 2 * w + 1)) : 0u;
+        return lo | (hi << 16);
+    }
+    __device__ static float unpack(u32 p, int k) { return bf16_value(k == 0 ? (p & 0xffffu) : (p >> 16)); }
+};
+
+__device__ __forceinline__ u64 word_addr(u64 stage, u32 slot, int nranks, int source, u64 cap, u64 w) {
+    return stage + (((u64)slot * nranks + source) * cap + w) * 8;
 }
 
 template <typename D, typename W>
-__device__ void oneshot(D* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 epoch) {
-    const u64 chunk = (n + gridDim.x - 1) / gridDim.x;
-    const u64 lo = blockIdx.x * chunk;
-    const u64 hi = lo + chunk < n ? lo + chunk : n;
-    const u64 slot = epoch & 1u;
-    // 1. Push this rank's chunk, in wire precision, to every peer.
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        W w;
-        narrow(widen(data[i]), &w);
+__device__ void oneshot(D* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 flag, u32 slot) {
+    const u64 words = (n + W::PER - 1) / W::PER;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    for (u64 w = first; w < words; w += stride) {
+        const u32 p = W::template pack<D>(data, n, w);
         for (int r = 0; r < nranks; ++r) {
-            if (r == rank) continue;
-            W* dst = (W*)(peers.stage[r] + AR_FLAGS_BYTES + (slot * nranks + rank) * cap);
-            dst[i] = w;
+            if (r != rank) st_word(word_addr(peers.stage[r], slot, nranks, rank, cap, w), p, flag);
         }
     }
-    // 2. Signal every peer, then wait for every peer's signal.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence_system();
+    for (u64 w = first; w < words; w += stride) {
+        float acc[W::PER];
+        for (int k = 0; k < W::PER; ++k) acc[k] = 0.0f;
         for (int r = 0; r < nranks; ++r) {
-            if (r != rank) st_release(ar_flag(peers.stage[r], blockIdx.x, rank), epoch);
+            u32 p;
+            if (r == rank) {
+                p = W::template pack<D>(data, n, w);
+            } else {
+                const u64 a = word_addr(peers.stage[rank], slot, nranks, r, cap, w);
+                u32 f;
+                ld_word(a, p, f);
+                if (f != flag) {
+                    const u64 t0 = now_ns();
+                    do {
+                        if (now_ns() - t0 > AR_TIMEOUT_NS) __trap();
+                        ld_word(a, p, f);
+                    } while (f != flag);
+                }
+                st_word(a, 0u, 0u);
+            }
+            for (int k = 0; k < W::PER; ++k) acc[k] += W::unpack(p, k);
         }
-    }
-    if (threadIdx.x < nranks && (int)threadIdx.x != rank) {
-        const u32* f = ar_flag(peers.stage[rank], blockIdx.x, threadIdx.x);
-        const u64 t0 = now_ns();
-        while ((int)(ld_acquire(f) - epoch) < 0) {
-            if (now_ns() - t0 > AR_TIMEOUT_NS) __trap();
+        for (int k = 0; k < W::PER; ++k) {
+            if (w * W::PER + k < n) store(data, w * W::PER + k, acc[k]);
         }
-    }
-    __syncthreads();
-    // 3. Sum the sources in rank order and write the result in place.
-    const u64 mine = peers.stage[rank] + AR_FLAGS_BYTES + slot * nranks * cap;
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        W own;
-        narrow(widen(data[i]), &own);
-        float s = 0.0f;
-        for (int r = 0; r < nranks; ++r) {
-            s += r == rank ? widen(own) : widen(ld_cg((const W*)(mine + r * cap) + i));
-        }
-        narrow(s, &data[i]);
     }
 }
 
-extern "C" __global__ void k_ar_f32(float* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 epoch) {
-    oneshot<float, float>(data, n, rank, nranks, peers, cap, epoch);
+extern "C" __global__ void k_ar_f32(float* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 flag, u32 slot) {
+    oneshot<float, WireF32>(data, n, rank, nranks, peers, cap, flag, slot);
 }
-extern "C" __global__ void k_ar_f32_bf16(float* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 epoch) {
-    oneshot<float, u16>(data, n, rank, nranks, peers, cap, epoch);
+extern "C" __global__ void k_ar_f32_bf16(float* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 flag, u32 slot) {
+    oneshot<float, WireBf16>(data, n, rank, nranks, peers, cap, flag, slot);
 }
-extern "C" __global__ void k_ar_bf16(u16* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 epoch) {
-    oneshot<u16, u16>(data, n, rank, nranks, peers, cap, epoch);
+extern "C" __global__ void k_ar_bf16(u16* data, u64 n, int rank, int nranks, ArPeers peers, u64 cap, u32 flag, u32 slot) {
+    oneshot<u16, WireBf16>(data, n, rank, nranks, peers, cap, flag, slot);
 }
 
 // The BF16 transport of the NCCL path: F32 -> BF16 before, BF16 -> F32 after.
 extern "C" __global__ void k_f32_to_bf16(const float* src, u16* dst, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        narrow(src[i], &dst[i]);
+        dst[i] = (u16)bf16_bits(src[i]);
     }
 }
 extern "C" __global__ void k_bf16_to_f32(const u16* src, float* dst, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        dst[i] = widen(src[i]);
+        dst[i] = bf16_value(src[i]);
     }
 }

@@ -1,7 +1,8 @@
 //! Direct GPU-to-GPU AllReduce for small messages: peer access between the devices, the staging
-//! areas the one-shot kernel (`p2p.cu`) pushes into, and its launches on the participants' own
-//! streams (stream-ordered, no host round trip); plus the F32 <-> BF16 conversion kernels of the
-//! BF16 transport. The kernels need compute capability 8.0 (BF16 conversions in PTX).
+//! areas the one-shot kernel (`p2p.cu`, flag-carrying 8-byte words) pushes into, and its launches
+//! on the participants' own streams (stream-ordered, no host round trip); plus the F32 <-> BF16
+//! conversion kernels of the BF16 transport. The kernels need compute capability 8.0 (BF16
+//! conversions in PTX).
 
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
@@ -13,13 +14,14 @@ use std::sync::Arc;
 
 /// The kernel source.
 pub const SOURCE: &str = include_str!("p2p.cu");
-/// `AR_MAX_RANKS`, `AR_MAX_BLOCKS` and `AR_FLAGS_BYTES` of `p2p.cu`.
+/// `AR_MAX_RANKS` of `p2p.cu`.
 pub const MAX_RANKS: usize = 8;
-const MAX_BLOCKS: usize = 64;
-const FLAGS_BYTES: usize = 4096;
-/// Elements one block of the one-shot kernel sums (fewer blocks for smaller messages).
-const ELEMS_PER_BLOCK: usize = 1024;
+/// Threads per block of the one-shot kernel (one 8-byte word each), and most blocks: few enough to be
+/// resident together on any GPU this runs on, so that no block waits for a peer block that cannot run.
 const THREADS: u32 = 512;
+const MAX_BLOCKS: usize = 128;
+/// Bytes of a staging word: 32 payload bits and a 32-bit flag.
+const WORD: usize = 8;
 
 /// The communication kernels of one device.
 pub struct CommKernels {
@@ -87,9 +89,10 @@ pub enum Wire {
 }
 
 impl Wire {
-    fn bytes(self) -> usize {
+    /// Elements per staging word.
+    fn per_word(self) -> usize {
         match self {
-            Wire::F32 => 4,
+            Wire::F32 => 1,
             Wire::F32AsBf16 | Wire::Bf16 => 2,
         }
     }
@@ -167,17 +170,17 @@ pub struct PeerReducer {
     backends: Vec<Arc<CudaBackend>>,
     stages: Vec<CudaBuffer>,
     peers: ArPeers,
-    /// Bytes of one source's slot in a staging area.
+    /// Words of one source's slot in a staging area.
     cap: usize,
 }
 
 impl PeerReducer {
-    /// A reducer for messages of up to `cap` wire bytes over `backends` (distinct devices), or
-    /// `None` when there are fewer than 2 or more than [`MAX_RANKS`] of them, a pair has no peer
-    /// access, or the kernels do not build.
-    pub fn new(backends: &[Arc<CudaBackend>], cap: usize) -> Result<Option<Self>> {
+    /// A reducer for messages of up to `max_bytes` bytes of F32 or BF16 data over `backends`
+    /// (distinct devices), or `None` when there are fewer than 2 or more than [`MAX_RANKS`] of them,
+    /// a pair has no peer access, or the kernels do not build.
+    pub fn new(backends: &[Arc<CudaBackend>], max_bytes: usize) -> Result<Option<Self>> {
         let n = backends.len();
-        if !(2..=MAX_RANKS).contains(&n) || cap == 0 {
+        if !(2..=MAX_RANKS).contains(&n) || max_bytes == 0 {
             return Ok(None);
         }
         let ctxs: Vec<&Arc<CudaContext>> =
@@ -190,7 +193,8 @@ impl PeerReducer {
             return Ok(None);
         }
         enable_peer_access(&ctxs)?;
-        let cap = cap.next_multiple_of(256);
+        // A word carries 4 bytes of data (one F32, or two BF16).
+        let cap = max_bytes.div_ceil(4).next_multiple_of(32);
         let mut peers = ArPeers::default();
         let stages = backends
             .iter()
@@ -199,7 +203,7 @@ impl PeerReducer {
                 CudaBuffer::new(
                     dev.context().clone(),
                     format!("{} all-reduce staging", dev.name()),
-                    FLAGS_BYTES + 2 * n * cap,
+                    2 * n * cap * WORD,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -216,19 +220,20 @@ impl PeerReducer {
 
     /// Largest message in elements of `wire` this reducer takes.
     pub fn max_count(&self, wire: Wire) -> usize {
-        self.cap / wire.bytes()
+        self.cap * wire.per_word()
     }
 
     /// Queues the sum of `count` elements at `ptrs[i]` (device `i`) on every participant's stream;
-    /// `epoch` counts the calls of this reducer (never 0, one more each call).
-    pub fn all_reduce(&self, ptrs: &[u64], count: usize, wire: Wire, epoch: u32) -> Result<()> {
+    /// `call` counts the calls of this reducer (1, 2, ...: consecutive calls alternate slots).
+    pub fn all_reduce(&self, ptrs: &[u64], count: usize, wire: Wire, call: u64) -> Result<()> {
         if count > self.max_count(wire) {
             return Err(err(format!(
                 "one-shot all-reduce of {count} elements: the staging holds {}",
                 self.max_count(wire)
             )));
         }
-        let blocks = count.div_ceil(ELEMS_PER_BLOCK).clamp(1, MAX_BLOCKS) as u32;
+        let words = count.div_ceil(wire.per_word());
+        let blocks = words.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -236,6 +241,9 @@ impl PeerReducer {
         };
         let nranks = self.backends.len() as i32;
         let (n, cap) = (count as u64, self.cap as u64);
+        // Any flag but 0 (the value of consumed words) marks a live word.
+        let flag = (call % u32::MAX as u64) as u32 + 1;
+        let slot = (call & 1) as u32;
         for (rank, (be, &ptr)) in self.backends.iter().zip(ptrs).enumerate() {
             let k = be.cuda_device().comm_kernels()?;
             let f = match wire {
@@ -252,7 +260,8 @@ impl PeerReducer {
                 .arg(&nranks)
                 .arg(&self.peers)
                 .arg(&cap)
-                .arg(&epoch);
+                .arg(&flag)
+                .arg(&slot);
             // SAFETY: `ptr` holds `count` elements on this rank's device (checked by the caller);
             // the staging areas hold `count` wire elements per slot and source (checked above).
             cu("one-shot all-reduce", unsafe { b.launch(cfg) })?;
@@ -287,8 +296,6 @@ mod tests {
             assert!(SOURCE.contains(name), "{name}");
         }
         assert!(SOURCE.contains(&format!("#define AR_MAX_RANKS {MAX_RANKS}")));
-        assert!(SOURCE.contains(&format!("#define AR_MAX_BLOCKS {MAX_BLOCKS}")));
-        assert!(SOURCE.contains(&format!("#define AR_FLAGS_BYTES {FLAGS_BYTES}")));
         assert_eq!(std::mem::size_of::<ArPeers>(), 8 * MAX_RANKS);
     }
 
