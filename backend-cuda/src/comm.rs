@@ -17,22 +17,24 @@ use ggml_core::{Backend, Buffer as _, Communicator, DType, DataRef, Device, Erro
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// How messages are routed, by size in bytes of the caller's data.
+/// How messages are routed, by size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReducePolicy {
-    /// Largest message the one-shot peer-to-peer kernel takes (0: never); its staging holds twice
-    /// this per rank and peer.
+    /// Largest message, in bytes on the wire (4 per F32 element, 2 per BF16 one), the one-shot
+    /// peer-to-peer kernel takes (0: never); its staging holds 4 times this per rank and peer.
     pub one_shot_max_bytes: usize,
     /// F32 messages of at least this many bytes travel as BF16 (`None`: never).
     pub bf16_min_bytes: Option<usize>,
 }
 
 impl Default for ReducePolicy {
-    /// The crossovers measured on two NVLink H200s (BENCHMARKS.md, `allreduce_bench`).
+    /// The crossovers measured on two NVLink H200s (BENCHMARKS.md, `allreduce_bench`): the one-shot
+    /// kernel beats NCCL up to 2 MiB on the wire; BF16 transport pays from 256 KiB and is taken from
+    /// 1 MiB, where it saves a third.
     fn default() -> Self {
         ReducePolicy {
-            one_shot_max_bytes: 512 << 10,
-            bf16_min_bytes: Some(4 << 20),
+            one_shot_max_bytes: 2 << 20,
+            bf16_min_bytes: Some(1 << 20),
         }
     }
 }
@@ -210,9 +212,8 @@ impl NcclCommunicator {
             _ => None,
         };
         let one_shot = match (&self.one_shot, wire) {
-            (Some(r), Some(w)) => {
-                bytes <= self.policy.one_shot_max_bytes && count <= r.max_count(w)
-            }
+            // The reducer's staging holds `one_shot_max_bytes` on the wire.
+            (Some(r), Some(w)) => count <= r.max_count(w),
             _ => false,
         };
         match (one_shot, bf16) {

@@ -175,9 +175,9 @@ pub struct PeerReducer {
 }
 
 impl PeerReducer {
-    /// A reducer for messages of up to `max_bytes` bytes of F32 or BF16 data over `backends`
-    /// (distinct devices), or `None` when there are fewer than 2 or more than [`MAX_RANKS`] of them,
-    /// a pair has no peer access, or the kernels do not build.
+    /// A reducer for messages of up to `max_bytes` bytes on the wire (4 per F32 element, 2 per
+    /// BF16 one) over `backends` (distinct devices), or `None` when there are fewer than 2 or more
+    /// than [`MAX_RANKS`] of them, a pair has no peer access, or the kernels do not build.
     pub fn new(backends: &[Arc<CudaBackend>], max_bytes: usize) -> Result<Option<Self>> {
         let n = backends.len();
         if !(2..=MAX_RANKS).contains(&n) || max_bytes == 0 {
