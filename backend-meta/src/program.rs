@@ -336,7 +336,9 @@ impl<'a> Builder<'a> {
         let mut targets = Vec::new();
         for (d, &l) in ls.iter().enumerate() {
             locals.push(self.contiguous(d, l)?);
-            targets.push(self.graphs[d].new_tensor(layout.dtype, &layout.ne)?);
+            // Written by the boundary before the next stage runs: an input of the device graph,
+            // so that no tensor of that stage computed earlier shares its memory.
+            targets.push(self.graphs[d].new_input(layout.dtype, &layout.ne)?);
         }
         self.keep.push(locals.clone());
         self.stage().after.push(Boundary::Gather {
