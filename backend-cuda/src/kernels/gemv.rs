@@ -36,6 +36,9 @@ pub const MAX_COLUMNS: usize = 8;
 /// Threads per block (`GV_THREADS`).
 const THREADS: u32 = 128;
 
+/// Warps a launch aims for (enough to fill a large GPU); below it rows get several warps each.
+const TARGET_WARPS: usize = 8192;
+
 /// Largest grid extent on axes y and z.
 const MAX_GRID_YZ: usize = 65535;
 
@@ -74,6 +77,7 @@ pub struct GemvArgs {
     pub n_exp: i64,
     pub nz: i64,
     pub vec: i64,
+    pub wpr: i64,
 }
 
 // SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV`.
@@ -141,13 +145,33 @@ fn activations(
     Ok(())
 }
 
+/// Units a thread takes at a time along a row of `k` weights of type `t` (32 quantized, 8 float).
+fn units(t: DType, k: usize) -> usize {
+    k / if t.is_quantized() { 32 } else { 8 }
+}
+
+/// Warps per row (1, 2 or 4): one while the rows alone give [`TARGET_WARPS`] warps, more for
+/// fewer rows as long as every lane keeps at least two units.
+fn warps_per_row(rows: usize, units: usize) -> usize {
+    let mut w = 1;
+    while w < 4 && rows * w < TARGET_WARPS && units >= 2 * 32 * 2 * w {
+        w *= 2;
+    }
+    w
+}
+
 /// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`.
 fn run(be: &CudaBackend, wt: DType, args: GemvArgs) -> Result<()> {
     let columns = COLUMN_VARIANTS
         .into_iter()
         .find(|&c| c >= args.ncols as usize)
         .ok_or_else(|| err(format!("GEMV of {} columns", args.ncols)))?;
-    let rows_per_block = if columns == 1 { 1 } else { 2 };
+    let rows_per_group = if columns == 1 { 1 } else { 2 };
+    let wpr = warps_per_row(
+        args.m as usize * args.nz as usize,
+        units(wt, args.k as usize),
+    );
+    let rows_per_block = rows_per_group * (THREADS as usize / 32) / wpr;
     let name = kernel_name(
         type_name(wt).ok_or_else(|| err(format!("no GEMV kernel for {wt}")))?,
         columns,
@@ -162,6 +186,10 @@ fn run(be: &CudaBackend, wt: DType, args: GemvArgs) -> Result<()> {
         ),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    };
+    let args = GemvArgs {
+        wpr: wpr as i64,
+        ..args
     };
     launch!(be, &name, cfg; args)
 }
@@ -249,7 +277,16 @@ mod tests {
 
     #[test]
     fn arguments_match_the_cuda_struct() {
-        assert_eq!(std::mem::size_of::<GemvArgs>(), 21 * 8);
+        assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8);
+    }
+
+    #[test]
+    fn warps_per_row_fill_the_gpu_without_idle_lanes() {
+        assert_eq!(warps_per_row(14336, 128), 1);
+        assert_eq!(warps_per_row(4096, 128), 2);
+        assert_eq!(warps_per_row(1024, 512), 4);
+        assert_eq!(warps_per_row(1024, 100), 1);
+        assert_eq!(warps_per_row(3, 1), 1);
     }
 
     #[test]

@@ -163,8 +163,10 @@ __device__ __forceinline__ void decode_f(const u8* row, int s, float* w) {
 }
 
 // Activations rounded to 8 bits per 32 (as ggml's Q8_1): for each column of b (any float type and
-// strides), int8 values at xq[col * K + k] and (scale, exact sum of the 32 inputs) at xd[col * K/32 + k/32].
-// One warp per 32 values.
+// strides), int8 values at xq[col * K + k] and (scale d, d * sum of the 32 int8 values) at
+// xd[col * K/32 + k/32]. The sum of the rounded values (not of the inputs) keeps a weight offset's
+// term consistent with the rest of the dot product: its error is then that of the weights' values,
+// not of their larger unsigned part. One warp per 32 values.
 extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
     i64 per_col = b.ne[0] / 32;
     i64 total = per_col * b.ne[1] * b.ne[2] * b.ne[3];
@@ -173,15 +175,14 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
         i64 col = w / per_col, k = (w % per_col) * 32 + lane;
         i64 i1 = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
         float v = load(b, k, i1, i2, i3);
-        float amax = fabsf(v), sum = v;
-        for (int o = 16; o > 0; o >>= 1) {
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         float d = amax / 127.0f;
         int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
+        int qsum = q;
+        for (int o = 16; o > 0; o >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o);
         ((signed char*)xq)[w * 32 + lane] = (signed char)q;
-        if (lane == 0) ((float2*)xd)[w] = make_float2(d, sum);
+        if (lane == 0) ((float2*)xd)[w] = make_float2(d, d * (float)qsum);
     }
 }
 

@@ -1,18 +1,21 @@
 // Matrix-vector products for few columns (decode): weights read once in their stored format, every
 // column of the activations used against each decoded unit. Quantized weights take activations
 // rounded to 8 bits (k_quantize_q8) and integer dot products (dp4a); float weights take F32
-// activations. One block of GV_THREADS threads per R rows splits the row length; partial sums meet
-// in shared memory. mul_mat_id uses the same kernels with one column per (expert slot, token).
+// activations. A block of GV_THREADS threads holds 4 / wpr row groups of wpr warps (wpr = 1, 2 or
+// 4, chosen per launch: one warp per row when there are rows enough to fill the GPU); each group
+// takes R rows and splits their length; partial sums meet through shuffles and shared memory.
+// mul_mat_id uses the same kernels with one column per (expert slot, token).
 // Kernels k_gemv_<type>_<NC> handle up to NC columns.
 
 #define GV_THREADS 128
+#define GV_WARPS (GV_THREADS / 32)
 
 // Mirrors the Rust `GemvArgs`: every field 8 bytes.
 struct GV {
     u64 w;                     // weight rows of batch 0 (rows contiguous)
     i64 wnb1, wnb2, wnb3;      // byte strides of rows, and of batches (or experts on axis 2)
     u64 x;                     // activations: F32 or int8 [K, columns] contiguous
-    u64 xd;                    // (scale, sum) per 32 int8 activations
+    u64 xd;                    // (scale, scale * sum) per 32 int8 activations
     u64 d;                     // F32 result, column stride m
     u64 ids;                   // mul_mat_id: I32 expert of (slot, token), else 0
     i64 ids_nb0, ids_nb1;      // byte strides of ids
@@ -22,11 +25,12 @@ struct GV {
     i64 n_used, b1, n_exp;     // mul_mat_id: experts per token, activation rows per token, experts
     i64 nz;                    // number of z indices (result column groups)
     i64 vec;                   // float weights: rows and activations 16-byte aligned, K % 8 == 0
+    i64 wpr;                   // warps per row group: 1, 2 or 4
 };
 
 template <int NC, int R>
-__device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64 r0, i64 dcol0, int ncols, bool bad) {
-    __shared__ float part[GV_THREADS / 32][R * NC];
+__device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64 rb, i64 dcol0, int ncols, bool bad) {
+    __shared__ float part[GV_WARPS][R * NC];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -38,12 +42,15 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
         }
     }
     __syncthreads();
-    if (tid < R * NC) {
-        int r = tid / NC, c = tid % NC;
-        if (c < ncols && r0 + r < g.m) {
+    const int wpr = (int)g.wpr;
+    if (tid < (GV_WARPS / wpr) * R * NC) {
+        int grp = tid / (R * NC), rc = tid % (R * NC);
+        int r = rc / NC, c = rc % NC;
+        i64 row = rb + grp * R + r;
+        if (c < ncols && row < g.m) {
             float s = 0.0f;
-            for (int w = 0; w < GV_THREADS / 32; w++) s += part[w][tid];
-            ((float*)g.d)[(dcol0 + c) * g.m + r0 + r] = bad ? __int_as_float(0x7fc00000) : s;
+            for (int w = grp * wpr; w < (grp + 1) * wpr; w++) s += part[w][rc];
+            ((float*)g.d)[(dcol0 + c) * g.m + row] = bad ? __int_as_float(0x7fc00000) : s;
         }
     }
 }
@@ -70,7 +77,10 @@ __device__ void gemv(const GV& g) {
         dcol0 = col0;
     }
     const int ncols = (int)g.ncols;
-    const i64 r0 = (i64)blockIdx.x * R;
+    // Row group of this thread, its first row, and the thread's place among the group's.
+    const int wpr = (int)g.wpr, nt = 32 * wpr, t = tid % nt;
+    const i64 rb = (i64)blockIdx.x * (GV_WARPS / wpr) * R;
+    const i64 r0 = rb + (tid / nt) * R;
     const u8* rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = wb + min(r0 + r, g.m - 1) * g.wnb1;
@@ -83,7 +93,8 @@ __device__ void gemv(const GV& g) {
         const int nu = (int)(g.k / 32);
         const signed char* xq = (const signed char*)g.x;
         const float2* xd = (const float2*)g.xd;
-        for (int s = tid; s < nu; s += GV_THREADS) {
+#pragma unroll 2
+        for (int s = t; s < nu; s += nt) {
             QUnit u[R];
 #pragma unroll
             for (int r = 0; r < R; r++) decode_q<T>(rows[r], s, u[r]);
@@ -112,7 +123,8 @@ __device__ void gemv(const GV& g) {
     } else {
         const float* xf = (const float*)g.x;
         const int nu = g.vec ? (int)(g.k / 8) : 0;
-        for (int s = tid; s < nu; s += GV_THREADS) {
+#pragma unroll 2
+        for (int s = t; s < nu; s += nt) {
             float w[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) decode_f<T>(rows[r], s, w[r]);
@@ -130,7 +142,7 @@ __device__ void gemv(const GV& g) {
                 }
             }
         }
-        for (i64 kk = 8 * nu + tid; kk < g.k; kk += GV_THREADS) {
+        for (i64 kk = 8 * nu + t; kk < g.k; kk += nt) {
             float w[R];
 #pragma unroll
             for (int r = 0; r < R; r++) w[r] = float_at<T>(rows[r], kk);
@@ -143,7 +155,7 @@ __device__ void gemv(const GV& g) {
             }
         }
     }
-    gemv_store<NC, R>(g, acc, r0, dcol0, ncols, bad);
+    gemv_store<NC, R>(g, acc, rb, dcol0, ncols, bad);
 }
 
 // Rows per block: one for a single column, two (sharing each activation load) for more.
