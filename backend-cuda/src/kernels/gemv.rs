@@ -98,13 +98,13 @@ pub fn rows_readable(a: &TDesc, l: &Layout) -> bool {
     let row_contiguous = l.ne[0] <= 1 || l.nb[0] == l.dtype.type_size();
     let align = load_alignment(l.dtype);
     let addr_bits = a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64;
-    type_name(l.dtype).is_some() && row_contiguous && addr_bits % align == 0
+    type_name(l.dtype).is_some() && row_contiguous && addr_bits.is_multiple_of(align)
 }
 
 /// True when 16-byte vector loads fit rows of `a` and the activation columns at `x` (K elements).
 fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
     let addr_bits = a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64 | x;
-    l.ne[0] % 8 == 0 && addr_bits % 16 == 0
+    l.ne[0].is_multiple_of(8) && addr_bits.is_multiple_of(16)
 }
 
 /// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
@@ -230,12 +230,9 @@ pub fn mul_mat_vec(
 /// give NaN columns.
 pub fn mul_mat_id(
     be: &CudaBackend,
-    a: TDesc,
-    la: &Layout,
-    b: TDesc,
-    lb: &Layout,
-    ids: TDesc,
-    lids: &Layout,
+    (a, la): (TDesc, &Layout),
+    (b, lb): (TDesc, &Layout),
+    (ids, lids): (TDesc, &Layout),
     d: TDesc,
 ) -> Result<()> {
     let (a, la) = weights(be, a, la)?;

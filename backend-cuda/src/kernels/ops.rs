@@ -271,7 +271,7 @@ pub fn compute_node(be: &CudaBackend, graph: &Graph, node: TensorId) -> Result<(
         Op::MulMatId => {
             let (a, b, ids) = (src(0)?, src(1)?, src(2)?);
             let l = |i: usize| graph.layout(t.src[i]);
-            gemv::mul_mat_id(be, a, l(0), b, l(1), ids, l(2), d)
+            gemv::mul_mat_id(be, (a, l(0)), (b, l(1)), (ids, l(2)), d)
         }
     }
 }
