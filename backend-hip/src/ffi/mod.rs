@@ -23,34 +23,37 @@ fn rocm_lib_dirs() -> Vec<PathBuf> {
 }
 
 /// Opens the first of `names` (file names such as `libamdhip64.so`) that loads, trying the ROCm
-/// directories first. The error names the first file, where it was looked for, and the loader's
-/// message: for a file that exists but does not load (a missing dependency, say) if there is one,
-/// else for the first name.
+/// directories first. The error names the first file and where it was looked for, with the
+/// loader's message when a file was there but did not load (a missing dependency, say).
 pub fn open_library(names: &[&str]) -> Result<Library, String> {
     let dirs = rocm_lib_dirs();
-    let (mut first, mut present) = (None, None);
+    let mut failure = None;
     for name in names {
-        let in_dirs = dirs.iter().map(|d| d.join(name)).filter(|p| p.exists());
-        for (path, exists) in in_dirs
-            .map(|p| (p, true))
-            .chain(std::iter::once((PathBuf::from(name), false)))
-        {
+        let absent = format!("{name}: cannot open shared object file");
+        let paths = dirs
+            .iter()
+            .map(|d| d.join(name))
+            .filter(|p| p.exists())
+            .chain(std::iter::once(PathBuf::from(name)));
+        for path in paths {
             // SAFETY: loading a ROCm library runs its initializers, which is how it is meant to be
             // used; nothing else is called until its symbols are resolved.
             match unsafe { Library::new(&path) } {
                 Ok(lib) => return Ok(lib),
-                Err(e) if exists => present = present.or(Some(e.to_string())),
-                Err(e) => first = first.or(Some(e.to_string())),
+                Err(e) if !e.to_string().starts_with(&absent) => {
+                    failure = failure.or(Some(e.to_string()))
+                }
+                Err(_) => {}
             }
         }
     }
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(format!(
-        "{} not found in {} or the loader path ({})",
-        names.first().copied().unwrap_or("library"),
-        dirs.join(", "),
-        present.or(first).unwrap_or_default()
-    ))
+    let first = names.first().copied().unwrap_or("library");
+    let places = format!("{} or the loader path", dirs.join(", "));
+    Err(match failure {
+        Some(f) => format!("{first} does not load from {places} ({f})"),
+        None => format!("{first} not found in {places}"),
+    })
 }
 
 /// Declares a table of C entry points resolved from one library by their names:
@@ -111,10 +114,26 @@ mod tests {
     fn missing_library_is_a_one_line_reason() {
         let e = open_library(&["libggml_tp_no_such_library.so"]).expect_err("no such library");
         assert!(
-            e.starts_with("libggml_tp_no_such_library.so not found"),
+            e.starts_with("libggml_tp_no_such_library.so not found in "),
             "{e}"
         );
-        assert!(e.contains("/opt/rocm/lib"), "{e}");
+        assert!(e.ends_with("/opt/rocm/lib or the loader path"), "{e}");
+    }
+
+    #[test]
+    fn a_library_that_is_there_but_does_not_load_says_why() {
+        let dir = std::env::temp_dir().join(format!("ggml-tp-hip-ffi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bogus = dir.join("libggml_tp_bogus.so");
+        std::fs::write(&bogus, b"not a shared library").unwrap();
+        let name = bogus.display().to_string();
+        let e = open_library(&[name.as_str()]).expect_err("a text file does not load");
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.starts_with(&format!("{name} does not load from ")), "{e}");
+        assert!(
+            e.contains("libggml_tp_bogus.so:"),
+            "the loader's message: {e}"
+        );
         assert!(!e.contains('\n'), "{e}");
     }
 

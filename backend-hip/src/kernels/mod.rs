@@ -57,8 +57,9 @@ impl RtcProgram<'_> {
     }
 }
 
-/// Compiles `source` for `arch` (e.g. `gfx90a`; hiprtc's choice, the current device, when `None`)
-/// into a code object.
+/// Compiles `source` for `arch` (e.g. `gfx90a:sramecc+:xnack-`; when `None`, hiprtc compiles for
+/// the current device, which the caller binds) into a code object. The language level is C++17 as
+/// in NVRTC and the clang syntax check.
 fn compile(
     ctx: &DeviceCtx,
     source: &str,
@@ -80,9 +81,10 @@ fn compile(
     };
     rtc.check("hiprtcCreateProgram", created)?;
     let program = RtcProgram { ctx, handle };
-    let mut options = vec![CString::from(c"-O3")];
+    let mut options = vec![CString::from(c"-O3"), CString::from(c"-std=c++17")];
     if let Some(arch) = arch {
-        options.push(CString::new(format!("--offload-arch={arch}")).map_err(|e| e.to_string())?);
+        let option = format!("--gpu-architecture={arch}");
+        options.push(CString::new(option).map_err(|e| e.to_string())?);
     }
     let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     // SAFETY: the program is live; `option_ptrs` holds that many NUL-terminated strings.
@@ -135,9 +137,9 @@ impl Kernels {
         warp_size: u32,
     ) -> std::result::Result<Kernels, String> {
         let source = prelude::program(Vendor::Hip { warp_size });
+        ctx.bind().map_err(|e| e.to_string())?;
         let code = compile(&ctx, &source, arch)?;
         let hip = &ctx.runtime().hip;
-        ctx.bind().map_err(|e| e.to_string())?;
         let mut module: Module = std::ptr::null_mut();
         // SAFETY: `code` is a complete code object from hiprtc.
         hip.check("hipModuleLoadData", unsafe {
