@@ -111,10 +111,21 @@ fn compile(clang: &str, target: Target, label: &str, source: &str) -> Result<(),
     }
 }
 
+/// CDNA2 (wave64), RDNA3 (wave32) and Hopper.
 const TARGETS: [Target; 3] = [
     Target::Hip("gfx90a", 64),
     Target::Hip("gfx1100", 32),
     Target::Cuda("sm_90"),
+];
+
+/// [`TARGETS`] and the other branches of the HIP prelude: RDNA2 (sdot4 on wave32) and Vega 10 (no
+/// dot instruction).
+const PRELUDE_TARGETS: [Target; 5] = [
+    TARGETS[0],
+    TARGETS[1],
+    TARGETS[2],
+    Target::Hip("gfx1030", 32),
+    Target::Hip("gfx900", 64),
 ];
 
 #[test]
@@ -132,7 +143,7 @@ fn the_kernel_program_compiles_for_every_vendor() {
 fn every_prelude_name_compiles_for_every_vendor() {
     let Some(clang) = clang() else { return };
     let probe = std::fs::read_to_string(shim_dir().join("prelude_probe.cu")).unwrap();
-    for target in TARGETS {
+    for target in PRELUDE_TARGETS {
         let source = prelude(target.vendor()) + &probe;
         if let Err(d) = compile(&clang, target, "prelude_probe", &source) {
             panic!("the prelude probe does not compile for {target:?}:\n{d}");

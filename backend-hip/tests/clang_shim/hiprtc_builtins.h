@@ -1,8 +1,8 @@
 // Stand-in for what hiprtc provides to every program without headers, on top of clang's own
 // hiprtc-mode wrapper (`-D__HIPCC_RTC__ -include __clang_hip_runtime_wrapper.h`, which brings the
-// attributes and the math functions): the built-in variables, barriers, shuffles, bit casts, atomics
-// and launch bounds. Used only by the clang syntax check (tests/clang_syntax.rs); ROCm's real
-// definitions differ in detail, not in what they accept.
+// attributes and the math functions): built-in variables, barriers, shuffles, bit casts, atomics,
+// launch bounds and vector types. Used only by the clang syntax check (tests/clang_syntax.rs);
+// ROCm's real definitions differ in detail, not in what they accept.
 #define __forceinline__ inline __attribute__((always_inline))
 static constexpr int warpSize = __AMDGCN_WAVEFRONT_SIZE;
 
@@ -31,6 +31,8 @@ __device__ inline float __int_as_float(int x) { return __builtin_bit_cast(float,
 __device__ inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ inline int __float_as_int(float x) { return __builtin_bit_cast(int, x); }
 __device__ inline unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
+
+__device__ inline int __float2int_rn(float x) { return (int)__builtin_rintf(x); }
 
 __device__ inline int __lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 
@@ -75,3 +77,22 @@ __device__ inline float atomicAdd(float* p, float v) {
     __attribute__((amdgpu_flat_work_group_size(1, threads), amdgpu_waves_per_eu(waves)))
 #define __SHIM_LB_PICK(_1, _2, name, ...) name
 #define __launch_bounds__(...) __SHIM_LB_PICK(__VA_ARGS__, __SHIM_LB2, __SHIM_LB1)(__VA_ARGS__)
+
+// Vector types and their make_ functions (CUDA's vector_types.h; HIP's HIP_vector_type has the
+// same members).
+#define __SHIM_VECTOR2(name, type, align)                                                     \
+    struct __attribute__((aligned(align))) name {                                            \
+        type x, y;                                                                           \
+    };                                                                                       \
+    __device__ inline name make_##name(type x, type y) { return name{x, y}; }
+#define __SHIM_VECTOR4(name, type, align)                                                     \
+    struct __attribute__((aligned(align))) name {                                            \
+        type x, y, z, w;                                                                     \
+    };                                                                                       \
+    __device__ inline name make_##name(type x, type y, type z, type w) { return name{x, y, z, w}; }
+__SHIM_VECTOR2(int2, int, 8)
+__SHIM_VECTOR2(uint2, unsigned, 8)
+__SHIM_VECTOR2(float2, float, 8)
+__SHIM_VECTOR4(int4, int, 16)
+__SHIM_VECTOR4(uint4, unsigned, 16)
+__SHIM_VECTOR4(float4, float, 16)

@@ -1,7 +1,7 @@
-// Stand-in for what NVRTC provides to every program without headers, from clang's CUDA headers
-// that need no CUDA installation (built-in variables, bit casts, math) plus the warp shuffles,
-// warp barrier, atomics and launch bounds, written over clang's NVVM builtins. Used only by the
-// clang syntax check (tests/clang_syntax.rs).
+// Stand-in for what NVRTC provides to every program without headers: clang's CUDA headers that
+// need no CUDA installation (built-in variables, bit casts, math), plus warp shuffles, the warp
+// barrier, atomics, launch bounds and dp4a written over clang's NVVM builtins and PTX, and vector
+// types. Used only by the clang syntax check (tests/clang_syntax.rs).
 #define __host__ __attribute__((host))
 #define __device__ __attribute__((device))
 #define __global__ __attribute__((global))
@@ -44,3 +44,28 @@ __device__ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     return (unsigned)__nvvm_atom_add_gen_i((int*)p, (int)v);
 }
 __device__ inline float atomicAdd(float* p, float v) { return __nvvm_atom_add_gen_f(p, v); }
+
+__device__ inline int __dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Vector types and their make_ functions (CUDA's vector_types.h; HIP's HIP_vector_type has the
+// same members).
+#define __SHIM_VECTOR2(name, type, align)                                                     \
+    struct __attribute__((aligned(align))) name {                                            \
+        type x, y;                                                                           \
+    };                                                                                       \
+    __device__ inline name make_##name(type x, type y) { return name{x, y}; }
+#define __SHIM_VECTOR4(name, type, align)                                                     \
+    struct __attribute__((aligned(align))) name {                                            \
+        type x, y, z, w;                                                                     \
+    };                                                                                       \
+    __device__ inline name make_##name(type x, type y, type z, type w) { return name{x, y, z, w}; }
+__SHIM_VECTOR2(int2, int, 8)
+__SHIM_VECTOR2(uint2, unsigned, 8)
+__SHIM_VECTOR2(float2, float, 8)
+__SHIM_VECTOR4(int4, int, 16)
+__SHIM_VECTOR4(uint4, unsigned, 16)
+__SHIM_VECTOR4(float4, float, 16)

@@ -1,7 +1,8 @@
 // Uses every name of the vendor prelude contract (backend-hip/src/kernels/prelude.rs), and the
 // names the prelude relies on both vendors spelling the same, so that the syntax check compiles
 // each of them for each vendor, including those no shared kernel uses yet.
-extern "C" __global__ void k_prelude_probe(float* out, const unsigned short* half_in, unsigned short* half_out) {
+extern "C" __global__ void k_prelude_probe(float* out, const unsigned short* half_in, unsigned short* half_out,
+                                           const int4* bytes) {
     __shared__ float tile[WARP_SIZE];
     int lane = threadIdx.x % WARP_SIZE;
     float x = h2f(half_in[threadIdx.x]);
@@ -15,6 +16,11 @@ extern "C" __global__ void k_prelude_probe(float* out, const unsigned short* hal
         s += WARP_SHFL_DOWN(s, o);
         c += WARP_SHFL_XOR(c, o);
     }
+    const int4 q = bytes[threadIdx.x];
+    const float2 pair = make_float2(x, (float)__float2int_rn(x));
+    x = pair.x + pair.y;
+    c = DOT4_I8(q.x, q.y, c);
+    c = DOT4_I8(q.z, (unsigned)q.w, c);
     half_out[threadIdx.x] = f2h(x);
     if (lane == 0) out[threadIdx.x / WARP_SIZE] = (float)s + (float)c;
 }
