@@ -31,12 +31,13 @@ impl Drop for Comms {
     }
 }
 
-/// An RCCL communicator over distinct HIP devices.
+/// An RCCL communicator over distinct HIP devices (the RCCL communicators drop before the streams
+/// they were used on).
 pub struct RcclCommunicator {
+    comms: Mutex<Comms>,
+    streams: Vec<HipStream>,
     devices: Vec<Arc<HipDevice>>,
     backends: Vec<Arc<dyn Backend>>,
-    streams: Vec<HipStream>,
-    comms: Mutex<Comms>,
 }
 
 impl RcclCommunicator {
@@ -58,10 +59,10 @@ impl RcclCommunicator {
             unsafe { (rccl.ncclCommInitAll)(raw.as_mut_ptr(), list.len() as i32, list.as_ptr()) };
         check(rccl.check(&format!("ncclCommInitAll over {list:?}"), code))?;
         Ok(RcclCommunicator {
+            comms: Mutex::new(Comms { rccl, raw }),
+            streams,
             devices,
             backends,
-            streams,
-            comms: Mutex::new(Comms { rccl, raw }),
         })
     }
 }

@@ -71,13 +71,14 @@ struct Scratch {
     slots: Vec<Option<Arc<HipBuffer>>>,
 }
 
-/// A stream on one HIP device.
+/// A stream on one HIP device. Fields drop in order: the hipBLAS handle and scratch memory before
+/// the stream they are used on, the stream (which waits for its work) before the kernels' module.
 pub struct HipBackend {
-    device: Arc<HipDevice>,
-    stream: HipStream,
-    kernels: Arc<Kernels>,
     blas: Mutex<BlasHandle>,
     scratch: Mutex<Scratch>,
+    stream: HipStream,
+    kernels: Arc<Kernels>,
+    device: Arc<HipDevice>,
 }
 
 impl HipBackend {
@@ -86,11 +87,11 @@ impl HipBackend {
         let stream = HipStream::new(*device.ctx())?;
         let blas = BlasHandle::new(*device.ctx(), &stream)?;
         Ok(HipBackend {
-            device,
-            stream,
-            kernels,
             blas: Mutex::new(blas),
             scratch: Mutex::new(Scratch::default()),
+            stream,
+            kernels,
+            device,
         })
     }
 
