@@ -336,7 +336,10 @@ impl<'a> Builder<'a> {
         let mut targets = Vec::new();
         for (d, &l) in ls.iter().enumerate() {
             locals.push(self.contiguous(d, l)?);
-            targets.push(self.graphs[d].new_tensor(layout.dtype, &layout.ne)?);
+            // An input to the memory planner: written at the stage boundary, before its first
+            // consumer, so its memory must not be shared with anything live before that consumer
+            // (such as another input's local copy that a later stage still reads).
+            targets.push(self.graphs[d].new_input(layout.dtype, &layout.ne)?);
         }
         self.keep.push(locals.clone());
         self.stage().after.push(Boundary::Gather {

@@ -89,6 +89,13 @@ void st16(uint b, uint o, uint v) {
 #endif
 }
 
+// Stores one byte with word atomics (neighbouring bytes may belong to other invocations).
+void st8(uint b, uint o, uint v) {
+    uint s = (o & 3u) * 8u;
+    atomicAnd(bw[b].w[o >> 2], ~(0xFFu << s));
+    atomicOr(bw[b].w[o >> 2], (v & 0xFFu) << s);
+}
+
 float f16_to_f(uint h) { return unpackHalf2x16(h).x; }
 uint f_to_f16(float v) { return packHalf2x16(vec2(v, 0.0)) & 0xFFFFu; }
 float bf16_to_f(uint h) { return uintBitsToFloat(h << 16); }

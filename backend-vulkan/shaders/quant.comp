@@ -1,20 +1,26 @@
-// One invocation per destination block of 32 values: quantizes F32/F16/BF16 values to Q8_0 or Q4_0
-// with ggml's reference quantizers. pu(0) = 0: cpy/cont (source slot 1 read in flat ggml order);
+// One invocation per destination block: quantizes F32/F16/BF16 values to Q8_0 or Q4_0 (32-value
+// blocks) with ggml's reference quantizers. pu(0) = 0: cpy/cont (source slot 1 read in flat ggml order);
 // 1: set_rows (source rows in slot 2, I32 ids in slot 3, broadcast over source dims 2 and 3);
-// 2: cpy/cont between tensors of one block type, copying blocks bit for bit (pu(1) = block bytes).
+// 2: cpy/cont between tensors of one block type, copying blocks bit for bit (pu(1) = block bytes,
+// pu(2) = block elements; 16-bit words when the block size is even, else bytes).
 
 #include "common.glsl"
 
 void main() {
     uint mode = pu(0u);
     if (mode == 2u) {
+        uint bytes = pu(1u), elems = pu(2u);
         uint b = thread_id();
-        if (b >= nelem(0u) / 32u) return;
-        uvec4 di = unravel(b * 32u, 0u);
-        uvec4 si = unravel(b * 32u, 1u);
-        uint d = row_off(0u, di.y, di.z, di.w) + (di.x >> 5) * nb(0u, 0u);
-        uint s = row_off(1u, si.y, si.z, si.w) + (si.x >> 5) * nb(1u, 0u);
-        for (uint k = 0u; k < pu(1u); k += 2u) st16(0u, d + k, rd16(1u, s + k));
+        if (b >= nelem(0u) / elems) return;
+        uvec4 di = unravel(b * elems, 0u);
+        uvec4 si = unravel(b * elems, 1u);
+        uint d = row_off(0u, di.y, di.z, di.w) + (di.x / elems) * nb(0u, 0u);
+        uint s = row_off(1u, si.y, si.z, si.w) + (si.x / elems) * nb(1u, 0u);
+        if ((bytes & 1u) == 0u) {
+            for (uint k = 0u; k < bytes; k += 2u) st16(0u, d + k, rd16(1u, s + k));
+        } else {
+            for (uint k = 0u; k < bytes; k++) st8(0u, d + k, rd8(1u, s + k));
+        }
         return;
     }
     uint src = mode == 0u ? 1u : 2u;

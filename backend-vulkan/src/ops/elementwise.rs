@@ -27,8 +27,8 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Scale { .. } | Op::Clamp { .. } | Op::Unary(_) => is(0, float) && float(d),
         Op::Glu { .. } => is(0, float) && (src.len() == 1 || is(1, float)) && float(d),
         Op::Cpy | Op::Cont => match t(0) {
-            // Block copies move 16-bit words.
-            Some(s) if s == d => type_code(s).is_some() && d.type_size().is_multiple_of(2),
+            // Same-type copies move the bits (blocks by 16-bit words, or bytes for odd block sizes).
+            Some(s) if s == d => type_code(s).is_some(),
             // Converting copies read scalar sources (eltwise.comp has no block loaders).
             Some(s) => (float(d) || quant_target(d)) && float(s),
             None => false,
@@ -99,7 +99,11 @@ pub fn encode(op: &Op, slots: &[Slot]) -> Encoded {
         }
         Op::Cpy | Op::Cont if dst.dtype.is_quantized() && slots[1].layout.dtype == dst.dtype => (
             "quant",
-            words(&[2, dst.dtype.type_size() as u32]),
+            words(&[
+                2,
+                dst.dtype.type_size() as u32,
+                dst.dtype.block_size() as u32,
+            ]),
             groups_for(dst.nelements() / dst.dtype.block_size()),
         ),
         Op::Cpy | Op::Cont if quant_target(dst.dtype) => (
