@@ -1,14 +1,13 @@
-//! mul_mat through hipBLAS: operands that are not contiguous F32 are converted (dequantized) into
-//! scratch with `k_cpy`, then one SGEMM per planned batch ([`plan::gemm_batches`]). [`BlasHandle`]
-//! is a hipBLAS handle bound to one stream.
+//! [`BlasHandle`]: a hipBLAS handle bound to one stream, running the dispatch's GEMM calls as
+//! SGEMM (the dispatch converts other operand types to F32 in scratch first, see
+//! `backend_cuda::dispatch::GemmTypes::F32`).
 
-use crate::check;
 use crate::device::DeviceCtx;
 use crate::ffi::hipblas::{self, Handle};
-use crate::kernels::plan;
-use crate::kernels::table::TDesc;
-use crate::stream::{HipBackend, HipStream};
-use ggml_core::{DType, Layout, Result};
+use crate::stream::HipStream;
+use crate::{check, err};
+use backend_cuda::dispatch::GemmCall;
+use ggml_core::{DType, Result};
 
 /// A hipBLAS handle bound to one stream.
 pub struct BlasHandle {
@@ -45,56 +44,39 @@ impl Drop for BlasHandle {
     }
 }
 
-/// `src` as contiguous F32: itself when it already is, else a converted copy in scratch `slot`.
-fn as_f32(be: &HipBackend, src: TDesc, l: &Layout, slot: usize) -> Result<u64> {
-    if l.dtype == DType::F32 && l.is_contiguous() {
-        return Ok(src.ptr);
-    }
-    let ptr = be.scratch(slot, l.nelements() * 4)?;
-    be.launch(&plan::to_f32(src, l.ne, ptr)?)?;
-    Ok(ptr)
-}
-
-/// `dst[m, n] = dot(a row m, b row n)` per batch, a [K, M, A2, A3], b [K, N, B2, B3].
-pub fn mul_mat(
-    be: &HipBackend,
-    a: TDesc,
-    la: &Layout,
-    b: TDesc,
-    lb: &Layout,
-    d: TDesc,
-) -> Result<()> {
-    let batches = plan::gemm_batches(la, lb)?;
-    let [k, m, ..] = la.ne;
-    let ap = as_f32(be, a, la, 0)?;
-    let bp = as_f32(be, b, lb, 1)?;
-    let handle = be.blas();
-    let blas = &handle.ctx.runtime().blas;
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    for g in batches {
-        // K = 0 (a device holding no slice of a split axis) is legal: BLAS then writes beta * C = 0,
-        // but the leading dimensions must still be at least 1.
-        // SAFETY: the operands are contiguous F32 of the sizes the batches address (checked by the
-        // caller's descriptors or allocated above); the handle is bound to this backend's stream.
+impl BlasHandle {
+    /// Queues `call`, whose operands must be F32 (the dispatch converts them for
+    /// [`GemmTypes::F32`]), as one SGEMM.
+    pub fn sgemm(&self, call: &GemmCall) -> Result<()> {
+        if call.a_type != DType::F32 || call.b_type != DType::F32 {
+            return Err(err(format!(
+                "hipBLAS SGEMM of {} x {} operands",
+                call.a_type, call.b_type
+            )));
+        }
+        let blas = &self.ctx.runtime().blas;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the operands are F32 of the leading dimensions and sizes given (from checked
+        // descriptors or scratch allocated by the dispatch); the handle is bound to its backend's
+        // stream.
         let code = unsafe {
             (blas.hipblasSgemm)(
-                handle.raw,
+                self.raw,
                 hipblas::OP_T,
                 hipblas::OP_N,
-                m as i32,
-                g.cols as i32,
-                k as i32,
+                call.m,
+                call.n,
+                call.k,
                 &alpha,
-                (ap + 4 * g.a_offset as u64) as *const f32,
-                k.max(1) as i32,
-                (bp + 4 * g.b_offset as u64) as *const f32,
-                k.max(1) as i32,
+                call.a as *const f32,
+                call.lda,
+                call.b as *const f32,
+                call.ldb,
                 &beta,
-                (d.ptr + 4 * g.d_offset as u64) as *mut f32,
-                m as i32,
+                call.d as *mut f32,
+                call.ldd,
             )
         };
-        check(blas.check("hipblasSgemm", code))?;
+        check(blas.check("hipblasSgemm", code))
     }
-    Ok(())
 }

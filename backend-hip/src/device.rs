@@ -3,7 +3,7 @@
 //! [`DeviceCtx`] makes a device current on the calling thread before each HIP call.
 
 use crate::ffi::hip;
-use crate::kernels::{table, Kernels};
+use crate::kernels::Kernels;
 use crate::memory::{HipBuffer, HipBufferType, PinnedBufferType};
 use crate::probe::Runtime;
 use crate::stream::HipBackend;
@@ -228,7 +228,7 @@ impl Device for HipDevice {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         let t = graph.tensor(node);
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
-        table::supports(&t.op, &src, &t.layout)
+        backend_cuda::dispatch::supports(&t.op, &src, &t.layout)
     }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)

@@ -13,6 +13,7 @@ pub mod kernels;
 pub mod memory;
 pub mod probe;
 pub mod reg;
+mod runner;
 pub mod stream;
 
 pub use comm::RcclCommunicator;

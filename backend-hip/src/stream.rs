@@ -1,16 +1,15 @@
 //! [`HipBackend`]: one HIP stream of a device with its hipBLAS handle and a scratch area for
 //! converted operands. Copies are queued on the stream (device to device, across devices through
-//! peer copies, and to and from host memory); events are HIP events. Nodes are planned by
-//! [`crate::kernels::plan`] and launched here, matrix products through [`crate::blas`].
+//! peer copies, and to and from host memory); events are HIP events. Nodes are dispatched by
+//! `backend_cuda::dispatch` through the [`Runner`] of `crate::runner`.
 
-use crate::blas::{self, BlasHandle};
+use crate::blas::BlasHandle;
 use crate::device::{DeviceCtx, HipDevice};
 use crate::err;
 use crate::ffi::hip::{self, Stream};
-use crate::kernels::plan::{self, Work};
-use crate::kernels::table::TDesc;
 use crate::kernels::Kernels;
 use crate::memory::HipBuffer;
+use backend_cuda::dispatch;
 use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
 use parking_lot::Mutex;
@@ -111,9 +110,8 @@ impl HipBackend {
         self.blas.lock()
     }
 
-    /// Queues a planned launch on this stream.
-    pub(crate) fn launch(&self, launch: &plan::Launch) -> Result<()> {
-        self.kernels.launch(&self.stream, launch)
+    pub(crate) fn kernels(&self) -> &Kernels {
+        &self.kernels
     }
 
     /// A device address of at least `bytes` bytes in scratch slot `slot`, valid for work queued on
@@ -136,41 +134,6 @@ impl HipBackend {
             )?));
         }
         Ok(s.slots[slot].as_ref().expect("slot filled").device_ptr())
-    }
-
-    /// The descriptor of tensor `id`: its device address (through views) and layout.
-    fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc> {
-        let t = graph.tensor(id);
-        let data = graph.data(id)?;
-        let buf = data
-            .buffer
-            .as_any()
-            .downcast_ref::<HipBuffer>()
-            .filter(|b| b.ordinal() == self.device.ordinal())
-            .ok_or_else(|| {
-                err(format!(
-                    "tensor {} lives in {}, not in memory of {}",
-                    t.name,
-                    data.buffer.name(),
-                    self.device.name()
-                ))
-            })?;
-        check_range(data.offset, t.nbytes(), buf.size())?;
-        TDesc::new(buf.device_ptr() + data.offset as u64, &t.layout)
-    }
-
-    /// Computes one node on this stream.
-    fn compute_node(&self, graph: &Graph, node: TensorId) -> Result<()> {
-        let desc = |id: TensorId| self.desc(graph, id);
-        match plan::plan_node(graph, node, &self.device.name(), &desc)? {
-            Work::Nothing => Ok(()),
-            Work::Launch(l) => self.launch(&l),
-            Work::MulMat { a, b, d } => {
-                let t = graph.tensor(node);
-                let (la, lb) = (graph.layout(t.src[0]), graph.layout(t.src[1]));
-                blas::mul_mat(self, a, la, b, lb, d)
-            }
-        }
     }
 
     /// Queues a copy of `len` bytes between host and device memory.
@@ -323,7 +286,7 @@ impl Backend for HipBackend {
             if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
                 continue;
             }
-            self.compute_node(graph, node).map_err(|e| match e {
+            dispatch::compute_node(self, graph, node).map_err(|e| match e {
                 ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
                     backend,
                     msg: format!("{} at node {}: {msg}", t.op.name(), t.name),

@@ -1,20 +1,17 @@
-//! The kernels on HIP devices. The device code is the CUDA backend's (see [`sources`]) behind a
-//! vendor prelude ([`prelude`]); [`table`] and [`plan`] say, independently of the vendor, what the
-//! kernels handle and how a node is launched. This module compiles the program with hiprtc for one
-//! device's gfx target, loads it as a module and launches planned work on a stream ([`Kernels`]).
+//! The kernels on HIP devices. The device code and the list of entry points are the CUDA backend's
+//! behind the HIP vendor prelude ([`prelude`]); what to launch is decided by
+//! `backend_cuda::dispatch`. This module compiles the program with hiprtc for one device's gfx
+//! target, loads it as a module and queues the dispatch's launches on a stream ([`Kernels`]).
 
-pub mod plan;
 pub mod prelude;
-pub mod sources;
-pub mod table;
 
 use crate::device::DeviceCtx;
 use crate::ffi::hip::{Function, Module};
 use crate::ffi::hiprtc::Program;
 use crate::stream::HipStream;
 use crate::{check, err};
+use backend_cuda::dispatch::{kernel_names, KernelArg, Launch};
 use ggml_core::Result;
-use plan::{KernelArg, Launch};
 use prelude::Vendor;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -150,14 +147,14 @@ impl Kernels {
             module,
             functions: HashMap::new(),
         };
-        for name in sources::entry_points(&source) {
-            let c_name = CString::new(name).map_err(|e| e.to_string())?;
+        for name in kernel_names() {
+            let c_name = CString::new(name.as_str()).map_err(|e| e.to_string())?;
             let mut f: Function = std::ptr::null_mut();
             // SAFETY: the module is loaded; the name is NUL-terminated.
             hip.check(&format!("kernel {name}"), unsafe {
                 (hip.hipModuleGetFunction)(&mut f, module, c_name.as_ptr())
             })?;
-            kernels.functions.insert(name.to_string(), f);
+            kernels.functions.insert(name, f);
         }
         Ok(kernels)
     }
@@ -166,26 +163,27 @@ impl Kernels {
     pub fn launch(&self, stream: &HipStream, launch: &Launch) -> Result<()> {
         let f = *self
             .functions
-            .get(launch.kernel)
+            .get(launch.kernel.as_ref())
             .ok_or_else(|| err(format!("no kernel {}", launch.kernel)))?;
-        // HIP grids count work-items in 32 bits.
-        if u64::from(launch.blocks) * u64::from(launch.threads) >= 1 << 32 {
+        // HIP grids count work-items in 32 bits per axis.
+        let [gx, gy, gz] = launch.grid;
+        if u64::from(gx) * u64::from(launch.threads) >= 1 << 32 {
             return Err(err(format!(
-                "{}: {} blocks of {} threads exceed a HIP grid",
-                launch.kernel, launch.blocks, launch.threads
+                "{}: {gx} blocks of {} threads exceed a HIP grid",
+                launch.kernel, launch.threads
             )));
         }
         let mut params: Vec<*mut c_void> = launch.args.iter().map(arg_ptr).collect();
         let hip = &self.ctx.runtime().hip;
-        // SAFETY: every argument matches the kernel's parameter list (a tested property of `plan`)
-        // and outlives the call, which copies them; tensor addresses lie in live buffers of this
-        // device.
-        check(hip.check(launch.kernel, unsafe {
+        // SAFETY: every argument matches the kernel's parameter list (a tested property of the
+        // dispatch) and outlives the call, which copies them; tensor addresses lie in live buffers
+        // of this device.
+        check(hip.check(&launch.kernel, unsafe {
             (hip.hipModuleLaunchKernel)(
                 f,
-                launch.blocks,
-                1,
-                1,
+                gx,
+                gy,
+                gz,
                 launch.threads,
                 1,
                 1,
@@ -204,5 +202,7 @@ fn arg_ptr(a: &KernelArg) -> *mut c_void {
         KernelArg::Tensor(t) => t as *const _ as *mut c_void,
         KernelArg::I32(v) => v as *const _ as *mut c_void,
         KernelArg::F32(v) => v as *const _ as *mut c_void,
+        KernelArg::U64(v) => v as *const _ as *mut c_void,
+        KernelArg::Gemv(v) => v as *const _ as *mut c_void,
     }
 }
