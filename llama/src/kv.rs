@@ -1,19 +1,23 @@
-//! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
-//! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
-//! on a meta device), and the host-built attention masks over the first `n_kv` slots.
+//! The KV cache: per attention layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by
+//! default; F32 or Q8_0 selectable) living with the layer's weights (its device in a layer split,
+//! split by KV heads on a meta device), the recurrent state of the other (delta-net) layers
+//! ([`RecurrentState`]), and the host-built attention masks over the first `n_kv` slots.
 
-use crate::arch::blocks::Layer;
+use crate::arch::blocks::Mixer;
 use crate::model::weights::{Alloc, Home, Weight};
 use crate::model::{Model, ModelError};
+use crate::state::RecurrentState;
+use backend_meta::WeightSplit;
 use ggml_core::{DType, Layout};
 
 /// Granularity of the attended cache length: graphs repeat their structure while the length stays
 /// inside one step.
 pub const KV_PAD: usize = 256;
 
-/// K and V tensors of every layer.
+/// K and V tensors of every attention layer, and the recurrent state of the others.
 pub struct KvCache {
-    layers: Vec<(Weight, Weight)>,
+    layers: Vec<Option<(Weight, Weight)>>,
+    recurrent: RecurrentState,
     n_ctx: usize,
     dtype: DType,
 }
@@ -46,9 +50,13 @@ impl KvCache {
             .iter()
             .enumerate()
             .map(|(l, layer)| {
+                let Mixer::Attention(attn) = &layer.mixer else {
+                    return Ok(None);
+                };
+                let split = &attn.splits.cache;
                 let k = cache_tensor(
                     &alloc,
-                    layer,
+                    split,
                     l,
                     "k",
                     cfg.head_dim,
@@ -58,7 +66,7 @@ impl KvCache {
                 )?;
                 let v = cache_tensor(
                     &alloc,
-                    layer,
+                    split,
                     l,
                     "v",
                     cfg.head_dim_v,
@@ -66,20 +74,34 @@ impl KvCache {
                     dtype,
                     cfg.n_head_kv,
                 )?;
-                Ok((k, v))
+                Ok(Some((k, v)))
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(KvCache {
             layers,
+            recurrent: RecurrentState::new(model)?,
             n_ctx,
             dtype,
         })
     }
 
-    /// The K and V tensors of layer `l`.
-    pub fn layer(&self, l: usize) -> (&Weight, &Weight) {
-        let (k, v) = &self.layers[l];
-        (k, v)
+    /// The K and V tensors of layer `l`; an error for a delta-net layer, which has none.
+    pub fn layer(&self, l: usize) -> Result<(&Weight, &Weight), ModelError> {
+        match self.layers.get(l) {
+            Some(Some((k, v))) => Ok((k, v)),
+            Some(None) => Err(ModelError::Unsupported(format!(
+                "layer {l} keeps a recurrent state, not a KV cache"
+            ))),
+            None => Err(ModelError::Input(format!(
+                "layer {l} of {}",
+                self.layers.len()
+            ))),
+        }
+    }
+
+    /// The recurrent state of the delta-net layers.
+    pub fn recurrent(&self) -> &RecurrentState {
+        &self.recurrent
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -100,7 +122,7 @@ impl KvCache {
 #[allow(clippy::too_many_arguments)]
 fn cache_tensor(
     alloc: &Alloc,
-    layer: &Layer,
+    split: &WeightSplit,
     l: usize,
     which: &str,
     d: usize,
@@ -110,7 +132,7 @@ fn cache_tensor(
 ) -> Result<Weight, ModelError> {
     let name = format!("cache_{which}_l{l}");
     let layout = Layout::contiguous(dtype, [d, n_ctx, heads, 1]);
-    let data = alloc.alloc(&name, layout, &layer.attn.splits.cache, Home::Layer(l))?;
+    let data = alloc.alloc(&name, layout, split, Home::Layer(l))?;
     data.buffer.fill(data.offset, layout.nbytes(), 0)?;
     Ok(Weight { name, layout, data })
 }

@@ -1,10 +1,12 @@
-//! The weights of the building blocks shared by the architectures (attention, dense FFN, mixture of
-//! experts, norms), how each is read from the file, and the split each weight declares for tensor
-//! parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN down projection by
-//! columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV heads, norms and
-//! routers mirrored. A block whose sizes cannot be cut that way (granularity larger than the axis)
-//! stays mirrored, and so does one that would be cut into a single unit.
+//! The weights of the building blocks shared by the architectures (attention, optionally with a gated
+//! query, dense FFN, mixture of experts with an optional shared expert, norms; the layer's token
+//! mixer is attention or a [`DeltaNet`]), how each is read from the file, and the split each weight
+//! declares for tensor parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN
+//! down projection by columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV
+//! heads, norms and routers mirrored. A block whose sizes cannot be cut that way (granularity larger
+//! than the axis) stays mirrored, and so does one that would be cut into a single unit.
 
+use super::delta_net::DeltaNet;
 use crate::model::config::ModelConfig;
 use crate::model::weights::{Home, Loader, Weight};
 use crate::model::ModelError;
@@ -112,6 +114,9 @@ pub struct Attention {
     pub sinks: Option<Weight>,
     /// Rotary frequency factors (Llama 3 long-context scaling), per layer so that it lives with it.
     pub rope_freqs: Option<Weight>,
+    /// Output gate projection `[n_embd, n_head * head_dim]` (split like the queries): the attention
+    /// output is multiplied by its sigmoid (Qwen3.5, Qwen3-Next).
+    pub gate: Option<Weight>,
     pub splits: AttnSplits,
 }
 
@@ -125,6 +130,27 @@ impl Attention {
         cfg: &ModelConfig,
         l: usize,
         spec: AttnSpec,
+    ) -> Result<Attention, ModelError> {
+        Attention::load_with(ld, cfg, l, spec, false)
+    }
+
+    /// Attention whose `attn_q` yields per head the query then an output gate; the two halves load
+    /// as separate projections.
+    pub fn load_gated(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        spec: AttnSpec,
+    ) -> Result<Attention, ModelError> {
+        Attention::load_with(ld, cfg, l, spec, true)
+    }
+
+    fn load_with(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        spec: AttnSpec,
+        q_gate: bool,
     ) -> Result<Attention, ModelError> {
         let (d, hd, nh, nkv) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv);
         let hv = cfg.head_dim_v;
@@ -147,13 +173,28 @@ impl Attention {
                 Ok(None)
             }
         };
-        Ok(Attention {
-            wq: ld.get(
-                &blk(l, "attn_q.weight"),
-                &[d, nh * hd],
+        let q_name = blk(l, "attn_q.weight");
+        let q_part = |start: usize| {
+            ld.get_row_groups(
+                &q_name,
+                [d, 2 * nh * hd],
+                2 * hd,
+                start,
+                hd,
                 s.q_rows.clone(),
                 home,
-            )?,
+            )
+        };
+        let (wq, gate) = if q_gate {
+            (q_part(0)?, Some(q_part(hd)?))
+        } else {
+            (
+                ld.get(&q_name, &[d, nh * hd], s.q_rows.clone(), home)?,
+                None,
+            )
+        };
+        Ok(Attention {
+            wq,
             wk: ld.get(
                 &blk(l, "attn_k.weight"),
                 &[d, nkv * hd],
@@ -179,6 +220,7 @@ impl Attention {
                 None
             },
             rope_freqs: ld.opt("rope_freqs.weight", &[cfg.rope.n_dims / 2], m(), home)?,
+            gate,
             splits: s,
         })
     }
@@ -194,17 +236,62 @@ pub struct Dense {
 
 impl Dense {
     pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize, act: GluOp) -> Result<Dense, ModelError> {
-        let (d, f) = (cfg.n_embd, cfg.n_ff);
+        Dense::load_named(ld, cfg, l, "", cfg.n_ff, act)
+    }
+
+    /// `blk.<l>.ffn_{gate,up,down}<suffix>.weight` of width `f`.
+    fn load_named(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        suffix: &str,
+        f: usize,
+        act: GluOp,
+    ) -> Result<Dense, ModelError> {
+        let d = cfg.n_embd;
         let home = Home::Layer(l);
-        let down = blk(l, "ffn_down.weight");
+        let name = |part: &str| blk(l, &format!("ffn_{part}{suffix}.weight"));
+        let down = name("down");
         let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
         let (rows, _, cols) = ffn_splits(f, down_type);
         Ok(Dense {
-            gate: ld.get(&blk(l, "ffn_gate.weight"), &[d, f], rows.clone(), home)?,
-            up: ld.get(&blk(l, "ffn_up.weight"), &[d, f], rows, home)?,
+            gate: ld.get(&name("gate"), &[d, f], rows.clone(), home)?,
+            up: ld.get(&name("up"), &[d, f], rows, home)?,
             down: ld.get(&down, &[f, d], cols, home)?,
             act,
         })
+    }
+}
+
+/// A shared expert: a dense FFN every token runs next to the routed experts, optionally scaled per
+/// token by the sigmoid of a learned gate (Qwen3-Next, Qwen3.5-MoE).
+pub struct SharedExpert {
+    pub ffn: Dense,
+    /// `[n_embd]` gate vector (mirrored).
+    pub gate: Option<Weight>,
+}
+
+impl SharedExpert {
+    /// The `*_shexp` tensors of layer `l`, if the file has them.
+    fn load(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        n_ff: usize,
+        act: GluOp,
+    ) -> Result<Option<SharedExpert>, ModelError> {
+        if n_ff == 0 || ld.info(&blk(l, "ffn_up_shexp.weight")).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(SharedExpert {
+            ffn: Dense::load_named(ld, cfg, l, "_shexp", n_ff, act)?,
+            gate: ld.opt(
+                &blk(l, "ffn_gate_inp_shexp.weight"),
+                &[cfg.n_embd],
+                WeightSplit::Mirrored,
+                Home::Layer(l),
+            )?,
+        }))
     }
 }
 
@@ -230,6 +317,7 @@ pub struct Moe {
     pub gating: Gating,
     pub act: GluOp,
     pub n_used: usize,
+    pub shared: Option<SharedExpert>,
 }
 
 impl Moe {
@@ -266,6 +354,7 @@ impl Moe {
             gating,
             act,
             n_used: moe.n_expert_used,
+            shared: SharedExpert::load(ld, cfg, l, moe.n_ff_shexp, act)?,
         })
     }
 }
@@ -276,10 +365,18 @@ pub enum Ffn {
     Moe(Box<Moe>),
 }
 
-/// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma).
+/// What mixes the tokens of a layer.
+pub enum Mixer {
+    /// Attention over the KV cache.
+    Attention(Attention),
+    /// A gated delta net carrying a recurrent state from call to call (no KV cache).
+    DeltaNet(Box<DeltaNet>),
+}
+
+/// One transformer layer: pre-norms, token mixer, FFN, and the optional post-norms (Gemma).
 pub struct Layer {
     pub attn_norm: Weight,
-    pub attn: Attention,
+    pub mixer: Mixer,
     pub attn_post_norm: Option<Weight>,
     pub ffn_norm: Weight,
     pub ffn: Ffn,
@@ -312,7 +409,7 @@ impl Layer {
     ) -> Result<Layer, ModelError> {
         Ok(Layer {
             attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-            attn: Attention::load(ld, cfg, l, spec)?,
+            mixer: Mixer::Attention(Attention::load(ld, cfg, l, spec)?),
             attn_post_norm: None,
             ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
             ffn,

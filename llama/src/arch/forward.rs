@@ -1,13 +1,14 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
 //! cache written with `set_rows` at the batch positions, flash attention over the first `n_kv` cache
-//! slots with a host-built causal / sliding-window mask) → residual → norm → dense FFN or mixture of
-//! experts → residual, then the output norm and head for the requested rows.
+//! slots with a host-built causal / sliding-window mask, optionally gated per head) or a gated delta
+//! net ([`super::delta_net`]) → residual → norm → dense FFN or mixture of experts (with an optional
+//! shared expert) → residual, then the output norm and head for the requested rows.
 
-use super::blocks::{Attention, Dense, Ffn, Gating, Layer, Moe};
+use super::blocks::{Attention, Dense, Ffn, Gating, Layer, Mixer, Moe};
 use crate::kv::KvCache;
 use crate::model::weights::Weight;
 use crate::model::{Model, ModelError};
-use ggml_core::{Graph, TensorId};
+use ggml_core::{Graph, TensorId, UnaryOp};
 
 /// The inputs of one forward graph.
 pub struct Inputs {
@@ -24,27 +25,27 @@ pub struct Inputs {
 }
 
 /// Graph-building state of one forward pass.
-struct Fwd<'a> {
-    g: &'a mut Graph,
-    model: &'a Model,
+pub(super) struct Fwd<'a> {
+    pub(super) g: &'a mut Graph,
+    pub(super) model: &'a Model,
     inp: &'a Inputs,
-    n_tokens: usize,
+    pub(super) n_tokens: usize,
     n_kv: usize,
 }
 
 impl Fwd<'_> {
-    fn bind(&mut self, w: &Weight) -> TensorId {
+    pub(super) fn bind(&mut self, w: &Weight) -> TensorId {
         w.bind(self.g)
     }
 
-    fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
+    pub(super) fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
         let h = self.g.rms_norm(x, self.model.config.rms_eps)?;
         let w = self.bind(w);
         Ok(self.g.mul(h, w)?)
     }
 
     /// `w · x (+ b)`.
-    fn linear(
+    pub(super) fn linear(
         &mut self,
         w: &Weight,
         x: TensorId,
@@ -109,7 +110,7 @@ impl Fwd<'_> {
         let k = self.head_proj(a, &a.wk, a.bk.as_ref(), a.k_norm.as_ref(), x, nkv, l)?;
         let v = self.linear(&a.wv, x, a.bv.as_ref())?;
         let v = self.g.reshape(v, &[cfg.head_dim_v, nkv, t])?;
-        let (kc, vc) = kv.layer(l);
+        let (kc, vc) = kv.layer(l)?;
         let k_all = self.cache(kc, k)?;
         let v_all = self.cache(vc, v)?;
         let qp = self.g.permute(q, [0, 2, 1, 3])?;
@@ -128,7 +129,12 @@ impl Fwd<'_> {
             0.0,
             0.0,
         )?;
-        let o = self.g.reshape(o, &[cfg.head_dim_v * nh, t])?;
+        let mut o = self.g.reshape(o, &[cfg.head_dim_v * nh, t])?;
+        if let Some(w) = &a.gate {
+            let gate = self.linear(w, x, None)?;
+            let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+            o = self.g.mul(o, gate)?;
+        }
         self.linear(&a.wo, o, a.bo.as_ref())
     }
 
@@ -197,6 +203,15 @@ impl Fwd<'_> {
             let v = self.g.view(out, &[d, t], &[nb.nb[2]], e * nb.nb[1])?;
             sum = self.g.add(sum, v)?;
         }
+        if let Some(shared) = &m.shared {
+            let mut s = self.dense(&shared.ffn, x)?;
+            if let Some(w) = &shared.gate {
+                let gate = self.linear(w, x, None)?;
+                let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+                s = self.g.mul(s, gate)?;
+            }
+            sum = self.g.add(sum, s)?;
+        }
         Ok(sum)
     }
 
@@ -208,7 +223,10 @@ impl Fwd<'_> {
         kv: &KvCache,
     ) -> Result<TensorId, ModelError> {
         let h = self.norm(x, &layer.attn_norm)?;
-        let mut a = self.attention(&layer.attn, l, h, kv)?;
+        let mut a = match &layer.mixer {
+            Mixer::Attention(attn) => self.attention(attn, l, h, kv)?,
+            Mixer::DeltaNet(dn) => self.delta_net(dn, l, h, kv.recurrent())?,
+        };
         if let Some(n) = &layer.attn_post_norm {
             a = self.norm(a, n)?;
         }

@@ -1,13 +1,15 @@
 //! The architectures: one module per family declares its hyper-parameters and how each layer's weights
-//! are named and split; [`blocks`] holds the shared weight blocks and [`forward`] the one graph builder
-//! they all use.
+//! are named and split; [`blocks`] holds the shared weight blocks, [`delta_net`] the recurrent mixer of
+//! hybrid models, and [`forward`] the one graph builder they all use.
 
 pub mod blocks;
+pub mod delta_net;
 pub mod forward;
 mod gemma3;
 mod gpt_oss;
 mod llama;
 mod qwen;
+mod qwen35;
 
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::weights::Loader;
@@ -22,6 +24,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::config(file, arch, n_vocab),
         Arch::Gemma3 => gemma3::config(file, n_vocab),
         Arch::GptOss => gpt_oss::config(file, n_vocab),
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35::config(file, arch, n_vocab),
     }
 }
 
@@ -32,5 +35,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::layer(ld, cfg, l),
         Arch::Gemma3 => gemma3::layer(ld, cfg, l),
         Arch::GptOss => gpt_oss::layer(ld, cfg, l),
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35::layer(ld, cfg, l),
     }
 }
