@@ -368,7 +368,7 @@ pub enum Ffn {
 /// What mixes the tokens of a layer.
 pub enum Mixer {
     /// Attention over the KV cache.
-    Attention(Attention),
+    Attention(Box<Attention>),
     /// A gated delta net carrying a recurrent state from call to call (no KV cache).
     DeltaNet(Box<DeltaNet>),
 }
@@ -409,7 +409,7 @@ impl Layer {
     ) -> Result<Layer, ModelError> {
         Ok(Layer {
             attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-            mixer: Mixer::Attention(Attention::load(ld, cfg, l, spec)?),
+            mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
             attn_post_norm: None,
             ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
             ffn,

@@ -121,18 +121,29 @@ pub(crate) fn softplus(g: &mut Graph, x: TensorId) -> Result<TensorId, ggml_core
 /// `log2(parts.len())` times.
 fn concat_all(g: &mut Graph, mut parts: Vec<TensorId>, dim: usize) -> Result<TensorId, ModelError> {
     while parts.len() > 1 {
-        parts = parts
-            .chunks(2)
-            .map(|p| match p {
-                [a, b] => g.concat(*a, *b, dim),
-                [a] => Ok(*a),
-                _ => unreachable!("chunks of at most two"),
-            })
-            .collect::<Result<_, _>>()?;
+        let mut pairs = parts.into_iter();
+        let mut joined = Vec::new();
+        while let Some(a) = pairs.next() {
+            joined.push(match pairs.next() {
+                Some(b) => g.concat(a, b, dim)?,
+                None => a,
+            });
+        }
+        parts = joined;
     }
     parts
         .pop()
         .ok_or_else(|| ModelError::Input("an empty batch".into()))
+}
+
+/// One batch's inputs of the delta rule: `q`, `k`, `v` `[head_dim, n_v_heads, n_tokens]`
+/// contiguous, `beta` and `decay` `[n_v_heads, n_tokens]`.
+struct RuleInputs {
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    beta: TensorId,
+    decay: TensorId,
 }
 
 impl Fwd<'_> {
@@ -180,7 +191,14 @@ impl Fwd<'_> {
         let v = self.g.cont(v)?;
 
         let s0 = self.bind(&state.ssm);
-        let (o, s) = self.recurrence(q, k, v, beta, decay, s0, hd, nv)?;
+        let inputs = RuleInputs {
+            q,
+            k,
+            v,
+            beta,
+            decay,
+        };
+        let (o, s) = self.recurrence(&inputs, s0, hd, nv)?;
         let written = self.g.cpy(s, s0)?;
         self.g.expand(written);
 
@@ -286,29 +304,22 @@ impl Fwd<'_> {
         if per_key == 1 {
             return Ok(x);
         }
-        let (unit, dim) = match c.key_heads {
+        let unit = match c.key_heads {
             // Value head h = i·n_k + kh: whole copies of the key heads side by side.
-            KeyHeadMap::Tiled => (x, 1),
+            KeyHeadMap::Tiled => x,
             // Value head h = kh·per_key + i: each key head repeated in place.
-            KeyHeadMap::Grouped => (self.g.reshape(x, &[hd, 1, nk, t])?, 1),
+            KeyHeadMap::Grouped => self.g.reshape(x, &[hd, 1, nk, t])?,
         };
-        let copies = vec![unit; per_key];
-        let all = concat_all(self.g, copies, dim)?;
+        let all = concat_all(self.g, vec![unit; per_key], 1)?;
         Ok(self.g.reshape(all, &[hd, c.n_v_heads, t])?)
     }
 
     /// The delta rule over the batch, token after token, from state `s0` `[head_dim, head_dim, n_v]`
-    /// (`S[key, value]` per value head); `q`, `k`, `v` `[head_dim, n_v, n_tokens]` contiguous, `beta`
-    /// and `decay` `[n_v, n_tokens]`. Returns the outputs `[head_dim, n_v, n_tokens]` and the final
-    /// state.
-    #[allow(clippy::too_many_arguments)]
+    /// (`S[key, value]` per value head). Returns the outputs `[head_dim, n_v, n_tokens]` and the
+    /// final state.
     fn recurrence(
         &mut self,
-        q: TensorId,
-        k: TensorId,
-        v: TensorId,
-        beta: TensorId,
-        decay: TensorId,
+        x: &RuleInputs,
         s0: TensorId,
         hd: usize,
         nv: usize,
@@ -323,9 +334,9 @@ impl Fwd<'_> {
             let col = |g: &mut Graph, x: TensorId| g.view(x, &[hd, 1, nv], &[head, head], tok);
             let per_head =
                 |g: &mut Graph, x: TensorId| g.view(x, &[1, 1, nv], &[F32, F32], i * nv * F32);
-            let (q_i, k_i, v_i) = (col(g, q)?, col(g, k)?, col(g, v)?);
-            let k_row = g.view(k, &[1, hd, nv], &[F32, head], tok)?;
-            let (beta_i, decay_i) = (per_head(g, beta)?, per_head(g, decay)?);
+            let (q_i, k_i, v_i) = (col(g, x.q)?, col(g, x.k)?, col(g, x.v)?);
+            let k_row = g.view(x.k, &[1, hd, nv], &[F32, head], tok)?;
+            let (beta_i, decay_i) = (per_head(g, x.beta)?, per_head(g, x.decay)?);
             s = g.mul(s, decay_i)?;
             let recalled = g.mul_mat(s, k_i)?;
             let delta = g.sub(v_i, recalled)?;

@@ -40,7 +40,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
     };
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        mixer: Mixer::Attention(Attention::load(ld, cfg, l, spec)?),
+        mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
         attn_post_norm: Some(layer_norm(ld, cfg, l, "post_attention_norm")?),
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
         ffn: Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Geglu)?)),

@@ -31,7 +31,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
     };
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        mixer: Mixer::Attention(Attention::load(ld, cfg, l, spec)?),
+        mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
         attn_post_norm: None,
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn: Ffn::Moe(Box::new(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?)),

@@ -116,7 +116,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
             qk_norm: true,
             sinks: false,
         };
-        Mixer::Attention(Attention::load_gated(ld, cfg, l, spec)?)
+        Mixer::Attention(Box::new(Attention::load_gated(ld, cfg, l, spec)?))
     };
     let ffn = if cfg.moe.is_some() {
         Ffn::Moe(Box::new(Moe::load(
