@@ -212,6 +212,11 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
     assert!(s.kv().layer(3).is_ok());
 
     s.eval(&ids[..40], Outputs::Last).unwrap();
+    // Slot files hold K/V rows only: saving a recurrent model's slot is refused, no file written.
+    let path = std::env::temp_dir().join(format!("qwen35-slot-{}.bin", std::process::id()));
+    let e = llama::server::slot_file::save(&s, &ids[..40], &path).unwrap_err();
+    assert!(e.to_string().contains("recurrent"), "{e}");
+    assert!(!path.exists());
     let e = s.truncate(20).unwrap_err();
     assert!(matches!(e, ModelError::Input(_)), "{e}");
     assert!(e.to_string().contains("recurrent"), "{e}");
