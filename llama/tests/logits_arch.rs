@@ -4,11 +4,12 @@
 //! the prompt in one batch, the others a 40-token batch then one token per decode step. Quantized
 //! variants are compared with llama.cpp's logits (tightly) and with those of the dequantized model
 //! (loosely). The recurrent state of the hybrid (delta-net) models carries across calls, clears on
-//! reset and refuses partial truncation.
+//! reset and refuses partial truncation; their bad hyper-parameters are clear errors.
 
 #[path = "logits_util.rs"]
 mod util;
 
+use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
 use llama::{Model, ModelError, Outputs, Session, SessionOptions};
 use std::sync::Arc;
@@ -242,4 +243,38 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
     assert!(worst <= 1e-5, "after keep_prefix: {worst}");
     s.truncate(0).unwrap();
     assert_eq!(s.n_past(), 0);
+}
+
+#[test]
+fn hybrid_models_refuse_bad_metadata_clearly() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let error = |name: &str, key: &str, value: Value| -> String {
+        let file = GgufFile::open(dir.join(format!("{name}.gguf"))).unwrap();
+        let mut w = GgufWriter::from_file(&file).unwrap();
+        w.set(format!("{name}.{key}"), value);
+        let edited = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        match Model::from_gguf(&edited, &Mode::None.placement()) {
+            Ok(_) => panic!("{name} with {key} changed loads"),
+            Err(e) => e.to_string(),
+        }
+    };
+    // Sections [2, 2, 2, 2] give rotary pairs 6 and 7 to the fourth (image-only) position.
+    let e = error(
+        "qwen35",
+        "rope.dimension_sections",
+        vec![2i32, 2, 2, 2].into(),
+    );
+    assert!(e.contains("M-RoPE") && e.contains("pair 6"), "{e}");
+    let e = error("qwen35", "ssm.inner_size", 100u32.into());
+    assert!(e.contains("qwen35.ssm.inner_size"), "{e}");
+    let e = error("qwen35moe", "ssm.conv_kernel", 1u32.into());
+    assert!(e.contains("qwen35moe.ssm.conv_kernel"), "{e}");
+    let e = error("qwen3next", "ssm.time_step_rank", 3u32.into());
+    assert!(e.contains("qwen3next.ssm.time_step_rank"), "{e}");
+    let e = error("qwen3next", "full_attention_interval", 0u32.into());
+    assert!(e.contains("full_attention_interval"), "{e}");
 }
