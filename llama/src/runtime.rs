@@ -150,7 +150,8 @@ impl Session {
     }
 
     /// Runs `tokens` at positions `n_past..`, appends them to the cache and returns the logits of
-    /// the requested rows.
+    /// the requested rows. When the computation fails on a model with delta-net layers, their
+    /// recurrent state may be half updated: the session then holds no position.
     pub fn eval(&mut self, tokens: &[u32], which: Outputs) -> Result<Logits, ModelError> {
         let cfg = &self.model.config;
         let t = tokens.len();
@@ -210,7 +211,13 @@ impl Session {
             let rows: Vec<i32> = out_rows.iter().map(|&r| r as i32).collect();
             g.set_i32(o, &rows)?;
         }
-        self.sched.compute(&g)?;
+        if let Err(e) = self.sched.compute(&g) {
+            if !self.kv.recurrent().is_empty() {
+                // The recurrent state may be half updated: the sequence starts over.
+                self.n_past = 0;
+            }
+            return Err(e.into());
+        }
         let data = g.get_f32(logits)?;
         let positions = out_rows.iter().map(|r| self.n_past + r).collect();
         self.n_past = end;
