@@ -1,7 +1,9 @@
 //! The KV cache: per attention layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by
 //! default; F32 or Q8_0 selectable) living with the layer's weights (its device in a layer split,
 //! split by KV heads on a meta device), the recurrent state of the other (delta-net) layers
-//! ([`RecurrentState`]), and the host-built attention masks over the first `n_kv` slots.
+//! ([`RecurrentState`]), and the host-built attention masks over the first `n_kv` slots. A layer that
+//! attends to an earlier layer's cache ([`ModelConfig::kv_source`](crate::model::config::ModelConfig::kv_source))
+//! has none of its own: its entry is that layer's tensors.
 
 use crate::arch::blocks::Mixer;
 use crate::model::weights::{Alloc, Home, Weight};
@@ -34,49 +36,39 @@ impl KvCache {
             return Err(ModelError::Input("a context of 0 slots".into()));
         }
         let cfg = &model.config;
-        for d in [cfg.head_dim, cfg.head_dim_v] {
-            if d % dtype.block_size() != 0 {
-                return Err(ModelError::Unsupported(format!(
-                    "KV cache type {dtype} with head size {d} (not whole blocks)"
-                )));
-            }
-        }
         let alloc = Alloc {
             placement: &model.placement,
             layer_device: &model.layer_device,
         };
-        let layers = model
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(l, layer)| {
-                let Mixer::Attention(attn) = &layer.mixer else {
-                    return Ok(None);
-                };
-                let split = &attn.splits.cache;
-                let k = cache_tensor(
-                    &alloc,
-                    split,
-                    l,
-                    "k",
-                    cfg.head_dim,
-                    n_ctx,
-                    dtype,
-                    cfg.n_head_kv,
-                )?;
-                let v = cache_tensor(
-                    &alloc,
-                    split,
-                    l,
-                    "v",
-                    cfg.head_dim_v,
-                    n_ctx,
-                    dtype,
-                    cfg.n_head_kv,
-                )?;
-                Ok(Some((k, v)))
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let mut layers: Vec<Option<(Weight, Weight)>> = Vec::with_capacity(model.layers.len());
+        for (l, layer) in model.layers.iter().enumerate() {
+            let Mixer::Attention(attn) = &layer.mixer else {
+                layers.push(None);
+                continue;
+            };
+            let source = cfg.kv_source[l];
+            if source != l {
+                let shared = layers.get(source).cloned().flatten().ok_or_else(|| {
+                    ModelError::Unsupported(format!(
+                        "layer {l} reads the KV cache of layer {source}, which has none before it"
+                    ))
+                })?;
+                layers.push(Some(shared));
+                continue;
+            }
+            let shape = cfg.attn_shape(l);
+            for d in [shape.head_dim, shape.head_dim_v] {
+                if d % dtype.block_size() != 0 {
+                    return Err(ModelError::Unsupported(format!(
+                        "KV cache type {dtype} with head size {d} (not whole blocks)"
+                    )));
+                }
+            }
+            let (split, heads) = (&attn.splits.cache, shape.n_head_kv);
+            let k = cache_tensor(&alloc, split, l, "k", shape.head_dim, n_ctx, dtype, heads)?;
+            let v = cache_tensor(&alloc, split, l, "v", shape.head_dim_v, n_ctx, dtype, heads)?;
+            layers.push(Some((k, v)));
+        }
         Ok(KvCache {
             layers,
             recurrent: RecurrentState::new(model)?,
@@ -85,7 +77,8 @@ impl KvCache {
         })
     }
 
-    /// The K and V tensors of layer `l`; an error for a delta-net layer, which has none.
+    /// The K and V tensors of layer `l` (those of the layer it shares them with, if any); an error for
+    /// a delta-net layer, which has none.
     pub fn layer(&self, l: usize) -> Result<(&Weight, &Weight), ModelError> {
         match self.layers.get(l) {
             Some(Some((k, v))) => Ok((k, v)),

@@ -26,6 +26,8 @@ const MODELS: &[&str] = &[
     "qwen3moe-q4_0",
     "gemma3",
     "gpt-oss",
+    "gemma4-dense",
+    "gemma4-moe",
     "qwen35",
     "qwen35moe",
     "qwen3next",

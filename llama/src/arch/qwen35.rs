@@ -9,7 +9,9 @@
 //! text all three are the token's position, so it is NeoX RoPE as long as the sections give every
 //! pair one of them (the fourth component is 0 for text). Qwen3-Next uses NeoX RoPE.
 
-use super::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Gating, Layer, Mixer, Moe};
+use super::blocks::{
+    layer_norm, Attention, AttnSpec, AttnVariant, Dense, Ffn, Gating, Layer, Mixer, Moe,
+};
 use super::delta_net::DeltaNet;
 use crate::model::config::{Arch, DeltaNetConfig, KeyHeadMap, Meta, ModelConfig};
 use crate::model::weights::Loader;
@@ -116,7 +118,13 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
             qk_norm: true,
             sinks: false,
         };
-        Mixer::Attention(Box::new(Attention::load_gated(ld, cfg, l, spec)?))
+        let variant = AttnVariant {
+            q_gate: true,
+            ..AttnVariant::default()
+        };
+        Mixer::Attention(Box::new(Attention::load_variant(
+            ld, cfg, l, spec, variant,
+        )?))
     };
     let ffn = if cfg.moe.is_some() {
         Ffn::Moe(Box::new(Moe::load(
@@ -136,5 +144,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn,
         ffn_post_norm: None,
+        per_layer_input: None,
+        out_scale: None,
     })
 }
