@@ -1,10 +1,12 @@
-//! Sessions: a model, its KV cache and a scheduler. [`Session::eval`] runs a batch of tokens of one
-//! sequence (a whole prompt in one graph, or one token per decode step) at its next positions and
-//! returns the logits of the requested rows. [`BatchSession`] keeps several sequences in one cache
-//! (a region each) and [`BatchSession::eval`] runs tokens of several of them in one forward pass
-//! (prompt chunks of some next to decode tokens of others), so the weights are read once for all.
-//! Graphs are rebuilt per call; their structure repeats while the batch's make-up and each attended
-//! cache length stay in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
+//! Sessions: a model, its KV cache (and the recurrent state of delta-net layers) and a scheduler.
+//! [`BatchSession`] keeps several sequences in one cache (a region and a recurrent state each) and
+//! [`BatchSession::eval`] runs tokens of several of them in one forward pass (prompt chunks of some
+//! next to decode tokens of others), so the weights are read once for all; a model with delta-net
+//! layers runs one sequence per pass. [`Session`] is a batch session of one sequence:
+//! [`Session::eval`] runs a batch of its tokens (a whole prompt in one graph, or one token per
+//! decode step) at its next positions and returns the logits of the requested rows. Graphs are
+//! rebuilt per call; their structure repeats while the batch's make-up and each attended cache
+//! length stay in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
 //! their plans.
 
 use crate::arch::forward::{self, Inputs, SeqInputs};
@@ -62,69 +64,75 @@ impl Logits {
     }
 }
 
-/// A model with one sequence's KV cache.
+/// A model with one sequence's KV cache (and recurrent state): a [`BatchSession`] of one sequence.
 pub struct Session {
-    model: Arc<Model>,
-    kv: KvCache,
-    sched: Scheduler,
-    n_past: usize,
+    batch: BatchSession,
 }
+
+/// The sequence of a [`Session`] in its batch session.
+const ONE: usize = 0;
 
 impl Session {
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Session, ModelError> {
-        let kv = KvCache::new(&model, opts.n_ctx, 1, opts.kv_type)?;
-        let sched = Scheduler::new(model.placement().backends()?);
         Ok(Session {
-            model,
-            kv,
-            sched,
-            n_past: 0,
+            batch: BatchSession::new(model, opts, 1)?,
         })
     }
 
     pub fn model(&self) -> &Arc<Model> {
-        &self.model
+        self.batch.model()
     }
 
     /// Positions already in the cache.
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.batch.n_past[ONE]
     }
 
     /// The scheduler (its statistics show plan reuse).
     pub fn scheduler(&self) -> &Scheduler {
-        &self.sched
+        self.batch.scheduler()
     }
 
     /// The KV cache.
     pub fn kv(&self) -> &KvCache {
-        &self.kv
+        self.batch.kv()
     }
 
     /// Forgets every position.
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.batch.n_past[ONE] = 0;
     }
 
-    /// Keeps the first `n` positions (later ones are overwritten by the next batch).
-    pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+    /// Keeps the first `n` positions (later ones are overwritten by the next batch). A model with
+    /// delta-net layers keeps a recurrent state that summarises every position: it can only go back
+    /// to 0 or stay where it is, and any other `n` below [`Session::n_past`] is an error.
+    pub fn truncate(&mut self, n: usize) -> Result<(), ModelError> {
+        self.batch.truncate(ONE, n)
+    }
+
+    /// The most of the first `n` positions that [`Session::truncate`] can keep: all of them for
+    /// attention-only models, else the whole cache when `n >= n_past` and none otherwise.
+    pub fn reusable_prefix(&self, n: usize) -> usize {
+        self.batch.prefix(ONE, n)
+    }
+
+    /// Keeps the longest reusable prefix of the first `n` positions and returns its length.
+    pub fn keep_prefix(&mut self, n: usize) -> usize {
+        self.batch.keep(ONE, n)
     }
 
     /// Runs `tokens` at positions `n_past..`, appends them to the cache and returns the logits of
-    /// the requested rows.
+    /// the requested rows. When the computation fails on a model with delta-net layers, their
+    /// recurrent state may be half updated: the session then holds no position.
     pub fn eval(&mut self, tokens: &[u32], which: Outputs) -> Result<Logits, ModelError> {
-        let part = Part {
-            seq: 0,
-            n_past: self.n_past,
+        let part = SeqTokens {
+            seq: ONE,
             tokens,
             outputs: which,
         };
-        let logits = forward_pass(&self.model, &self.kv, &mut self.sched, &[part])?;
-        self.n_past += tokens.len();
-        logits
-            .into_iter()
-            .next()
+        self.batch
+            .eval(&[part])?
+            .pop()
             .ok_or_else(|| ModelError::Input("no logits".into()))
     }
 }
@@ -140,7 +148,7 @@ pub struct SeqTokens<'a> {
     pub outputs: Outputs,
 }
 
-/// A model with the KV cache of several sequences, evaluated together.
+/// A model with the KV cache (and recurrent state) of several sequences, evaluated together.
 pub struct BatchSession {
     model: Arc<Model>,
     kv: KvCache,
@@ -201,8 +209,9 @@ impl BatchSession {
         Ok(self.n_past[seq])
     }
 
-    /// Declares the first `n` positions of sequence `seq` valid, after their K and V were written
-    /// into its region of [`BatchSession::kv`] from outside (a restored state).
+    /// Declares the first `n` positions of sequence `seq` valid, after their K and V (and, for a
+    /// model with delta-net layers, the recurrent state after them) were written into its region of
+    /// [`BatchSession::kv`] from outside (a restored state).
     pub fn set_n_past(&mut self, seq: usize, n: usize) -> Result<(), ModelError> {
         self.check_seq(seq)?;
         check_len(&self.kv, n)?;
@@ -210,16 +219,59 @@ impl BatchSession {
         Ok(())
     }
 
-    /// Keeps the first `n` positions of sequence `seq` (0 forgets it).
+    /// Keeps the first `n` positions of sequence `seq` (0 forgets it). A model with delta-net layers
+    /// can only go back to 0 or keep the sequence whole: any other `n` below its `n_past` is an
+    /// error.
     pub fn truncate(&mut self, seq: usize, n: usize) -> Result<(), ModelError> {
         self.check_seq(seq)?;
-        self.n_past[seq] = self.n_past[seq].min(n);
+        let want = self.n_past[seq].min(n);
+        if self.prefix(seq, n) != want {
+            return Err(ModelError::Input(format!(
+                "cannot truncate {} positions to {n}: the recurrent state of the delta-net layers \
+                 can only be cleared (truncate to 0) or kept whole",
+                self.n_past[seq]
+            )));
+        }
+        self.n_past[seq] = want;
         Ok(())
+    }
+
+    /// The most of the first `n` positions of sequence `seq` that [`BatchSession::truncate`] can
+    /// keep: all of them for attention-only models, else the whole sequence when `n >= n_past` and
+    /// none otherwise.
+    pub fn reusable_prefix(&self, seq: usize, n: usize) -> Result<usize, ModelError> {
+        self.check_seq(seq)?;
+        Ok(self.prefix(seq, n))
+    }
+
+    /// Keeps the longest reusable prefix of the first `n` positions of sequence `seq` and returns
+    /// its length.
+    pub fn keep_prefix(&mut self, seq: usize, n: usize) -> Result<usize, ModelError> {
+        self.check_seq(seq)?;
+        Ok(self.keep(seq, n))
+    }
+
+    /// [`BatchSession::reusable_prefix`] of a valid `seq`.
+    fn prefix(&self, seq: usize, n: usize) -> usize {
+        let n_past = self.n_past[seq];
+        if n >= n_past || self.kv.recurrent().is_empty() {
+            n_past.min(n)
+        } else {
+            0
+        }
+    }
+
+    /// [`BatchSession::keep_prefix`] of a valid `seq`.
+    fn keep(&mut self, seq: usize, n: usize) -> usize {
+        self.n_past[seq] = self.prefix(seq, n);
+        self.n_past[seq]
     }
 
     /// Runs every part of `batch` (distinct sequences) in one forward pass, each at its sequence's
     /// next positions, appends them to their caches and returns each part's logits in batch order.
-    /// Several sequences need a model that [`BatchSession::batches_sequences`].
+    /// Several sequences need a model that [`BatchSession::batches_sequences`]. A sequence at
+    /// position 0 starts from a cleared recurrent state; when the pass fails on a model with
+    /// delta-net layers, the states of its sequences may be half updated and they hold no position.
     pub fn eval(&mut self, batch: &[SeqTokens]) -> Result<Vec<Logits>, ModelError> {
         if batch.len() > 1 && !self.batches_sequences() {
             return Err(ModelError::Unsupported(format!(
@@ -244,11 +296,27 @@ impl BatchSession {
                 outputs: b.outputs,
             });
         }
-        let logits = forward_pass(&self.model, &self.kv, &mut self.sched, &parts)?;
-        for b in batch {
-            self.n_past[b.seq] += b.tokens.len();
+        check_parts(&self.model, &self.kv, &parts)?;
+        for p in parts.iter().filter(|p| p.n_past == 0) {
+            self.kv.recurrent().clear(p.seq)?;
         }
-        Ok(logits)
+        match forward_pass(&self.model, &self.kv, &mut self.sched, &parts) {
+            Ok(logits) => {
+                for b in batch {
+                    self.n_past[b.seq] += b.tokens.len();
+                }
+                Ok(logits)
+            }
+            Err(e) => {
+                if !self.kv.recurrent().is_empty() {
+                    // The recurrent states may be half updated: those sequences start over.
+                    for b in batch {
+                        self.n_past[b.seq] = 0;
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 }
 
@@ -309,15 +377,15 @@ fn check_parts(model: &Model, kv: &KvCache, parts: &[Part]) -> Result<(), ModelE
     Ok(())
 }
 
-/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`), each sequence's
-/// tokens a contiguous run of the batch; returns each part's logits.
+/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`, checked by
+/// [`check_parts`]), each sequence's tokens a contiguous run of the batch; returns each part's
+/// logits.
 fn forward_pass(
     model: &Model,
     kv: &KvCache,
     sched: &mut Scheduler,
     parts: &[Part],
 ) -> Result<Vec<Logits>, ModelError> {
-    check_parts(model, kv, parts)?;
     let cfg = &model.config;
     let t: usize = parts.iter().map(|p| p.tokens.len()).sum();
     let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
@@ -330,6 +398,7 @@ fn forward_pass(
         let n = p.tokens.len();
         let n_kv = kv.n_kv_for(p.positions().end);
         seqs.push(SeqInputs {
+            seq: p.seq,
             first,
             n_tokens: n,
             kv_start: kv.row(p.seq, 0),

@@ -11,6 +11,9 @@
 //! 8 or more columns with a blocked GEMM, fewer with row kernels: rounding differs). A second round
 //! puts every stream in another sequence's cache region, whose stale rows must stay invisible:
 //! bit-identical to the first round.
+//!
+//! A hybrid model (qwen35, delta-net layers) refuses several sequences in one pass but keeps one
+//! recurrent state per sequence: sequences interleaved pass by pass match llama.cpp's logits.
 
 #[path = "logits_util.rs"]
 mod util;
@@ -228,4 +231,65 @@ fn bad_batches_are_refused() {
     assert!(bs.set_n_past(0, N_CTX + 1).is_err());
     assert!(bs.truncate(7, 0).is_err());
     assert!(BatchSession::new(model, opts(), 0).is_err());
+}
+
+#[test]
+fn recurrent_model_keeps_one_state_per_sequence() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let m = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "qwen35")
+        .unwrap();
+    let ids: Vec<u32> = m["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    let reference = util::read_f32(&dir.join("qwen35.logits.f32"));
+    let rows = |a: usize, b: usize| &reference[a * n_vocab..b * n_vocab];
+    let model = Arc::new(Model::load(dir.join("qwen35.gguf"), &Mode::None.placement()).unwrap());
+    let mut bs = BatchSession::new(model, opts(), 2).unwrap();
+    assert!(!bs.batches_sequences());
+    let all = |seq, tokens| SeqTokens {
+        seq,
+        tokens,
+        outputs: Outputs::All,
+    };
+    let e = bs
+        .eval(&[all(0, &ids[..4]), all(1, &ids[..4])])
+        .unwrap_err();
+    assert!(e.to_string().contains("one at a time"), "{e}");
+    assert_eq!((bs.n_past(0).unwrap(), bs.n_past(1).unwrap()), (0, 0));
+
+    // Both sequences read the same input in different chunks, one sequence per pass, interleaved:
+    // each continues from its own state.
+    let (mut got0, mut got1) = (Vec::new(), Vec::new());
+    for (a, b) in [(0, 24), (24, 40), (40, 64)] {
+        got0.extend(bs.eval(&[all(0, &ids[a..b])]).unwrap().remove(0).data);
+        for i in a..b {
+            got1.extend(bs.eval(&[all(1, &ids[i..i + 1])]).unwrap().remove(0).data);
+        }
+    }
+    for (name, got) in [("chunks", &got0), ("one by one", &got1)] {
+        let err = nmse(got, rows(0, 64));
+        assert!(err <= 1e-5, "{name}: NMSE {err}");
+    }
+    // A partial truncation is refused; forgetting one sequence leaves the other's state alone.
+    assert!(bs.truncate(0, 10).is_err());
+    assert_eq!(bs.reusable_prefix(0, 10).unwrap(), 0);
+    bs.truncate(0, 0).unwrap();
+    bs.truncate(1, 40).unwrap_err();
+    let again = bs.eval(&[all(0, &ids[..10])]).unwrap().remove(0).data;
+    assert!(nmse(&again, rows(0, 10)) <= 1e-5);
+    assert_eq!(bs.n_past(1).unwrap(), 64);
 }

@@ -1,14 +1,15 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
 //! cache written with `set_rows` at the batch's cache rows, then per sequence flash attention of its
 //! tokens over the first `n_kv` slots of its cache region with a host-built causal / sliding-window
-//! mask) → residual → norm → dense FFN or mixture of experts → residual, then the output norm and
-//! head for the requested rows. A batch holds the tokens of one or several sequences; everything but
-//! the attention runs on all of them at once. The Gemma 4 parts (per-layer inputs, dense FFN next to
-//! experts) are in [`gemma4`].
+//! mask, optionally gated per head; or a gated delta net ([`super::delta_net`]) over the recurrent
+//! state of the batch's one sequence) → residual → norm → dense FFN or mixture of experts (with an
+//! optional shared expert) → residual, then the output norm and head for the requested rows. A batch
+//! holds the tokens of one or several sequences; everything but the attention runs on all of them at
+//! once. The Gemma 4 parts (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
 
 mod gemma4;
 
-use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Moe};
+use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Mixer, Moe};
 use crate::kv::KvCache;
 use crate::model::weights::Weight;
 use crate::model::{Model, ModelError};
@@ -30,6 +31,8 @@ pub struct Inputs {
 
 /// One sequence's tokens in a batch and the part of its cache region they attend.
 pub struct SeqInputs {
+    /// The sequence (its cache region and recurrent state).
+    pub seq: usize,
     /// Index of its first token in the batch.
     pub first: usize,
     pub n_tokens: usize,
@@ -44,11 +47,11 @@ pub struct SeqInputs {
 }
 
 /// Graph-building state of one forward pass.
-struct Fwd<'a> {
-    g: &'a mut Graph,
-    model: &'a Model,
+pub(super) struct Fwd<'a> {
+    pub(super) g: &'a mut Graph,
+    pub(super) model: &'a Model,
     inp: &'a Inputs,
-    n_tokens: usize,
+    pub(super) n_tokens: usize,
     /// Per layer with attention built so far: the written K and V caches it attends to (shared-KV
     /// layers reuse their source layer's, which orders them after its cache writes).
     kv_views: Vec<Option<(TensorId, TensorId)>>,
@@ -57,18 +60,18 @@ struct Fwd<'a> {
 }
 
 impl Fwd<'_> {
-    fn bind(&mut self, w: &Weight) -> TensorId {
+    pub(super) fn bind(&mut self, w: &Weight) -> TensorId {
         w.bind(self.g)
     }
 
-    fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
+    pub(super) fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
         let h = self.g.rms_norm(x, self.model.config.rms_eps)?;
         let w = self.bind(w);
         Ok(self.g.mul(h, w)?)
     }
 
     /// `w · x (+ b)`.
-    fn linear(
+    pub(super) fn linear(
         &mut self,
         w: &Weight,
         x: TensorId,
@@ -125,6 +128,17 @@ impl Fwd<'_> {
         )?)
     }
 
+    /// The sequence of a batch that holds one (layers with a recurrent state run one per pass).
+    fn only_seq(&self) -> Result<usize, ModelError> {
+        match self.inp.seqs.as_slice() {
+            [s] => Ok(s.seq),
+            seqs => Err(ModelError::Unsupported(format!(
+                "{} sequences in one pass over delta-net layers (one at a time)",
+                seqs.len()
+            ))),
+        }
+    }
+
     /// The tokens of sequence `s` in `x` `[d, n_tokens, n_heads]`.
     fn tokens_of(&mut self, x: TensorId, s: &SeqInputs) -> Result<TensorId, ModelError> {
         if s.first == 0 && s.n_tokens == self.n_tokens {
@@ -164,7 +178,7 @@ impl Fwd<'_> {
                 if a.v_norm {
                     v = self.g.rms_norm(v, cfg.rms_eps)?;
                 }
-                let (kc, vc) = kv.layer(l);
+                let (kc, vc) = kv.layer(l)?;
                 (self.write_cache(kc, k)?, self.write_cache(vc, v)?)
             }
             None => self.kv_views[cfg.kv_source[l]].ok_or_else(|| {
@@ -204,7 +218,12 @@ impl Fwd<'_> {
             });
         }
         let o = out.ok_or_else(|| ModelError::Input("a batch without sequences".into()))?;
-        let o = self.g.reshape(o, &[shape.head_dim_v * nh, t])?;
+        let mut o = self.g.reshape(o, &[shape.head_dim_v * nh, t])?;
+        if let Some(w) = &a.gate {
+            let gate = self.linear(w, x, None)?;
+            let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+            o = self.g.mul(o, gate)?;
+        }
         self.linear(&a.wo, o, a.bo.as_ref())
     }
 
@@ -240,7 +259,7 @@ impl Fwd<'_> {
     }
 
     /// The experts chosen by the router `scores` `[n_expert, n_tokens]` applied to `x`, weighted and
-    /// summed.
+    /// summed, plus the shared expert's output if there is one.
     fn experts_mix(
         &mut self,
         m: &Moe,
@@ -301,6 +320,15 @@ impl Fwd<'_> {
             let v = self.g.view(out, &[d, t], &[nb.nb[2]], e * nb.nb[1])?;
             sum = self.g.add(sum, v)?;
         }
+        if let Some(shared) = &m.shared {
+            let mut s = self.dense(&shared.ffn, x)?;
+            if let Some(w) = &shared.gate {
+                let gate = self.linear(w, x, None)?;
+                let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+                s = self.g.mul(s, gate)?;
+            }
+            sum = self.g.add(sum, s)?;
+        }
         Ok(sum)
     }
 
@@ -312,7 +340,13 @@ impl Fwd<'_> {
         kv: &KvCache,
     ) -> Result<TensorId, ModelError> {
         let h = self.norm(x, &layer.attn_norm)?;
-        let mut a = self.attention(&layer.attn, l, h, kv)?;
+        let mut a = match &layer.mixer {
+            Mixer::Attention(attn) => self.attention(attn, l, h, kv)?,
+            Mixer::DeltaNet(dn) => {
+                let seq = self.only_seq()?;
+                self.delta_net(dn, l, h, kv.recurrent(), seq)?
+            }
+        };
         if let Some(n) = &layer.attn_post_norm {
             a = self.norm(a, n)?;
         }

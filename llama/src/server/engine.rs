@@ -442,12 +442,17 @@ impl Worker {
         } else {
             0
         };
-        let keep = shared.min(job.req.prompt.len() - 1);
-        if let Err(e) = self.session.truncate(id, keep) {
-            Metrics::inc(&self.metrics.requests_failed);
-            let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-            return job.send(Event::Failed(e));
-        }
+        let keep = match self
+            .session
+            .keep_prefix(id, shared.min(job.req.prompt.len() - 1))
+        {
+            Ok(keep) => keep,
+            Err(e) => {
+                Metrics::inc(&self.metrics.requests_failed);
+                let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+                return job.send(Event::Failed(e));
+            }
+        };
         slot.tokens.truncate(keep);
         let usage = Usage {
             prompt_tokens: job.req.prompt.len(),

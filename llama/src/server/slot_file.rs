@@ -47,7 +47,7 @@ struct Header {
 impl Header {
     fn of(kv: &KvCache, n_layer: usize) -> Result<Header, SlotFileError> {
         let (k, v) = if n_layer > 0 {
-            kv.layer(0)
+            kv.layer(0)?
         } else {
             return Err(SlotFileError::Mismatch("a model without layers".into()));
         };
@@ -100,7 +100,7 @@ pub fn save(
     }
     let mut buf = Vec::new();
     for l in 0..n_layer {
-        let (k, v) = kv.layer(l);
+        let (k, v) = kv.layer(l)?;
         for t in [k, v] {
             for head in 0..t.ne()[2] {
                 let (offset, len) = kv.span(t, seq, head, tokens.len());
@@ -201,7 +201,7 @@ fn write_rows(
 ) -> Result<(), SlotFileError> {
     let mut buf = Vec::new();
     for l in 0..n_layer {
-        let (k, v) = kv.layer(l);
+        let (k, v) = kv.layer(l)?;
         for t in [k, v] {
             for head in 0..t.ne()[2] {
                 let (offset, len) = kv.span(t, seq, head, n);
