@@ -65,8 +65,10 @@ inventory::submit! {
 
 ggml_core::export_plugin!(ggml_tp_plugin_cpu, make_reg);
 
-/// AllReduce (sum) over host buffers of the participating CPU streams. Sums are taken in f32 in
-/// participant order, so every participant ends with identical bytes.
+/// AllReduce (sum) over host buffers of the participating CPU streams, in place, with no staging
+/// copies. Sums are taken in f32 in participant order, so every participant ends with identical
+/// bytes. Stream-ordered: a CPU stream's work is complete when `compute` returns, so once every
+/// participant's `compute` has returned the sum can start, and it is complete when it returns.
 pub struct CpuCommunicator {
     size: usize,
 }
@@ -80,6 +82,9 @@ impl CpuCommunicator {
 impl Communicator for CpuCommunicator {
     fn size(&self) -> usize {
         self.size
+    }
+    fn is_stream_ordered(&self) -> bool {
+        true
     }
     fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
         let err = |msg: String| Error::Backend {
