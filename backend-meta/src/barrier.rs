@@ -1,10 +1,11 @@
 //! [`RankBarrier`]: the meeting point of the threads that drive a meta device's devices (one per
 //! device) between stages. A join costs a few of these, so a waiter spins first (on an idle host the
 //! stages of a decode step end within microseconds of each other) and parks only when that fails.
-//! The spin time adapts: waits that end while spinning lengthen it, waits that end parked halve it,
-//! so that on a host busy with other work (where the thread being waited for is often not running,
-//! and a spinner keeps it from a core) the drivers park almost at once. The barrier can be broken: a
-//! driver that fails or panics releases every waiter, now and later, with an error.
+//! The spin time adapts to how long waits take: it doubles after a wait that ended within the longest
+//! spin time (spinning longer would have avoided parking) and halves after a longer one, so that on a
+//! host busy with other work (where the thread being waited for is often not running, and a spinner
+//! can keep it from a core) the drivers park almost at once. The barrier can be broken: a driver that
+//! fails or panics releases every waiter, now and later, with an error.
 
 use ggml_core::{Error, Result};
 use parking_lot::{Condvar, Mutex};
@@ -33,10 +34,10 @@ pub(crate) struct RankBarrier {
     wake: Condvar,
 }
 
-/// The spin time after a wait that spun `spin_ns` and was `released` while spinning, or parked.
-fn adapt(spin_ns: u64, released: bool) -> u64 {
-    if released {
-        (spin_ns + SPIN_MAX_NS / 16).min(SPIN_MAX_NS)
+/// The spin time after a wait of `waited_ns` with a spin time of `spin_ns`.
+fn adapt(spin_ns: u64, waited_ns: u64) -> u64 {
+    if waited_ns <= SPIN_MAX_NS {
+        (spin_ns * 2).min(SPIN_MAX_NS)
     } else {
         (spin_ns / 2).max(SPIN_MIN_NS)
     }
@@ -84,12 +85,13 @@ impl RankBarrier {
             self.generation.load(Ordering::Acquire) != generation
                 || self.broken.load(Ordering::Acquire)
         };
-        let spun = self.spin(&released);
+        let start = Instant::now();
         let spin = self.spin_ns.load(Ordering::Relaxed);
-        self.spin_ns.store(adapt(spin, spun), Ordering::Relaxed);
-        if !spun {
+        if !self.spin(spin, start, &released) {
             self.park(generation);
         }
+        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         if self.generation.load(Ordering::Acquire) != generation {
             Ok(())
         } else {
@@ -97,10 +99,9 @@ impl RankBarrier {
         }
     }
 
-    /// Spins until `released` or the spin time is over; true when released.
-    fn spin(&self, released: &dyn Fn() -> bool) -> bool {
-        let budget = self.spin_ns.load(Ordering::Relaxed) as u128;
-        let start = Instant::now();
+    /// Spins until `released` or `spin_ns` after `start`; true when released.
+    fn spin(&self, spin_ns: u64, start: Instant, released: &dyn Fn() -> bool) -> bool {
+        let budget = spin_ns as u128;
         loop {
             for _ in 0..SPINS_PER_CHECK {
                 if released() {
@@ -176,19 +177,24 @@ mod tests {
     }
 
     #[test]
-    fn spin_time_halves_on_parked_waits_and_grows_back_on_spun_ones() {
+    fn spin_time_halves_after_long_waits_and_doubles_after_short_ones() {
+        let long = SPIN_MAX_NS * 10;
         let mut spin = SPIN_MAX_NS;
-        let mut parked = 0;
+        let mut waits = 0;
         while spin > SPIN_MIN_NS {
-            spin = adapt(spin, false);
-            parked += 1;
+            spin = adapt(spin, long);
+            waits += 1;
         }
-        assert_eq!(spin, SPIN_MIN_NS);
-        assert!(parked <= 6, "a busy host stops spinning after a few waits");
-        assert_eq!(adapt(SPIN_MIN_NS, false), SPIN_MIN_NS);
-        let back = (0..16).fold(spin, |s, _| adapt(s, true));
+        assert!(
+            waits <= 6,
+            "a busy host stops spinning after a few long waits"
+        );
+        assert_eq!(adapt(SPIN_MIN_NS, long), SPIN_MIN_NS);
+        // A wait that parked but would have ended while spinning longer grows the spin time.
+        assert_eq!(adapt(SPIN_MIN_NS, SPIN_MAX_NS / 2), SPIN_MIN_NS * 2);
+        let back = (0..8).fold(spin, |s, _| adapt(s, SPIN_MIN_NS / 2));
         assert_eq!(back, SPIN_MAX_NS);
-        assert_eq!(adapt(SPIN_MAX_NS, true), SPIN_MAX_NS);
+        assert_eq!(adapt(SPIN_MAX_NS, 0), SPIN_MAX_NS);
     }
 
     #[test]
