@@ -2,7 +2,8 @@
 //! through flash attention and through mul_mat + softmax, SwiGLU FFN, and a MoE variant) computes the
 //! same output on meta(cpu x N) as on one CPU device, for several device counts and ratios; the MoE
 //! reduction is delayed past the expert sum; a repeated graph hits the program cache; the generic
-//! AllReduce works for any device count.
+//! AllReduce works for any device count; a large mirrored weight (a tied output head) is multiplied
+//! by rows shared out over the devices.
 
 mod common;
 
@@ -178,4 +179,72 @@ fn sixty_four_devices_hold_their_slices() {
     let rows: Vec<usize> = (0..64).map(|d| buf.local_layout(d).ne[1]).collect();
     assert_eq!(rows.iter().sum::<usize>(), 100);
     assert!(rows.iter().all(|&r| r == 1 || r == 2), "{rows:?}");
+}
+
+#[test]
+fn a_large_mirrored_weight_is_multiplied_by_rows_shared_out() {
+    use ggml_core::backend::Backend;
+    use ggml_core::sched::Scheduler;
+    use ggml_core::{DType, DataRef, Graph, Layout};
+    use rand::{Rng, SeedableRng};
+    // A tied output head: 2 MiB of F32 weights, mirrored, times a mirrored hidden state.
+    let (d, rows, t) = (64usize, 8192usize, 3usize);
+    let seed = rand::random::<u64>();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let head: Vec<f32> = (0..d * rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let x: Vec<f32> = (0..d * t).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let layout = Layout::contiguous(DType::F32, [d, rows, 1, 1]);
+    // Logits alone (a graph output), and their softmax (which needs every row on every device).
+    let run = |backend: Arc<dyn Backend>, head_buffer: Arc<dyn ggml_core::Buffer>, soft: bool| {
+        head_buffer.set(0, bytemuck::cast_slice(&head)).unwrap();
+        let mut g = Graph::new();
+        let w = g.new_bound(layout, DataRef::new(head_buffer, 0), "head", true);
+        let xi = g.new_input(DType::F32, &[d, t]).unwrap();
+        let h = g.rms_norm(xi, 1e-5).unwrap();
+        let mut out = g.mul_mat(w, h).unwrap();
+        if soft {
+            out = g.soft_max(out, None, None, 1.0, 0.0).unwrap();
+        }
+        g.output(out);
+        let mut sched = Scheduler::new(vec![backend]);
+        sched.alloc(&mut g).unwrap();
+        g.set_f32(xi, &x).unwrap();
+        sched.compute(&g).unwrap();
+        g.get_f32(out).unwrap()
+    };
+    for soft in [false, true] {
+        let cpu = common::cpu_device(1);
+        let want = run(
+            cpu.new_backend().unwrap(),
+            cpu.buffer_type().alloc(layout.nbytes()).unwrap(),
+            soft,
+        );
+        let meta = common::meta_device(2, None, None);
+        let backend = meta.new_meta_backend().unwrap();
+        let weight = meta
+            .alloc_tensor(layout, &backend_meta::WeightSplit::Mirrored, 0, "head")
+            .unwrap();
+        let got = run(backend.clone(), weight, soft);
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-10, "seed {seed} softmax {soft}: nmse {e}");
+        // Each device plans memory for its half of the logits, not for all of them (the softmax
+        // gathers them whole first).
+        let full = rows * t * 4;
+        for m in backend
+            .device_compute_memory()
+            .into_iter()
+            .filter(|_| !soft)
+        {
+            assert!(
+                m < full,
+                "a device plans {m} bytes, the whole product is {full}"
+            );
+        }
+        assert_eq!(
+            backend.stats().gathers,
+            u64::from(soft),
+            "{:?}",
+            backend.stats()
+        );
+    }
 }
