@@ -131,6 +131,7 @@ impl MetaBackend {
                 }
             }
         }
+        let _exclusive = lock_devices(self.device.devices());
         let mut barrier = self.barrier.lock();
         barrier.reset();
         let crew = Crew::new(&barrier);
@@ -245,6 +246,23 @@ impl MetaBackend {
         s.reductions += 1;
         s.reduced_bytes += bytes as u64;
     }
+}
+
+/// Locks that keep two runs sharing a device from running at once, whatever meta device or stream
+/// they belong to: a driver may hold its device's only worker thread for a whole run while it waits
+/// for the other drivers at the barrier, so two runs that each held a device the other needs would
+/// wait for ever. Devices map (by address) to a fixed set of locks, always taken in index order.
+static DEVICE_LOCKS: [Mutex<()>; 64] = [const { Mutex::new(()) }; 64];
+
+/// Takes the locks of `devices` for one run.
+fn lock_devices(devices: &[Arc<dyn Device>]) -> Vec<parking_lot::MutexGuard<'static, ()>> {
+    let mut locks: Vec<usize> = devices
+        .iter()
+        .map(|d| (Arc::as_ptr(d) as *const () as usize >> 6) % DEVICE_LOCKS.len())
+        .collect();
+    locks.sort_unstable();
+    locks.dedup();
+    locks.into_iter().map(|i| DEVICE_LOCKS[i].lock()).collect()
 }
 
 /// What the drivers of one program run share: their barrier and the first failure.

@@ -3,7 +3,7 @@
 //! same output on meta(cpu x N) as on one CPU device, for several device counts and ratios; the MoE
 //! reduction is delayed past the expert sum; a repeated graph hits the program cache; the generic
 //! AllReduce works for any device count; a large mirrored weight (a tied output head) is multiplied
-//! by rows shared out over the devices.
+//! by rows shared out over the devices; runs over shared devices from several threads finish.
 
 mod common;
 
@@ -74,7 +74,7 @@ fn repeated_graph_hits_the_program_cache() {
 }
 
 #[test]
-fn mixed_families_and_bad_ratios_are_refused() {
+fn mixed_families_duplicates_and_bad_ratios_are_refused() {
     assert!(MetaDevice::new(vec![], None).is_err());
     let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2)
         .unwrap()
@@ -82,6 +82,11 @@ fn mixed_families_and_bad_ratios_are_refused() {
         .map(|d| d as Arc<dyn Device>)
         .collect();
     assert!(MetaDevice::new(devs.clone(), Some(vec![1.0])).is_err());
+    let twice = vec![devs[0].clone(), devs[0].clone()];
+    assert!(matches!(
+        MetaDevice::new(twice, None),
+        Err(backend_meta::MetaError::Duplicate(name)) if name == "cpu:0"
+    ));
     assert!(MetaDevice::new(devs, Some(vec![0.0, 0.0])).is_err());
 }
 
@@ -247,4 +252,43 @@ fn a_large_mirrored_weight_is_multiplied_by_rows_shared_out() {
             backend.stats()
         );
     }
+}
+
+#[test]
+fn concurrent_runs_over_shared_devices_finish() {
+    use common::{Harness, Place};
+    // Two meta devices over the same two CPU devices (one worker thread each), in both orders,
+    // computing at once from two threads: each run's drivers need both devices' workers.
+    let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2)
+        .unwrap()
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
+    let seed = rand::random::<u64>();
+    let t = 2;
+    let want = single(seed, false, t);
+    let orders = [
+        vec![devs[0].clone(), devs[1].clone()],
+        vec![devs[1].clone(), devs[0].clone()],
+    ];
+    std::thread::scope(|s| {
+        for order in orders {
+            let want = &want;
+            s.spawn(move || {
+                let meta = MetaDevice::new(order, None).unwrap();
+                let mut h = Harness::new(
+                    meta.new_backend().unwrap(),
+                    Place::Meta(meta),
+                    Dims::TEST,
+                    seed,
+                    false,
+                    t,
+                );
+                for _ in 0..50 {
+                    let e = nmse(&h.step(), want);
+                    assert!(e <= 1e-6, "seed {seed}: nmse {e}");
+                }
+            });
+        }
+    });
 }
