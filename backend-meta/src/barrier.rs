@@ -1,11 +1,12 @@
 //! [`RankBarrier`]: the meeting point of the threads that drive a meta device's devices (one per
 //! device) between stages. A join costs a few of these, so a waiter spins first (on an idle host the
 //! stages of a decode step end within microseconds of each other) and parks only when that fails.
-//! The spin time adapts to how long waits take: it doubles after a wait that ended within the longest
-//! spin time (spinning longer would have avoided parking) and halves after a longer one, so that on a
-//! host busy with other work (where the thread being waited for is often not running, and a spinner
-//! can keep it from a core) the drivers park almost at once. The barrier can be broken: a driver that
-//! fails or panics releases every waiter, now and later, with an error.
+//! After a few microseconds the spinner also yields its core at each look at the clock, so that on a
+//! host busy with other work the thread it waits for (often ready but not running) can have it. The
+//! spin time adapts to how long waits take: it doubles after a wait that ended within the longest spin
+//! time (spinning longer would have avoided parking) and halves after a longer one, so that where
+//! waits are long the drivers park almost at once. The barrier can be broken: a driver that fails or
+//! panics releases every waiter, now and later, with an error.
 
 use ggml_core::{Error, Result};
 use parking_lot::{Condvar, Mutex};
@@ -16,6 +17,8 @@ use std::time::Instant;
 const SPIN_MAX_NS: u64 = 50_000;
 /// Shortest spin before parking, in nanoseconds.
 const SPIN_MIN_NS: u64 = 1_000;
+/// After this long spinning, the spinner also yields its core between looks at the clock.
+const YIELD_AFTER_NS: u128 = 5_000;
 /// Spins between two looks at the clock.
 const SPINS_PER_CHECK: u32 = 32;
 
@@ -109,8 +112,12 @@ impl RankBarrier {
                 }
                 std::hint::spin_loop();
             }
-            if start.elapsed().as_nanos() >= budget {
+            let elapsed = start.elapsed().as_nanos();
+            if elapsed >= budget {
                 return false;
+            }
+            if elapsed >= YIELD_AFTER_NS {
+                std::thread::yield_now();
             }
         }
     }
