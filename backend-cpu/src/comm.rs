@@ -47,7 +47,7 @@ impl Communicator for CpuCommunicator {
                 self.size
             )));
         }
-        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        if !dtype.is_float() {
             return Err(Error::UnsupportedType {
                 dtype,
                 what: "cpu all_reduce".into(),

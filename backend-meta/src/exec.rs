@@ -189,16 +189,17 @@ impl MetaBackend {
             }
             // Every device's compute call has returned.
             barrier.wait()?;
-            let mut unseen = false;
+            // Device 0 performed joins that the others have not waited for yet.
+            let mut joined_by_leader = false;
             for b in &stage.after {
                 match b {
                     Boundary::Reduce {
                         doubling: Some(dbl),
                         ..
                     } => {
-                        if unseen {
+                        if joined_by_leader {
                             barrier.wait()?;
-                            unseen = false;
+                            joined_by_leader = false;
                         }
                         dbl.run_rank(d, &self.backends, barrier)?;
                         if d == 0 {
@@ -209,11 +210,11 @@ impl MetaBackend {
                         if d == 0 {
                             self.join(prog, other)?;
                         }
-                        unseen = true;
+                        joined_by_leader = true;
                     }
                 }
             }
-            if unseen {
+            if joined_by_leader {
                 barrier.wait()?;
             }
         }
