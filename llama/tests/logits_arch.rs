@@ -139,7 +139,13 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
                 // dequantized model exactly instead, and llama.cpp's logits only up to its 8-bit
                 // activations.
                 let full_precision = w <= 1e-6 && worst <= 5e-3 && top1 >= 0.95;
-                ok = (ok || full_precision) && w <= 5e-3 && t >= 0.9;
+                // A backend that rounds activations to 8 bits its own way (CUDA's GEMV with dp4a:
+                // per-32 scales and sums of the rounded values, where llama.cpp's CPU uses Q8_0)
+                // stays as close to the dequantized model as llama.cpp does (llama.cpp's own logits
+                // of qwen3moe-q8_0/-q4_0 are 1.2e-3 / 1.3e-3 worst NMSE and top-1 0.97 / 0.98 away
+                // from it), while the two roundings differ from each other by about twice that.
+                let own_rounding = w <= 1e-3 && t >= 0.98 && worst <= 2e-3 && top1 >= 0.95;
+                ok = (ok || full_precision || own_rounding) && w <= 5e-3 && t >= 0.9;
             }
             println!("{line}");
             if !ok {
