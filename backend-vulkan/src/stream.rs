@@ -185,13 +185,21 @@ impl Backend for VulkanBackend {
         }
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        let ctx = self.ctx();
+        let target = ops::Target {
+            subgroup: ctx
+                .pipelines
+                .fast()
+                .then_some(ctx.info.subgroup_size as usize),
+            cpu: ctx.info.cpu,
+        };
         let mut dispatches = Vec::new();
         for &n in nodes {
             let t = graph.tensor(n);
             if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
                 continue;
             }
-            dispatches.push(ops::encode(graph, n).map_err(|e| match e {
+            dispatches.push(ops::encode(graph, n, &target).map_err(|e| match e {
                 Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
                     op: format!("{op} at node {}", t.name),
                     backend,
@@ -202,7 +210,6 @@ impl Backend for VulkanBackend {
         if dispatches.is_empty() {
             return Ok(());
         }
-        let ctx = self.ctx();
         let dev = &ctx.device;
         let bound: Vec<_> = dispatches
             .iter()
