@@ -1,95 +1,242 @@
-//! [`NcclCommunicator`]: AllReduce (sum) over one stream per device with NCCL. The NCCL
-//! communicators are created for the device set with `ncclCommInitAll` and destroyed with the
-//! communicator. One call drives every device from the calling thread inside a group; the
-//! participants' streams are synchronized first, and the reduction runs on the communicator's own
-//! streams, which are synchronized before the call returns.
+//! [`NcclCommunicator`]: AllReduce (sum) queued on the participants' own CUDA streams, so it is
+//! ordered after the work already queued there and before the work queued later, with no host
+//! synchronization ([`Communicator::is_stream_ordered`]). Small messages between devices that map
+//! each other's memory take the one-shot peer-to-peer kernel (`p2p`), the others NCCL (group call
+//! over every local rank). F32 messages from [`ReducePolicy::bf16_min_bytes`] travel as BF16
+//! (converted on each stream; every rank gets the same sum). Communicators are created for a device
+//! set in this process (`ncclCommInitAll`) or as one rank of a multi-process job from a unique id
+//! ([`NcclCommunicator::from_unique_id`], see `rendezvous`); they are destroyed with the value.
 
-use crate::device::CudaDevice;
 use crate::memory::CudaBuffer;
+use crate::nccl::{self, Nccl, RawComm, UniqueId};
+use crate::p2p::{self, PeerReducer, Wire};
+use crate::stream::CudaBackend;
 use crate::{cu, err};
-use cudarc::driver::CudaStream;
-use cudarc::nccl::{result as nccl, sys as nccl_sys};
 use ggml_core::backend::check_range;
-use ggml_core::{Backend, Communicator, DType, DataRef, Error, Result};
+use ggml_core::{Backend, Buffer as _, Communicator, DType, DataRef, Device, Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-struct Comms(Vec<nccl_sys::ncclComm_t>);
+/// How messages are routed, by size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReducePolicy {
+    /// Largest message, in bytes on the wire (4 per F32 element, 2 per BF16 one), the one-shot
+    /// peer-to-peer kernel takes (0: never); its staging holds 4 times this per rank and peer.
+    pub one_shot_max_bytes: usize,
+    /// F32 messages of at least this many bytes travel as BF16 (`None`: never).
+    pub bf16_min_bytes: Option<usize>,
+}
 
-// SAFETY: the raw communicators are only used under the communicator's mutex.
-unsafe impl Send for Comms {}
-
-impl Drop for Comms {
-    fn drop(&mut self) {
-        for &c in &self.0 {
-            // SAFETY: created by ncclCommInitAll, destroyed once.
-            let _ = unsafe { nccl::comm_destroy(c) };
+impl Default for ReducePolicy {
+    /// The crossovers measured on two NVLink H200s (BENCHMARKS.md, `allreduce_bench`): the one-shot
+    /// kernel beats NCCL up to 2 MiB on the wire; BF16 transport pays from 256 KiB and is taken from
+    /// 1 MiB, where it saves a third.
+    fn default() -> Self {
+        ReducePolicy {
+            one_shot_max_bytes: 2 << 20,
+            bf16_min_bytes: Some(1 << 20),
         }
     }
 }
 
-/// An NCCL communicator over distinct CUDA devices.
+impl ReducePolicy {
+    /// The default, changed by `GGML_TP_ONESHOT_MAX_BYTES` (bytes) and
+    /// `GGML_TP_ALLREDUCE_BF16_MIN_BYTES` (bytes, or `off`).
+    pub fn from_env() -> Self {
+        let mut p = ReducePolicy::default();
+        if let Some(v) = env_bytes("GGML_TP_ONESHOT_MAX_BYTES") {
+            p.one_shot_max_bytes = v.unwrap_or(0);
+        }
+        if let Some(v) = env_bytes("GGML_TP_ALLREDUCE_BF16_MIN_BYTES") {
+            p.bf16_min_bytes = v;
+        }
+        p
+    }
+}
+
+/// `Some(Some(n))` for a number, `Some(None)` for `off`, `None` when unset or unreadable.
+fn env_bytes(name: &str) -> Option<Option<usize>> {
+    let v = std::env::var(name).ok()?;
+    match v.trim() {
+        "off" | "never" => Some(None),
+        s => s.parse().ok().map(Some),
+    }
+}
+
+/// The ways one AllReduce can go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReducePath {
+    Nccl,
+    /// F32 data converted to BF16 for NCCL and back.
+    NcclBf16,
+    OneShot,
+    /// F32 data pushed as BF16 by the one-shot kernel.
+    OneShotBf16,
+}
+
+struct Rank {
+    backend: Arc<CudaBackend>,
+    comm: RawComm,
+}
+
+/// What calls change: the one-shot kernel's call counter and the BF16 transport's buffers.
+struct State {
+    one_shot_calls: u64,
+    wire: Vec<Option<CudaBuffer>>,
+}
+
+/// AllReduce over CUDA streams of distinct devices (see the module doc).
 pub struct NcclCommunicator {
-    devices: Vec<Arc<CudaDevice>>,
-    backends: Vec<Arc<dyn Backend>>,
-    streams: Vec<Arc<CudaStream>>,
-    comms: Mutex<Comms>,
+    nccl: &'static Nccl,
+    ranks: Vec<Rank>,
+    world: usize,
+    one_shot: Option<PeerReducer>,
+    policy: ReducePolicy,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw NCCL communicators are only used under `state`'s lock, and destroyed in `drop`.
+unsafe impl Send for NcclCommunicator {}
+unsafe impl Sync for NcclCommunicator {}
+
+fn nccl_lib() -> Result<&'static Nccl> {
+    nccl::library().map_err(err)
+}
+
+fn check_distinct(backends: &[Arc<CudaBackend>]) -> Result<()> {
+    for (i, a) in backends.iter().enumerate() {
+        if backends[..i]
+            .iter()
+            .any(|b| b.cuda_device().ordinal() == a.cuda_device().ordinal())
+        {
+            return Err(err(format!(
+                "communicator: {} appears twice",
+                a.cuda_device().name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl NcclCommunicator {
-    /// A communicator over `devices` (distinct), whose participants' streams are `backends`.
-    pub fn new(devices: Vec<Arc<CudaDevice>>, backends: Vec<Arc<dyn Backend>>) -> Result<Self> {
-        let n = devices.len();
-        let list: Vec<i32> = devices.iter().map(|d| d.ordinal() as i32).collect();
-        let streams = devices
+    /// A communicator over `backends` (streams of distinct devices of this process) with the
+    /// policy of the environment ([`ReducePolicy::from_env`]).
+    pub fn new(backends: Vec<Arc<CudaBackend>>) -> Result<Self> {
+        Self::with_policy(backends, ReducePolicy::from_env())
+    }
+
+    /// A communicator over `backends` (streams of distinct devices of this process).
+    pub fn with_policy(backends: Vec<Arc<CudaBackend>>, policy: ReducePolicy) -> Result<Self> {
+        if backends.is_empty() {
+            return Err(err("communicator over no stream"));
+        }
+        check_distinct(&backends)?;
+        let nccl = nccl_lib()?;
+        let list: Vec<i32> = backends
             .iter()
-            .map(|d| cu("create stream", d.context().new_stream()))
-            .collect::<Result<Vec<_>>>()?;
-        let mut raw: Vec<nccl_sys::ncclComm_t> = vec![std::ptr::null_mut(); n];
-        // SAFETY: `raw` has room for `n` communicators; `list` holds `n` distinct device ordinals.
-        unsafe { nccl::comm_init_all(raw.as_mut_ptr(), n as i32, list.as_ptr()) }
-            .map_err(|e| err(format!("ncclCommInitAll over {list:?}: {e:?}")))?;
+            .map(|b| b.cuda_device().ordinal() as i32)
+            .collect();
+        let comms = nccl.init_all(&list).map_err(err)?;
+        let one_shot = PeerReducer::new(&backends, policy.one_shot_max_bytes)?;
+        let ranks: Vec<Rank> = backends
+            .into_iter()
+            .zip(comms)
+            .map(|(backend, comm)| Rank { backend, comm })
+            .collect();
         Ok(NcclCommunicator {
-            devices,
-            backends,
-            streams,
-            comms: Mutex::new(Comms(raw)),
+            nccl,
+            world: ranks.len(),
+            state: Mutex::new(State {
+                one_shot_calls: 0,
+                wire: ranks.iter().map(|_| None).collect(),
+            }),
+            ranks,
+            one_shot,
+            policy,
         })
     }
-}
 
-fn nccl_type(dtype: DType) -> Result<nccl_sys::ncclDataType_t> {
-    match dtype {
-        DType::F32 => Ok(nccl_sys::ncclDataType_t::ncclFloat32),
-        DType::F16 => Ok(nccl_sys::ncclDataType_t::ncclFloat16),
-        DType::BF16 => Ok(nccl_sys::ncclDataType_t::ncclBfloat16),
-        _ => Err(Error::UnsupportedType {
-            dtype,
-            what: "nccl all_reduce".into(),
-        }),
+    /// Rank `rank` of a job of `n_ranks` processes (one stream each), joined through the unique id
+    /// rank 0 created ([`crate::rendezvous`]). Blocks until every rank joined. `all_reduce` then
+    /// takes this process's one buffer.
+    pub fn from_unique_id(
+        rank: usize,
+        n_ranks: usize,
+        backend: Arc<CudaBackend>,
+        id: UniqueId,
+    ) -> Result<Self> {
+        if rank >= n_ranks {
+            return Err(err(format!("rank {rank} of a job of {n_ranks}")));
+        }
+        let nccl = nccl_lib()?;
+        cu(
+            "bind context",
+            backend.cuda_device().context().bind_to_thread(),
+        )?;
+        let comm = nccl.init_rank(n_ranks, id, rank).map_err(err)?;
+        Ok(NcclCommunicator {
+            nccl,
+            ranks: vec![Rank { backend, comm }],
+            world: n_ranks,
+            one_shot: None,
+            policy: ReducePolicy::from_env(),
+            state: Mutex::new(State {
+                one_shot_calls: 0,
+                wire: vec![None],
+            }),
+        })
     }
-}
 
-impl Communicator for NcclCommunicator {
-    fn size(&self) -> usize {
-        self.devices.len()
+    /// Ranks of the whole job (this process's [`Communicator::size`] of them are local).
+    pub fn world_size(&self) -> usize {
+        self.world
     }
-    fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
-        if data.len() != self.size() {
+
+    pub fn policy(&self) -> ReducePolicy {
+        self.policy
+    }
+
+    /// True when the one-shot peer-to-peer kernel is available (every pair maps the other's memory).
+    pub fn has_one_shot(&self) -> bool {
+        self.one_shot.is_some()
+    }
+
+    /// The path [`Communicator::all_reduce`] takes for `count` elements of `dtype`.
+    pub fn path_for(&self, dtype: DType, count: usize) -> ReducePath {
+        let bytes = count * dtype.type_size();
+        let bf16 = dtype == DType::F32 && self.policy.bf16_min_bytes.is_some_and(|m| bytes >= m);
+        let wire = match (dtype, bf16) {
+            (DType::F32, false) => Some(Wire::F32),
+            (DType::F32, true) => Some(Wire::F32AsBf16),
+            (DType::BF16, _) => Some(Wire::Bf16),
+            _ => None,
+        };
+        let one_shot = match (&self.one_shot, wire) {
+            // The reducer's staging holds `one_shot_max_bytes` on the wire.
+            (Some(r), Some(w)) => count <= r.max_count(w),
+            _ => false,
+        };
+        match (one_shot, bf16) {
+            (true, false) => ReducePath::OneShot,
+            (true, true) => ReducePath::OneShotBf16,
+            (false, false) => ReducePath::Nccl,
+            (false, true) => ReducePath::NcclBf16,
+        }
+    }
+
+    /// Device addresses of `data` (one buffer per local rank, `len` bytes each).
+    fn pointers(&self, data: &[DataRef], len: usize) -> Result<Vec<u64>> {
+        if data.len() != self.ranks.len() {
             return Err(err(format!(
-                "all_reduce over {} buffers, communicator of {}",
+                "all_reduce over {} buffers, communicator of {} local ranks",
                 data.len(),
-                self.size()
+                self.ranks.len()
             )));
         }
-        let ty = nccl_type(dtype)?;
-        if count == 0 {
-            return Ok(());
-        }
-        let len = count * dtype.type_size();
         let mut ptrs = Vec::with_capacity(data.len());
-        for (d, dev) in data.iter().zip(&self.devices) {
+        for (d, r) in data.iter().zip(&self.ranks) {
             check_range(d.offset, len, d.buffer.size())?;
+            let dev = r.backend.cuda_device();
             let b = d
                 .buffer
                 .as_any()
@@ -99,48 +246,178 @@ impl Communicator for NcclCommunicator {
                     err(format!(
                         "all_reduce: {} is not memory of {}",
                         d.buffer.name(),
-                        ggml_core::Device::name(dev.as_ref())
+                        dev.name()
                     ))
                 })?;
             ptrs.push(b.device_ptr() + d.offset as u64);
         }
-        for b in &self.backends {
-            b.synchronize()?;
+        Ok(ptrs)
+    }
+
+    /// Queues the AllReduce of `count` elements of `dtype` through `path` on every local rank's
+    /// stream (for benchmarks and tests; [`Communicator::all_reduce`] picks the path by size).
+    pub fn all_reduce_using(
+        &self,
+        data: &[DataRef],
+        dtype: DType,
+        count: usize,
+        path: ReducePath,
+    ) -> Result<()> {
+        let unsupported = |what: &str| Error::UnsupportedType {
+            dtype,
+            what: what.into(),
+        };
+        let ptrs = self.pointers(data, count * dtype.type_size())?;
+        if count == 0 {
+            return Ok(());
         }
-        let comms = self.comms.lock();
-        cu("ncclGroupStart", nccl::group_start())?;
+        let mut state = self.state.lock();
+        match path {
+            ReducePath::Nccl => self.nccl_all_reduce(&ptrs, count, nccl_type(dtype)?),
+            ReducePath::NcclBf16 if dtype == DType::F32 => {
+                self.nccl_all_reduce_bf16(&mut state, &ptrs, count)
+            }
+            ReducePath::OneShot | ReducePath::OneShotBf16 => {
+                let r = self
+                    .one_shot
+                    .as_ref()
+                    .ok_or_else(|| err("no one-shot all-reduce: the devices lack peer access"))?;
+                let wire = match (dtype, path) {
+                    (DType::F32, ReducePath::OneShot) => Wire::F32,
+                    (DType::F32, _) => Wire::F32AsBf16,
+                    (DType::BF16, _) => Wire::Bf16,
+                    _ => return Err(unsupported("one-shot all-reduce")),
+                };
+                state.one_shot_calls += 1;
+                r.all_reduce(&ptrs, count, wire, state.one_shot_calls)
+            }
+            ReducePath::NcclBf16 => Err(unsupported("BF16 transport (F32 data only)")),
+        }
+    }
+
+    /// One grouped `ncclAllReduce` per local rank, each on the rank's stream.
+    fn nccl_all_reduce(&self, ptrs: &[u64], count: usize, ty: i32) -> Result<()> {
+        self.nccl.group_start().map_err(err)?;
         let mut failed = None;
-        for (i, &p) in ptrs.iter().enumerate() {
-            let bound = self.devices[i].context().bind_to_thread();
-            // SAFETY: `p` addresses `count` elements on device i (checked above); in place.
-            let r = bound.map_err(|e| format!("{e:?}")).and_then(|_| {
+        for (r, &p) in self.ranks.iter().zip(ptrs) {
+            let queued = cu(
+                "bind context",
+                r.backend.cuda_device().context().bind_to_thread(),
+            )
+            .and_then(|_| {
+                // SAFETY: `p` addresses `count` elements on the rank's device (checked by
+                // `pointers`); the stream is the rank's live stream.
                 unsafe {
-                    nccl::all_reduce(
-                        p as *const _,
-                        p as *mut _,
+                    self.nccl.all_reduce_in_place(
+                        p,
                         count,
                         ty,
-                        nccl_sys::ncclRedOp_t::ncclSum,
-                        comms.0[i],
-                        self.streams[i].cu_stream() as _,
+                        r.comm,
+                        r.backend.stream().cu_stream() as *mut _,
                     )
                 }
-                .map(|_| ())
-                .map_err(|e| format!("{e:?}"))
+                .map_err(err)
             });
-            if let Err(e) = r {
+            if let Err(e) = queued {
                 failed = Some(e);
                 break;
             }
         }
-        let ended = nccl::group_end();
-        if let Some(e) = failed {
-            return Err(err(format!("ncclAllReduce: {e}")));
+        let ended = self.nccl.group_end().map_err(err);
+        match failed {
+            Some(e) => Err(e),
+            None => ended,
         }
-        cu("ncclGroupEnd", ended)?;
-        for s in &self.streams {
-            cu("nccl stream synchronize", s.synchronize())?;
+    }
+
+    /// F32 -> BF16 into each rank's wire buffer, NCCL over BF16, BF16 -> F32 back in place.
+    fn nccl_all_reduce_bf16(&self, state: &mut State, ptrs: &[u64], count: usize) -> Result<()> {
+        let mut wire = Vec::with_capacity(ptrs.len());
+        for (r, slot) in self.ranks.iter().zip(state.wire.iter_mut()) {
+            let dev = r.backend.cuda_device();
+            if slot.as_ref().is_none_or(|b| b.size() < count * 2) {
+                *slot = None;
+                *slot = Some(CudaBuffer::new(
+                    dev.context().clone(),
+                    format!("{} all-reduce BF16 transport", dev.name()),
+                    (count * 2).next_power_of_two(),
+                )?);
+            }
+            wire.push(slot.as_ref().expect("just filled").device_ptr());
+        }
+        for ((r, &p), &w) in self.ranks.iter().zip(ptrs).zip(&wire) {
+            p2p::convert(&r.backend, p, w, count, false)?;
+        }
+        self.nccl_all_reduce(&wire, count, nccl::NCCL_BFLOAT16)?;
+        for ((r, &p), &w) in self.ranks.iter().zip(ptrs).zip(&wire) {
+            p2p::convert(&r.backend, w, p, count, true)?;
         }
         Ok(())
+    }
+}
+
+fn nccl_type(dtype: DType) -> Result<i32> {
+    match dtype {
+        DType::F32 => Ok(nccl::NCCL_FLOAT32),
+        DType::F16 => Ok(nccl::NCCL_FLOAT16),
+        DType::BF16 => Ok(nccl::NCCL_BFLOAT16),
+        _ => Err(Error::UnsupportedType {
+            dtype,
+            what: "nccl all_reduce".into(),
+        }),
+    }
+}
+
+impl Drop for NcclCommunicator {
+    fn drop(&mut self) {
+        for r in &self.ranks {
+            let _ = r.backend.synchronize();
+            // SAFETY: created in `with_policy` / `from_unique_id`, destroyed once, no work pending.
+            unsafe { self.nccl.destroy(r.comm) };
+        }
+    }
+}
+
+impl Communicator for NcclCommunicator {
+    /// Local ranks: the buffers one call takes.
+    fn size(&self) -> usize {
+        self.ranks.len()
+    }
+    fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
+        let path = self.path_for(dtype, count);
+        self.all_reduce_using(data, dtype, count, path)
+    }
+    fn is_stream_ordered(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_reads_the_environment() {
+        let d = ReducePolicy::default();
+        assert!(d.one_shot_max_bytes > 0);
+        assert_eq!(env_bytes("GGML_TP_TEST_UNSET_VARIABLE"), None);
+        // SAFETY: this test alone uses these variables.
+        unsafe {
+            std::env::set_var("GGML_TP_ONESHOT_MAX_BYTES", "off");
+            std::env::set_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES", "1024");
+        }
+        let p = ReducePolicy::from_env();
+        assert_eq!(p.one_shot_max_bytes, 0);
+        assert_eq!(p.bf16_min_bytes, Some(1024));
+        // SAFETY: as above.
+        unsafe {
+            std::env::set_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES", "off");
+        }
+        assert_eq!(ReducePolicy::from_env().bf16_min_bytes, None);
+        // SAFETY: as above.
+        unsafe {
+            std::env::remove_var("GGML_TP_ONESHOT_MAX_BYTES");
+            std::env::remove_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES");
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! [`CudaDevice`]: one GPU (`cuda:N`) with its primary context, memory figures from the driver, its
-//! buffer types, and its kernels (compiled with NVRTC on first use, once per device).
+//! buffer types, its kernels and communication kernels (compiled with NVRTC on first use, once per
+//! device), and the streams opened on it (so that a communicator handed `dyn Backend`s finds them).
 
 use crate::kernels::{self, Kernels};
 use crate::memory::{CudaBuffer, CudaBufferType, PinnedBufferType};
+use crate::p2p::CommKernels;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
 use cudarc::driver::CudaContext;
@@ -10,6 +12,7 @@ use ggml_core::{
     Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Graph, Layout, MemoryInfo, Result,
     TensorId,
 };
+use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock, Weak};
 
 /// One CUDA device.
@@ -22,6 +25,8 @@ pub struct CudaDevice {
     buffer_type: Arc<CudaBufferType>,
     host_type: Arc<PinnedBufferType>,
     kernels: OnceLock<std::result::Result<Arc<Kernels>, String>>,
+    comm_kernels: OnceLock<std::result::Result<Arc<CommKernels>, String>>,
+    backends: Mutex<Vec<Weak<CudaBackend>>>,
 }
 
 impl CudaDevice {
@@ -40,6 +45,8 @@ impl CudaDevice {
             cc,
             me: me.clone(),
             kernels: OnceLock::new(),
+            comm_kernels: OnceLock::new(),
+            backends: Mutex::new(Vec::new()),
         }))
     }
 
@@ -67,6 +74,33 @@ impl CudaDevice {
             .get_or_init(|| Kernels::compile(&self.ctx, self.cc).map(Arc::new))
             .clone()
             .map_err(|e| err(format!("{}: {e}", self.name())))
+    }
+
+    /// The communication kernels of this device (`p2p.cu`), compiled on first call.
+    pub fn comm_kernels(&self) -> Result<Arc<CommKernels>> {
+        self.comm_kernels
+            .get_or_init(|| CommKernels::compile(&self.ctx, self.cc).map(Arc::new))
+            .clone()
+            .map_err(|e| err(format!("{}: {e}", self.name())))
+    }
+
+    /// A new stream on this device, remembered so that [`CudaDevice::backend_of`] finds it.
+    pub fn open_backend(&self) -> Result<Arc<CudaBackend>> {
+        let b = Arc::new(CudaBackend::new(self.arc())?);
+        let mut list = self.backends.lock();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&b));
+        Ok(b)
+    }
+
+    /// The stream of this device behind `backend`, if it was opened by [`CudaDevice::open_backend`].
+    pub fn backend_of(&self, backend: &Arc<dyn Backend>) -> Option<Arc<CudaBackend>> {
+        let want = Arc::as_ptr(backend) as *const ();
+        self.backends
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|b| Arc::as_ptr(b) as *const () == want)
     }
 
     /// True when `buffer` is device memory of this device.
@@ -126,6 +160,6 @@ impl Device for CudaDevice {
         Some(self.host_type.clone())
     }
     fn new_backend(&self) -> Result<Arc<dyn Backend>> {
-        Ok(Arc::new(CudaBackend::new(self.arc())?))
+        Ok(self.open_backend()?)
     }
 }

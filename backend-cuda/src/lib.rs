@@ -1,21 +1,28 @@
 //! backend-cuda: the CUDA backend of ggml-tp. Devices `cuda:0`, `cuda:1`, ... with device memory and
 //! pinned host buffers, one stream per backend, kernels compiled at run time with NVRTC for each
-//! device's compute capability, cuBLAS for float matrix products and an NCCL AllReduce
-//! communicator. Every CUDA library is loaded at run time: without a driver the family reports zero
-//! devices and says why ([`probe`]).
+//! device's compute capability, cuBLAS for float matrix products, CUDA graph replay of repeated
+//! subgraphs, and a stream-ordered AllReduce communicator (NCCL, and a one-shot peer-to-peer kernel
+//! for small messages; one process per GPU through a rendezvous). Every CUDA library is loaded at
+//! run time: without a driver the family reports zero devices and says why ([`probe`]).
 
 pub mod comm;
 pub mod device;
+pub mod graph_cache;
 pub mod kernels;
 pub mod memory;
+pub mod nccl;
+pub mod p2p;
 pub mod probe;
 pub mod reg;
+pub mod rendezvous;
 pub mod stream;
 
-pub use comm::NcclCommunicator;
+pub use comm::{NcclCommunicator, ReducePath, ReducePolicy};
 pub use device::CudaDevice;
+pub use graph_cache::GraphStats;
 pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType};
 pub use reg::{cuda_devices, CudaReg};
+pub use rendezvous::Rendezvous;
 pub use stream::CudaBackend;
 
 /// A backend error of this family.

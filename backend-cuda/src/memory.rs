@@ -1,5 +1,5 @@
 //! Memory of the CUDA devices: [`CudaBuffer`] (device memory from `cuMemAlloc`; `set`/`get`/`fill`
-//! wait for the device's queued work, then copy synchronously, bounds-checked) with its allocator
+//! wait for the device's queued work, then copy and wait for the copy, bounds-checked) with its allocator
 //! [`CudaBufferType`], and [`PinnedBuffer`] / [`PinnedBufferType`] (page-locked host memory for fast
 //! transfers).
 
@@ -107,7 +107,10 @@ impl Buffer for CudaBuffer {
         // SAFETY: the range lies inside the allocation.
         cu("cuMemcpyHtoD", unsafe {
             result::memcpy_htod_sync(self.ptr + offset as u64, data)
-        })
+        })?;
+        // From pageable memory the copy returns once staged, before its DMA lands; the backends'
+        // streams do not wait for the legacy stream, so wait here.
+        self.quiesce()
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         check_range(offset, out.len(), self.size)?;
@@ -129,7 +132,9 @@ impl Buffer for CudaBuffer {
         // SAFETY: the range lies inside the allocation.
         cu("cuMemsetD8", unsafe {
             result::memset_d8_sync(self.ptr + offset as u64, value, len)
-        })
+        })?;
+        // The memset may still run after returning (device memory): wait, as for `set`.
+        self.quiesce()
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -26,10 +26,9 @@ pub fn probe() -> Result<(), String> {
     Ok(())
 }
 
-/// True when the NCCL library (`libnccl.so`) loads, so that a communicator can be offered.
+/// True when the NCCL library loads (see [`crate::nccl`]), so that a communicator can be offered.
 pub fn nccl_present() -> bool {
-    // SAFETY: only tries to open the library.
-    unsafe { cudarc::nccl::sys::is_culib_present() }
+    crate::nccl::library().is_ok()
 }
 
 /// Runs `f`, turning a panic inside a CUDA library wrapper into an error message.

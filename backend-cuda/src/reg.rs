@@ -1,7 +1,7 @@
 //! Registration of the CUDA family with `ggml_core::registry`: [`CudaReg`] probes the libraries and
-//! opens every device once (zero devices and a reason when CUDA is missing), offers an NCCL
-//! communicator when `libnccl.so` loads; a static `inventory` entry and the `ggml_tp_plugin_cuda`
-//! entry point for the cdylib.
+//! opens every device once (zero devices and a reason when CUDA is missing), offers a stream-ordered
+//! communicator over the streams it opened when NCCL loads; a static `inventory` entry and the
+//! `ggml_tp_plugin_cuda` entry point for the cdylib.
 
 use crate::comm::NcclCommunicator;
 use crate::device::CudaDevice;
@@ -10,8 +10,14 @@ use ggml_core::registry::{BackendReg, StaticBackend};
 use ggml_core::{Backend, Communicator, Device, Result};
 use std::sync::{Arc, OnceLock};
 
-/// Every CUDA device, or why there is none.
+/// Every CUDA device, or why there is none: opened once per process, so that the registry, the
+/// meta backend and direct users share the same devices (and the streams each device knows).
 pub fn cuda_devices() -> std::result::Result<Vec<Arc<CudaDevice>>, String> {
+    static DEVICES: OnceLock<std::result::Result<Vec<Arc<CudaDevice>>, String>> = OnceLock::new();
+    DEVICES.get_or_init(open_devices).clone()
+}
+
+fn open_devices() -> std::result::Result<Vec<Arc<CudaDevice>>, String> {
     probe()?;
     guarded("CUDA device enumeration", || {
         let n = cudarc::driver::CudaContext::device_count()
@@ -25,25 +31,22 @@ pub fn cuda_devices() -> std::result::Result<Vec<Arc<CudaDevice>>, String> {
     })
 }
 
-/// The CUDA backend family.
+/// The CUDA backend family (over the devices of [`cuda_devices`]).
 #[derive(Default)]
-pub struct CudaReg {
-    devices: OnceLock<std::result::Result<Vec<Arc<CudaDevice>>, String>>,
-}
+pub struct CudaReg;
 
 impl CudaReg {
     pub fn new() -> Self {
-        CudaReg::default()
+        CudaReg
     }
 
-    fn get(&self) -> &std::result::Result<Vec<Arc<CudaDevice>>, String> {
-        self.devices.get_or_init(cuda_devices)
+    fn get(&self) -> std::result::Result<Vec<Arc<CudaDevice>>, String> {
+        cuda_devices()
     }
 
     /// The opened device called `name`.
     pub fn device(&self, name: &str) -> Option<Arc<CudaDevice>> {
-        let devs = self.get().as_ref().ok()?;
-        devs.iter().find(|d| d.name() == name).cloned()
+        self.get().ok()?.into_iter().find(|d| d.name() == name)
     }
 }
 
@@ -58,10 +61,10 @@ impl BackendReg for CudaReg {
         }
     }
     fn unavailable_reason(&self) -> Option<String> {
-        self.get().as_ref().err().cloned()
+        self.get().err()
     }
-    /// An NCCL communicator over one stream per distinct device; `None` (generic fallback) when NCCL
-    /// is missing or a device appears twice.
+    /// A communicator over one stream per distinct device, queued on those streams; `None` (generic
+    /// fallback) when NCCL is missing, a device appears twice, or a stream is not this family's.
     fn new_communicator(
         &self,
         backends: &[Arc<dyn Backend>],
@@ -69,21 +72,16 @@ impl BackendReg for CudaReg {
         if !nccl_present() || backends.is_empty() {
             return None;
         }
-        let mut devices = Vec::with_capacity(backends.len());
+        let mut streams: Vec<Arc<crate::CudaBackend>> = Vec::with_capacity(backends.len());
         for b in backends {
-            let d = self.device(&b.device().name())?;
-            if devices
-                .iter()
-                .any(|x: &Arc<CudaDevice>| x.ordinal() == d.ordinal())
-            {
+            let s = self.device(&b.device().name())?.backend_of(b)?;
+            let ordinal = s.cuda_device().ordinal();
+            if streams.iter().any(|x| x.cuda_device().ordinal() == ordinal) {
                 return None;
             }
-            devices.push(d);
+            streams.push(s);
         }
-        Some(
-            NcclCommunicator::new(devices, backends.to_vec())
-                .map(|c| Arc::new(c) as Arc<dyn Communicator>),
-        )
+        Some(NcclCommunicator::new(streams).map(|c| Arc::new(c) as Arc<dyn Communicator>))
     }
 }
 

@@ -1,13 +1,15 @@
-//! [`CudaBackend`]: one CUDA stream of a device with its cuBLAS handle and a scratch area for
-//! converted operands. Copies are queued on the stream (device to device, across devices through
-//! peer copies, and to and from host memory); events are CUDA events.
+//! [`CudaBackend`]: one CUDA stream of a device with its cuBLAS handle (and workspace) and a scratch
+//! area for converted operands. Copies are queued on the stream (device to device, across devices
+//! through peer copies, and to and from host memory); events are CUDA events. `compute` runs through
+//! the stream's CUDA graph cache (`graph_cache`): repeated subgraphs replay a captured graph.
 
 use crate::device::CudaDevice;
+use crate::graph_cache::{self, GraphCache, GraphStats, Plan};
 use crate::kernels::{self, Kernels};
 use crate::memory::CudaBuffer;
 use crate::{cu, err};
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{result, sys, CudaEvent, CudaStream};
+use cudarc::driver::{result, sys, CudaEvent, CudaGraph, CudaStream};
 use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
 use parking_lot::Mutex;
@@ -32,16 +34,24 @@ pub struct Scratch {
     slots: Vec<Option<Arc<CudaBuffer>>>,
 }
 
+/// Bytes of the cuBLAS workspace of each stream (cuBLAS's own default on Hopper), given to cuBLAS up
+/// front so that no captured call allocates.
+const BLAS_WORKSPACE: usize = 32 << 20;
+
 /// A stream on one CUDA device.
 pub struct CudaBackend {
     device: Arc<CudaDevice>,
     stream: Arc<CudaStream>,
     kernels: Arc<Kernels>,
+    graphs: Mutex<GraphCache>,
     blas: Mutex<BlasHandle>,
+    _blas_workspace: CudaBuffer,
     scratch: Mutex<Scratch>,
 }
 
 impl CudaBackend {
+    /// A new stream on `device`; prefer [`CudaDevice::open_backend`], which also lets the family's
+    /// communicator find the stream.
     pub fn new(device: Arc<CudaDevice>) -> Result<Self> {
         let kernels = device.kernels()?;
         let ctx = device.context().clone();
@@ -52,13 +62,42 @@ impl CudaBackend {
         cu("cublasSetStream", unsafe {
             blas::set_stream(handle.0, stream.cu_stream() as _)
         })?;
+        let workspace = CudaBuffer::new(
+            ctx.clone(),
+            format!("{} cuBLAS workspace", device.name()),
+            BLAS_WORKSPACE,
+        )?;
+        // SAFETY: the workspace lives as long as the handle (same owner, dropped after it).
+        let status = unsafe {
+            blas_sys::cublasSetWorkspace_v2(
+                handle.0,
+                workspace.device_ptr() as *mut _,
+                BLAS_WORKSPACE,
+            )
+        };
+        if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(err(format!("cublasSetWorkspace: {status:?}")));
+        }
         Ok(CudaBackend {
             device,
             stream,
             kernels,
+            graphs: Mutex::new(GraphCache::new(graph_cache::enabled_by_env())),
             blas: Mutex::new(handle),
+            _blas_workspace: workspace,
             scratch: Mutex::new(Scratch::default()),
         })
+    }
+
+    /// Counters of the CUDA graph cache.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.graphs.lock().stats()
+    }
+
+    /// Turns CUDA graph capture on or off for this stream (initially on unless
+    /// `GGML_TP_CUDA_GRAPHS=0`).
+    pub fn set_graphs(&self, on: bool) {
+        self.graphs.lock().set_enabled(on);
     }
 
     pub fn cuda_device(&self) -> &Arc<CudaDevice> {
@@ -97,6 +136,49 @@ impl CudaBackend {
             )?));
         }
         Ok(s.slots[slot].as_ref().expect("slot filled").device_ptr())
+    }
+
+    /// The scratch buffers as they are now (a captured graph keeps those it was captured with).
+    fn scratch_buffers(&self) -> Vec<Arc<CudaBuffer>> {
+        self.scratch
+            .lock()
+            .slots
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Launches the kernels of `nodes` one by one.
+    fn launch_nodes(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        for &node in nodes {
+            if graph_cache::is_skipped(graph, node) {
+                continue;
+            }
+            let t = graph.tensor(node);
+            kernels::compute_node(self, graph, node).map_err(|e| match e {
+                ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
+                    backend,
+                    msg: format!("{} at node {}: {msg}", t.op.name(), t.name),
+                },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Captures the launches of `nodes` into a CUDA graph (nothing runs). `None` when a launch
+    /// failed or could not be captured.
+    fn capture(&self, graph: &Graph, nodes: &[TensorId]) -> Option<CudaGraph> {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.stream.begin_capture(mode).ok()?;
+        let launched = self.launch_nodes(graph, nodes);
+        let flags = sys::CUgraphInstantiate_flags(0);
+        let captured = self.stream.end_capture(flags);
+        match (launched, captured) {
+            (Ok(()), Ok(g)) => g,
+            _ => None,
+        }
     }
 
     fn bind(&self) -> Result<()> {
@@ -234,22 +316,29 @@ impl Backend for CudaBackend {
             }
         }
     }
+    /// Queues `nodes`: eagerly the first time, then as a captured CUDA graph (see `graph_cache`).
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         self.bind()?;
-        for &node in nodes {
-            let t = graph.tensor(node);
-            if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
-                continue;
-            }
-            kernels::compute_node(self, graph, node).map_err(|e| match e {
-                ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
-                    backend,
-                    msg: format!("{} at node {}: {msg}", t.op.name(), t.name),
-                },
-                other => other,
-            })?;
+        let mut cache = self.graphs.lock();
+        let key = match graph_cache::key(graph, nodes) {
+            Some((_, 0)) => return Ok(()),
+            Some((key, _)) if cache.enabled() => key,
+            _ => return self.launch_nodes(graph, nodes),
+        };
+        match cache.plan(key) {
+            Plan::Eager => self.launch_nodes(graph, nodes),
+            Plan::Replay => cache.replay(key),
+            Plan::Capture => match self.capture(graph, nodes) {
+                Some(g) => {
+                    cache.store(key, g, self.scratch_buffers());
+                    cache.replay(key)
+                }
+                None => {
+                    cache.capture_failed(key);
+                    self.launch_nodes(graph, nodes)
+                }
+            },
         }
-        Ok(())
     }
     fn synchronize(&self) -> Result<()> {
         cu("stream synchronize", self.stream.synchronize())

@@ -336,8 +336,9 @@ impl<'a> Builder<'a> {
         let mut targets = Vec::new();
         for (d, &l) in ls.iter().enumerate() {
             locals.push(self.contiguous(d, l)?);
-            // Written by the boundary before the next stage runs: an input of the device graph,
-            // so that no tensor of that stage computed earlier shares its memory.
+            // An input to the memory planner: written at the stage boundary, before its first
+            // consumer, so its memory must not be shared with anything live before that consumer
+            // (such as another input's local copy that a later stage still reads).
             targets.push(self.graphs[d].new_input(layout.dtype, &layout.ne)?);
         }
         self.keep.push(locals.clone());

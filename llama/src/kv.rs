@@ -1,6 +1,8 @@
 //! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
 //! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
-//! on a meta device), and the host-built attention masks over the first `n_kv` slots.
+//! on a meta device), and the host-built attention masks over the first `n_kv` slots. A layer that
+//! attends to an earlier layer's cache ([`ModelConfig::kv_source`](crate::model::config::ModelConfig::kv_source))
+//! has none of its own: its entry is that layer's tensors.
 
 use crate::arch::blocks::Layer;
 use crate::model::weights::{Alloc, Home, Weight};
@@ -30,45 +32,35 @@ impl KvCache {
             return Err(ModelError::Input("a context of 0 slots".into()));
         }
         let cfg = &model.config;
-        for d in [cfg.head_dim, cfg.head_dim_v] {
-            if d % dtype.block_size() != 0 {
-                return Err(ModelError::Unsupported(format!(
-                    "KV cache type {dtype} with head size {d} (not whole blocks)"
-                )));
-            }
-        }
         let alloc = Alloc {
             placement: &model.placement,
             layer_device: &model.layer_device,
         };
-        let layers = model
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(l, layer)| {
-                let k = cache_tensor(
-                    &alloc,
-                    layer,
-                    l,
-                    "k",
-                    cfg.head_dim,
-                    n_ctx,
-                    dtype,
-                    cfg.n_head_kv,
-                )?;
-                let v = cache_tensor(
-                    &alloc,
-                    layer,
-                    l,
-                    "v",
-                    cfg.head_dim_v,
-                    n_ctx,
-                    dtype,
-                    cfg.n_head_kv,
-                )?;
-                Ok((k, v))
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let mut layers: Vec<(Weight, Weight)> = Vec::with_capacity(model.layers.len());
+        for (l, layer) in model.layers.iter().enumerate() {
+            let source = cfg.kv_source[l];
+            if source != l {
+                let shared = layers.get(source).cloned().ok_or_else(|| {
+                    ModelError::Unsupported(format!(
+                        "layer {l} reads the KV cache of the later layer {source}"
+                    ))
+                })?;
+                layers.push(shared);
+                continue;
+            }
+            let shape = cfg.attn_shape(l);
+            for d in [shape.head_dim, shape.head_dim_v] {
+                if d % dtype.block_size() != 0 {
+                    return Err(ModelError::Unsupported(format!(
+                        "KV cache type {dtype} with head size {d} (not whole blocks)"
+                    )));
+                }
+            }
+            let heads = shape.n_head_kv;
+            let k = cache_tensor(&alloc, layer, l, "k", shape.head_dim, n_ctx, dtype, heads)?;
+            let v = cache_tensor(&alloc, layer, l, "v", shape.head_dim_v, n_ctx, dtype, heads)?;
+            layers.push((k, v));
+        }
         Ok(KvCache {
             layers,
             n_ctx,
@@ -76,7 +68,7 @@ impl KvCache {
         })
     }
 
-    /// The K and V tensors of layer `l`.
+    /// The K and V tensors of layer `l` (those of the layer it shares them with, if any).
     pub fn layer(&self, l: usize) -> (&Weight, &Weight) {
         let (k, v) = &self.layers[l];
         (k, v)

@@ -24,6 +24,8 @@ const MODELS: &[&str] = &[
     "qwen3moe-q4_0",
     "gemma3",
     "gpt-oss",
+    "gemma4-dense",
+    "gemma4-moe",
 ];
 
 fn modes() -> Vec<Mode> {

@@ -3,6 +3,7 @@
 //! * `models`: fetch the three real GGUF test models into `models/` and verify their hashes.
 //! * `ci`: format check, clippy, the builds of every feature set, then the tests.
 //! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
+//! * `gguf-synth`: write the random-weight benchmark models (`ggml-tp bench --synthetic`) as GGUF.
 
 mod ci;
 mod dequant;
@@ -12,6 +13,7 @@ mod models;
 mod paths;
 mod process;
 mod python;
+mod synth;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +46,15 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         file: Vec<PathBuf>,
     },
+    /// Write synthetic random-weight models (the presets of `ggml-tp bench --synthetic`) as GGUF
+    /// files, for measuring other programs on identical models.
+    GgufSynth {
+        /// Presets (SHAPE-TYPE, e.g. llama3-8b-q4_0); the performance issue's six if left out.
+        presets: Vec<String>,
+        /// Output folder.
+        #[arg(long, default_value = "models/synthetic")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +63,7 @@ fn main() -> ExitCode {
         Command::Models { only } => models::fetch_all(only.as_deref()),
         Command::Ci => ci::run_all(),
         Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
+        Command::GgufSynth { presets, out } => synth::write(&presets, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,8 @@
 //! descriptor [`TDesc`] they take, launch helpers, and [`supports`], the op/type table that
 //! `supports_op` answers from. [`compute_node`] (in `ops`) runs one graph node.
 
+mod gemm;
+mod gemv;
 mod matmul;
 mod ops;
 
@@ -10,13 +12,14 @@ pub use ops::compute_node;
 
 use crate::err;
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr, LaunchConfig};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use ggml_core::{DType, Layout, Op, Result};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The kernel sources, in compilation order (`common.cu` first).
-pub const SOURCES: [(&str, &str); 7] = [
+/// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`).
+pub const SOURCES: [(&str, &str); 9] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -24,13 +27,13 @@ pub const SOURCES: [(&str, &str); 7] = [
     ("rows.cu", include_str!("cu/rows.cu")),
     ("sort.cu", include_str!("cu/sort.cu")),
     ("attention.cu", include_str!("cu/attention.cu")),
+    ("decode.cu", include_str!("cu/decode.cu")),
+    ("gemv.cu", include_str!("cu/gemv.cu")),
 ];
 
-/// Matrix kernels, compiled after [`SOURCES`].
-const MATMUL_SOURCE: &str = include_str!("cu/matmul.cu");
-
-/// Every kernel entry point.
-pub const KERNEL_NAMES: [&str; 18] = [
+/// The kernel entry points written out by name (the GEMV and dequantizer families are in
+/// [`kernel_names`]).
+const NAMED_KERNELS: [&str; 19] = [
     "k_unary",
     "k_binary",
     "k_glu",
@@ -48,8 +51,24 @@ pub const KERNEL_NAMES: [&str; 18] = [
     "k_concat",
     "k_argsort",
     "k_flash_attn",
-    "k_mul_mat_id",
+    "k_flash_attn_combine",
+    "k_quantize_q8",
 ];
+
+/// Every kernel entry point.
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = NAMED_KERNELS.iter().map(|s| s.to_string()).collect();
+    for t in gemv::WEIGHT_TYPES {
+        let tn = type_name(t).expect("GEMV types have kernel names");
+        for nc in gemv::COLUMN_VARIANTS {
+            names.push(gemv::kernel_name(tn, nc));
+        }
+        if t.is_quantized() {
+            names.push(gemm::dequant_kernel(tn));
+        }
+    }
+    names
+}
 
 /// The whole program as one translation unit.
 pub fn program_source() -> String {
@@ -58,32 +77,47 @@ pub fn program_source() -> String {
         s.push_str(src);
         s.push('\n');
     }
-    s.push_str(MATMUL_SOURCE);
     s
+}
+
+/// PTX of the program per compute capability, compiled once per process (devices of one
+/// architecture share it; the driver caches the machine code it makes from it).
+static PTX: Mutex<Vec<((i32, i32), String)>> = Mutex::new(Vec::new());
+
+fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
+    let mut cache = PTX.lock();
+    if let Some((_, p)) = cache.iter().find(|(c, _)| *c == cc) {
+        return Ok(p.clone());
+    }
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1)],
+        ..Default::default()
+    };
+    let ptx = compile_ptx_with_opts(program_source(), opts)
+        .map_err(|e| format!("NVRTC compile failed: {e:?}"))?
+        .to_src();
+    cache.push((cc, ptx.clone()));
+    Ok(ptx)
 }
 
 /// The loaded kernels of one device.
 pub struct Kernels {
-    funcs: HashMap<&'static str, CudaFunction>,
+    funcs: HashMap<String, CudaFunction>,
 }
 
 impl Kernels {
-    /// Compiles the program with NVRTC for compute capability `cc` and loads it into `ctx`.
+    /// Compiles the program with NVRTC for compute capability `cc` (once per process) and loads it
+    /// into `ctx`.
     pub fn compile(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> std::result::Result<Self, String> {
         crate::probe::guarded("NVRTC", || {
-            let opts = CompileOptions {
-                options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1)],
-                ..Default::default()
-            };
-            let ptx = compile_ptx_with_opts(program_source(), opts)
-                .map_err(|e| format!("NVRTC compile failed: {e:?}"))?;
+            let ptx = Ptx::from_src(ptx_for(cc)?);
             let module = ctx
                 .load_module(ptx)
                 .map_err(|e| format!("loading the compiled kernels: {e:?}"))?;
             let mut funcs = HashMap::new();
-            for name in KERNEL_NAMES {
+            for name in kernel_names() {
                 let f = module
-                    .load_function(name)
+                    .load_function(&name)
                     .map_err(|e| format!("kernel {name}: {e:?}"))?;
                 funcs.insert(name, f);
             }
@@ -150,6 +184,25 @@ pub fn type_code(t: DType) -> Option<i32> {
         DType::Q6K => 11,
         DType::MXFP4 => 12,
         DType::Q8_1 | DType::Q8K => return None,
+    })
+}
+
+/// The name of type `t` in kernel names (`k_gemv_q4_k_1`), for the types with own kernels.
+pub fn type_name(t: DType) -> Option<&'static str> {
+    Some(match t {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::Q4_0 => "q4_0",
+        DType::Q4_1 => "q4_1",
+        DType::Q5_0 => "q5_0",
+        DType::Q5_1 => "q5_1",
+        DType::Q8_0 => "q8_0",
+        DType::Q4K => "q4_k",
+        DType::Q5K => "q5_k",
+        DType::Q6K => "q6_k",
+        DType::MXFP4 => "mxfp4",
+        _ => return None,
     })
 }
 
@@ -297,11 +350,25 @@ mod tests {
     #[test]
     fn program_names_every_kernel() {
         let src = program_source();
-        for name in KERNEL_NAMES {
+        for name in NAMED_KERNELS {
             assert!(
                 src.contains(&format!("void {name}(")),
                 "kernel {name} missing from the sources"
             );
+        }
+        // The GEMV and dequantizer families are instantiated by macros, one line per type.
+        for t in gemv::WEIGHT_TYPES {
+            let tn = type_name(t).unwrap();
+            assert!(
+                src.contains(&format!("GEMV_KERNELS({tn}, ")),
+                "GEMV for {t}"
+            );
+            if t.is_quantized() {
+                assert!(
+                    src.contains(&format!("DEQUANT_KERNEL({tn}, ")),
+                    "dequantizer for {t}"
+                );
+            }
         }
     }
 

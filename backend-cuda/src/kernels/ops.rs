@@ -1,10 +1,11 @@
 //! Dispatch of one graph node to its kernel: operand descriptors (device addresses checked against
 //! their buffers), the op's parameters as kernel arguments, and the launch shape.
 
-use super::{grid_for, matmul, rows_grid, TDesc};
+use super::{gemv, grid_for, matmul, rows_grid, TDesc};
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
+use cudarc::driver::LaunchConfig;
 use ggml_core::backend::check_range;
 use ggml_core::Buffer as _;
 use ggml_core::{Device, Error, GluOp, Graph, Op, Result, RopeMode, SortOrder, TensorId, UnaryOp};
@@ -79,6 +80,28 @@ fn yarn_corr_dims(p: &ggml_core::RopeParams) -> [f32; 2] {
     let start = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
     let end = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
     [start.max(0.0), end.min(p.n_dims as f32 - 1.0)]
+}
+
+/// Threads per flash attention block (`FA_THREADS`).
+const FA_THREADS: u32 = 128;
+/// Blocks a flash attention launch aims for (a few per SM of a large GPU).
+const FA_TARGET_BLOCKS: usize = 512;
+/// Fewest keys one split handles.
+const FA_MIN_KEYS_PER_SPLIT: usize = 256;
+/// Scratch slot of the per-split flash attention partials.
+const SLOT_ATTN_PARTS: usize = 4;
+
+/// Splits of the KV axis for `rows` query rows over `n_kv` keys, and the keys per split (a multiple
+/// of [`FA_THREADS`]): one split unless the rows alone leave the GPU idle and the KV is long.
+fn attention_splits(rows: usize, n_kv: usize) -> (usize, usize) {
+    let wanted = FA_TARGET_BLOCKS.div_ceil(rows.max(1));
+    let most = n_kv.div_ceil(FA_MIN_KEYS_PER_SPLIT);
+    let splits = wanted.min(most).max(1);
+    let per = n_kv
+        .div_ceil(splits)
+        .next_multiple_of(FA_THREADS as usize)
+        .max(FA_THREADS as usize);
+    (n_kv.div_ceil(per).max(1), per)
 }
 
 /// Computes `node` of `graph` on `be`'s stream (layout ops and leaves are skipped by the caller).
@@ -222,8 +245,24 @@ pub fn compute_node(be: &CudaBackend, graph: &Graph, node: TensorId) -> Result<(
             let (scale, max_bias, softcap) = (*scale, *max_bias, *softcap);
             let has_mask = i32::from(t.src.len() > 3);
             let has_sinks = i32::from(t.src.len() > 4);
-            launch!(be, "k_flash_attn", rows_grid(nrows, 128, 0);
-                q, k, v, m, s, d, scale, max_bias, softcap, has_mask, has_sinks)
+            let n_kv = graph.layout(t.src[1]).ne[1];
+            let (splits, kv_per_split) = attention_splits(nrows, n_kv);
+            let cfg = LaunchConfig {
+                grid_dim: (nrows as u32, splits as u32, 1),
+                ..rows_grid(nrows, FA_THREADS, 0)
+            };
+            let kv_per_split = kv_per_split as i32;
+            if splits == 1 {
+                let part = 0u64;
+                return launch!(be, "k_flash_attn", cfg; q, k, v, m, s, d, scale, max_bias,
+                    softcap, has_mask, has_sinks, kv_per_split, part);
+            }
+            let part = be.scratch(SLOT_ATTN_PARTS, nrows * splits * (t.layout.ne[0] + 2) * 4)?;
+            launch!(be, "k_flash_attn", cfg; q, k, v, m, s, d, scale, max_bias, softcap,
+                has_mask, has_sinks, kv_per_split, part)?;
+            let splits = splits as i32;
+            launch!(be, "k_flash_attn_combine", rows_grid(nrows, FA_THREADS, 0);
+                s, d, has_sinks, splits, part)
         }
         Op::MulMat => {
             let (a, b) = (src(0)?, src(1)?);
@@ -231,8 +270,8 @@ pub fn compute_node(be: &CudaBackend, graph: &Graph, node: TensorId) -> Result<(
         }
         Op::MulMatId => {
             let (a, b, ids) = (src(0)?, src(1)?, src(2)?);
-            let threads = n.saturating_mul(32);
-            launch!(be, "k_mul_mat_id", grid_for(threads); a, b, ids, d)
+            let l = |i: usize| graph.layout(t.src[i]);
+            gemv::mul_mat_id(be, (a, l(0)), (b, l(1)), (ids, l(2)), d)
         }
     }
 }
@@ -240,6 +279,19 @@ pub fn compute_node(be: &CudaBackend, graph: &Graph, node: TensorId) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attention_splits_cover_the_keys() {
+        assert_eq!(attention_splits(64, 100), (1, 128));
+        assert_eq!(attention_splits(1024, 100_000).0, 1);
+        for (rows, n_kv) in [(32, 8192), (1, 1000), (8, 300), (4, 65_536)] {
+            let (splits, per) = attention_splits(rows, n_kv);
+            assert!(splits > 1, "{rows} rows, {n_kv} keys");
+            assert_eq!(per % FA_THREADS as usize, 0);
+            assert!(splits * per >= n_kv && (splits - 1) * per < n_kv);
+            assert!(per >= FA_MIN_KEYS_PER_SPLIT);
+        }
+    }
 
     #[test]
     fn corr_dims_match_ggml_shape() {

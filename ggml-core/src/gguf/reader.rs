@@ -398,6 +398,15 @@ impl GgufFile {
         Self::from_backing(Bytes::Owned(bytes))
     }
 
+    /// The file's bytes, owned (copied out of the mapping when memory-mapped): for editing the data
+    /// of a file built in memory, then parsing it again with [`GgufFile::from_bytes`].
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self.bytes {
+            Bytes::Owned(v) => v,
+            Bytes::Mapped(m) => m.to_vec(),
+        }
+    }
+
     fn from_backing(bytes: Bytes) -> Result<GgufFile> {
         let header = parse(bytes.as_slice())?;
         Ok(GgufFile { bytes, header })

@@ -3,9 +3,11 @@
 //! parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN down projection by
 //! columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV heads, norms and
 //! routers mirrored. A block whose sizes cannot be cut that way (granularity larger than the axis)
-//! stays mirrored, and so does one that would be cut into a single unit.
+//! stays mirrored, and so does one that would be cut into a single unit (e.g. a layer whose query
+//! heads all share one KV head: a single GQA group).
 
-use crate::model::config::ModelConfig;
+use super::gemma4::{DenseAndMoe, PerLayerInput};
+use crate::model::config::{AttnShape, ModelConfig};
 use crate::model::weights::{Home, Loader, Weight};
 use crate::model::ModelError;
 use backend_meta::WeightSplit;
@@ -40,12 +42,12 @@ impl AttnSplits {
 
     /// Splits by whole GQA groups, with the granularity rounded up so that the output projection's
     /// columns are whole quant blocks (`o_type`).
-    fn new(cfg: &ModelConfig, o_type: DType) -> AttnSplits {
-        let (hd, nh, nkv) = (cfg.head_dim, cfg.n_head, cfg.n_head_kv);
+    fn new(shape: AttnShape, o_type: DType) -> AttnSplits {
+        let (hd, nh, nkv) = (shape.head_dim, shape.n_head, shape.n_head_kv);
         let group = nh / nkv;
         let q_gran = lcm(hd * group, o_type.block_size());
         // One unit (e.g. a single KV head) would put the whole block on one device: mirror it.
-        if cfg.head_dim_v != hd || !(nh * hd).is_multiple_of(q_gran) || nh * hd / q_gran < 2 {
+        if shape.head_dim_v != hd || !(nh * hd).is_multiple_of(q_gran) || nh * hd / q_gran < 2 {
             return AttnSplits::mirrored();
         }
         let heads = q_gran / hd;
@@ -97,11 +99,25 @@ pub struct AttnSpec {
     pub sinks: bool,
 }
 
+/// The Gemma 4 variations of an attention block (all off for the other architectures).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttnVariant {
+    /// Without `attn_v`, V is the K projection (before K's norm and rotation).
+    pub v_may_be_k: bool,
+    /// V is RMS-normalised per head, without a weight.
+    pub v_norm: bool,
+    /// The layer rotates without the file's `rope_freqs` (Gemma 4's sliding-window layers).
+    pub no_rope_freqs: bool,
+}
+
 /// Weights of one attention block (biases optional).
 pub struct Attention {
     pub wq: Weight,
-    pub wk: Weight,
-    pub wv: Weight,
+    /// `None` on a layer that attends to an earlier layer's KV cache ([`ModelConfig::kv_source`]):
+    /// it has no K and V projections.
+    pub wk: Option<Weight>,
+    /// `None` when V is the K projection (or the layer has no K/V projections).
+    pub wv: Option<Weight>,
     pub wo: Weight,
     pub bq: Option<Weight>,
     pub bk: Option<Weight>,
@@ -110,12 +126,15 @@ pub struct Attention {
     pub q_norm: Option<Weight>,
     pub k_norm: Option<Weight>,
     pub sinks: Option<Weight>,
-    /// Rotary frequency factors (Llama 3 long-context scaling), per layer so that it lives with it.
+    /// V is RMS-normalised per head, without a weight (Gemma 4).
+    pub v_norm: bool,
+    /// Rotary frequency factors (Llama 3 long-context scaling, Gemma 4 partial rotation), per layer so
+    /// that it lives with it.
     pub rope_freqs: Option<Weight>,
     pub splits: AttnSplits,
 }
 
-fn blk(l: usize, name: &str) -> String {
+pub(crate) fn blk(l: usize, name: &str) -> String {
     format!("blk.{l}.{name}")
 }
 
@@ -126,16 +145,33 @@ impl Attention {
         l: usize,
         spec: AttnSpec,
     ) -> Result<Attention, ModelError> {
-        let (d, hd, nh, nkv) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv);
-        let hv = cfg.head_dim_v;
-        let home = Home::Layer(l);
+        Attention::load_variant(ld, cfg, l, spec, AttnVariant::default())
+    }
+
+    /// Loads layer `l`'s attention of shape [`ModelConfig::attn_shape`]; a layer that reads another
+    /// layer's cache loads no K/V weights and cuts its heads like that layer.
+    pub fn load_variant(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        spec: AttnSpec,
+        variant: AttnVariant,
+    ) -> Result<Attention, ModelError> {
+        let shape = cfg.attn_shape(l);
+        let (d, hd, nh, nkv) = (cfg.n_embd, shape.head_dim, shape.n_head, shape.n_head_kv);
+        let hv = shape.head_dim_v;
+        let own_kv = cfg.kv_source[l] == l;
+        let home = Home::LayerLike {
+            layer: l,
+            like: cfg.kv_source[l],
+        };
         let o_name = blk(l, "attn_output.weight");
         let o_type = ld
             .info(&o_name)
             .map(|i| i.0)
             .ok_or_else(|| ModelError::MissingTensor(o_name.clone()))?;
         let s = if ld.tensor_parallel() {
-            AttnSplits::new(cfg, o_type)
+            AttnSplits::new(shape, o_type)
         } else {
             AttnSplits::mirrored()
         };
@@ -147,6 +183,26 @@ impl Attention {
                 Ok(None)
             }
         };
+        let kv = |name: &str, width: usize| {
+            ld.get(&blk(l, name), &[d, nkv * width], s.kv_rows.clone(), home)
+        };
+        let has_v = ld.info(&blk(l, "attn_v.weight")).is_some();
+        let wv = if own_kv && (has_v || !variant.v_may_be_k) {
+            Some(kv("attn_v.weight", hv)?)
+        } else {
+            None
+        };
+        if own_kv && wv.is_none() && hv != hd {
+            return Err(ModelError::BadTensor {
+                name: blk(l, "attn_v.weight"),
+                msg: format!("missing, and K (head size {hd}) cannot stand in for V of {hv}"),
+            });
+        }
+        let rope_freqs = if variant.no_rope_freqs {
+            None
+        } else {
+            ld.opt("rope_freqs.weight", &[cfg.rope_of(l).n_dims / 2], m(), home)?
+        };
         Ok(Attention {
             wq: ld.get(
                 &blk(l, "attn_q.weight"),
@@ -154,31 +210,22 @@ impl Attention {
                 s.q_rows.clone(),
                 home,
             )?,
-            wk: ld.get(
-                &blk(l, "attn_k.weight"),
-                &[d, nkv * hd],
-                s.kv_rows.clone(),
-                home,
-            )?,
-            wv: ld.get(
-                &blk(l, "attn_v.weight"),
-                &[d, nkv * hv],
-                s.kv_rows.clone(),
-                home,
-            )?,
+            wk: own_kv.then(|| kv("attn_k.weight", hd)).transpose()?,
+            wv,
             wo: ld.get(&o_name, &[nh * hv, d], s.o_cols.clone(), home)?,
             bq: ld.opt(&blk(l, "attn_q.bias"), &[nh * hd], s.q_bias.clone(), home)?,
             bk: ld.opt(&blk(l, "attn_k.bias"), &[nkv * hd], s.kv_bias.clone(), home)?,
             bv: ld.opt(&blk(l, "attn_v.bias"), &[nkv * hv], s.kv_bias.clone(), home)?,
             bo: ld.opt(&blk(l, "attn_output.bias"), &[d], m(), home)?,
             q_norm: norm("attn_q_norm.weight", spec.qk_norm)?,
-            k_norm: norm("attn_k_norm.weight", spec.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", spec.qk_norm && own_kv)?,
             sinks: if spec.sinks {
                 Some(ld.get(&blk(l, "attn_sinks.weight"), &[nh], s.sinks.clone(), home)?)
             } else {
                 None
             },
-            rope_freqs: ld.opt("rope_freqs.weight", &[cfg.rope.n_dims / 2], m(), home)?,
+            v_norm: variant.v_norm,
+            rope_freqs,
             splits: s,
         })
     }
@@ -194,7 +241,7 @@ pub struct Dense {
 
 impl Dense {
     pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize, act: GluOp) -> Result<Dense, ModelError> {
-        let (d, f) = (cfg.n_embd, cfg.n_ff);
+        let (d, f) = (cfg.n_embd, cfg.n_ff_of(l));
         let home = Home::Layer(l);
         let down = blk(l, "ffn_down.weight");
         let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
@@ -217,16 +264,27 @@ pub enum Gating {
     SoftmaxOfTopK,
 }
 
+/// The expert projections whose results feed the gated activation.
+pub enum ExpertsIn {
+    /// Gate and up experts `[n_embd, n_ff_exp, n_expert]`.
+    Separate { gate: Weight, up: Weight },
+    /// Gate and up experts fused along the rows, `[n_embd, 2 · n_ff_exp, n_expert]`, gate first
+    /// (`ffn_gate_up_exps`, Gemma 4).
+    Fused(Weight),
+}
+
 /// A mixture-of-experts FFN (biases optional).
 pub struct Moe {
     pub router: Weight,
     pub router_b: Option<Weight>,
-    pub gate: Weight,
-    pub up: Weight,
+    pub experts_in: ExpertsIn,
     pub down: Weight,
+    /// Biases of separate gate and up experts.
     pub gate_b: Option<Weight>,
     pub up_b: Option<Weight>,
     pub down_b: Option<Weight>,
+    /// Per-expert output scale `[n_expert]` (`ffn_down_exps.scale`, Gemma 4).
+    pub down_scale: Option<Weight>,
     pub gating: Gating,
     pub act: GluOp,
     pub n_used: usize,
@@ -249,20 +307,39 @@ impl Moe {
         let down = blk(l, "ffn_down_exps.weight");
         let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
         let (rows, bias, cols) = ffn_splits(f, down_type);
+        let gate_up = blk(l, "ffn_gate_up_exps.weight");
+        let experts_in = if ld.info(&gate_up).is_some() {
+            // Both halves cut like the down projection's columns. Where an uneven cut's remainder
+            // lands on different devices for the two halves, the meta backend gathers the
+            // activation's input instead of pairing the slices.
+            let fused_rows = match &rows {
+                WeightSplit::Axis { segments, .. } => WeightSplit::Axis {
+                    axis: 1,
+                    segments: [segments.as_slice(), segments.as_slice()].concat(),
+                },
+                WeightSplit::Mirrored => m(),
+            };
+            ExpertsIn::Fused(ld.get(&gate_up, &[d, 2 * f, e], fused_rows, home)?)
+        } else {
+            ExpertsIn::Separate {
+                gate: ld.get(
+                    &blk(l, "ffn_gate_exps.weight"),
+                    &[d, f, e],
+                    rows.clone(),
+                    home,
+                )?,
+                up: ld.get(&blk(l, "ffn_up_exps.weight"), &[d, f, e], rows, home)?,
+            }
+        };
         Ok(Moe {
             router: ld.get(&blk(l, "ffn_gate_inp.weight"), &[d, e], m(), home)?,
             router_b: ld.opt(&blk(l, "ffn_gate_inp.bias"), &[e], m(), home)?,
-            gate: ld.get(
-                &blk(l, "ffn_gate_exps.weight"),
-                &[d, f, e],
-                rows.clone(),
-                home,
-            )?,
-            up: ld.get(&blk(l, "ffn_up_exps.weight"), &[d, f, e], rows, home)?,
+            experts_in,
             down: ld.get(&down, &[f, d, e], cols, home)?,
             gate_b: ld.opt(&blk(l, "ffn_gate_exps.bias"), &[f, e], bias.clone(), home)?,
             up_b: ld.opt(&blk(l, "ffn_up_exps.bias"), &[f, e], bias, home)?,
             down_b: ld.opt(&blk(l, "ffn_down_exps.bias"), &[d, e], m(), home)?,
+            down_scale: ld.opt(&blk(l, "ffn_down_exps.scale"), &[e], m(), home)?,
             gating,
             act,
             n_used: moe.n_expert_used,
@@ -274,9 +351,12 @@ impl Moe {
 pub enum Ffn {
     Dense(Box<Dense>),
     Moe(Box<Moe>),
+    /// A dense FFN and a mixture of experts side by side (Gemma 4).
+    DenseAndMoe(Box<DenseAndMoe>),
 }
 
-/// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma).
+/// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma), per-layer
+/// input and output scale (Gemma 4).
 pub struct Layer {
     pub attn_norm: Weight,
     pub attn: Attention,
@@ -284,6 +364,10 @@ pub struct Layer {
     pub ffn_norm: Weight,
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Weight>,
+    /// Mixes the layer's slice of the per-layer token embeddings into its output (Gemma 4).
+    pub per_layer_input: Option<PerLayerInput>,
+    /// Scalar `[1]` the layer's output is multiplied by (Gemma 4's `layer_output_scale`).
+    pub out_scale: Option<Weight>,
 }
 
 /// Loads the `[n_embd]` norm `blk.<l>.<name>.weight`.
@@ -317,6 +401,8 @@ impl Layer {
             ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
             ffn,
             ffn_post_norm: None,
+            per_layer_input: None,
+            out_scale: None,
         })
     }
 }

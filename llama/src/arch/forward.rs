@@ -1,13 +1,16 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
 //! cache written with `set_rows` at the batch positions, flash attention over the first `n_kv` cache
 //! slots with a host-built causal / sliding-window mask) → residual → norm → dense FFN or mixture of
-//! experts → residual, then the output norm and head for the requested rows.
+//! experts → residual, then the output norm and head for the requested rows. The Gemma 4 parts
+//! (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
 
-use super::blocks::{Attention, Dense, Ffn, Gating, Layer, Moe};
+mod gemma4;
+
+use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Moe};
 use crate::kv::KvCache;
 use crate::model::weights::Weight;
 use crate::model::{Model, ModelError};
-use ggml_core::{Graph, TensorId};
+use ggml_core::{Graph, TensorId, UnaryOp};
 
 /// The inputs of one forward graph.
 pub struct Inputs {
@@ -30,6 +33,11 @@ struct Fwd<'a> {
     inp: &'a Inputs,
     n_tokens: usize,
     n_kv: usize,
+    /// Per layer with attention built so far: the views of the K and V cache it attends to
+    /// (shared-KV layers reuse their source layer's, which orders them after its cache writes).
+    kv_views: Vec<Option<(TensorId, TensorId)>>,
+    /// The per-layer inputs `[n_embd_per_layer, n_tokens, n_layer]` (Gemma 4).
+    per_layer: Option<TensorId>,
 }
 
 impl Fwd<'_> {
@@ -61,21 +69,19 @@ impl Fwd<'_> {
         }
     }
 
-    /// Projects, normalises and rotates Q or K: `[head_dim, n_heads, n_tokens]`.
-    #[allow(clippy::too_many_arguments)]
-    fn head_proj(
+    /// Splits a Q or K projection into heads `[head_dim, n_heads, n_tokens]`, normalises and rotates
+    /// them.
+    fn heads(
         &mut self,
         a: &Attention,
-        w: &Weight,
-        b: Option<&Weight>,
-        norm: Option<&Weight>,
-        x: TensorId,
+        y: TensorId,
+        head_dim: usize,
         n_heads: usize,
+        norm: Option<&Weight>,
         l: usize,
     ) -> Result<TensorId, ModelError> {
         let cfg = &self.model.config;
-        let y = self.linear(w, x, b)?;
-        let mut y = self.g.reshape(y, &[cfg.head_dim, n_heads, self.n_tokens])?;
+        let mut y = self.g.reshape(y, &[head_dim, n_heads, self.n_tokens])?;
         if let Some(n) = norm {
             y = self.norm(y, n)?;
         }
@@ -104,14 +110,33 @@ impl Fwd<'_> {
         kv: &KvCache,
     ) -> Result<TensorId, ModelError> {
         let cfg = &self.model.config;
-        let (nh, nkv, t) = (cfg.n_head, cfg.n_head_kv, self.n_tokens);
-        let q = self.head_proj(a, &a.wq, a.bq.as_ref(), a.q_norm.as_ref(), x, nh, l)?;
-        let k = self.head_proj(a, &a.wk, a.bk.as_ref(), a.k_norm.as_ref(), x, nkv, l)?;
-        let v = self.linear(&a.wv, x, a.bv.as_ref())?;
-        let v = self.g.reshape(v, &[cfg.head_dim_v, nkv, t])?;
-        let (kc, vc) = kv.layer(l);
-        let k_all = self.cache(kc, k)?;
-        let v_all = self.cache(vc, v)?;
+        let shape = cfg.attn_shape(l);
+        let (nh, nkv, t) = (shape.n_head, shape.n_head_kv, self.n_tokens);
+        let q = self.linear(&a.wq, x, a.bq.as_ref())?;
+        let q = self.heads(a, q, shape.head_dim, nh, a.q_norm.as_ref(), l)?;
+        let (k_all, v_all) = match &a.wk {
+            Some(wk) => {
+                let k_proj = self.linear(wk, x, a.bk.as_ref())?;
+                let v = match &a.wv {
+                    Some(wv) => self.linear(wv, x, a.bv.as_ref())?,
+                    None => k_proj,
+                };
+                let k = self.heads(a, k_proj, shape.head_dim, nkv, a.k_norm.as_ref(), l)?;
+                let mut v = self.g.reshape(v, &[shape.head_dim_v, nkv, t])?;
+                if a.v_norm {
+                    v = self.g.rms_norm(v, cfg.rms_eps)?;
+                }
+                let (kc, vc) = kv.layer(l);
+                (self.cache(kc, k)?, self.cache(vc, v)?)
+            }
+            None => self.kv_views[cfg.kv_source[l]].ok_or_else(|| {
+                ModelError::Unsupported(format!(
+                    "layer {l} attends to the cache of layer {}, not built before it",
+                    cfg.kv_source[l]
+                ))
+            })?,
+        };
+        self.kv_views[l] = Some((k_all, v_all));
         let qp = self.g.permute(q, [0, 2, 1, 3])?;
         let mask = match (cfg.swa_layers[l], self.inp.mask_swa) {
             (true, Some(m)) => m,
@@ -128,7 +153,7 @@ impl Fwd<'_> {
             0.0,
             0.0,
         )?;
-        let o = self.g.reshape(o, &[cfg.head_dim_v * nh, t])?;
+        let o = self.g.reshape(o, &[shape.head_dim_v * nh, t])?;
         self.linear(&a.wo, o, a.bo.as_ref())
     }
 
@@ -159,10 +184,21 @@ impl Fwd<'_> {
     }
 
     fn moe(&mut self, m: &Moe, x: TensorId) -> Result<TensorId, ModelError> {
+        let scores = self.linear(&m.router, x, m.router_b.as_ref())?;
+        self.experts_mix(m, x, scores)
+    }
+
+    /// The experts chosen by the router `scores` `[n_expert, n_tokens]` applied to `x`, weighted and
+    /// summed.
+    fn experts_mix(
+        &mut self,
+        m: &Moe,
+        x: TensorId,
+        scores: TensorId,
+    ) -> Result<TensorId, ModelError> {
         let (d, t, k) = (self.model.config.n_embd, self.n_tokens, m.n_used);
         let n_expert = m.router.ne()[1];
-        let scores = self.linear(&m.router, x, m.router_b.as_ref())?;
-        let (ids, weights) = match m.gating {
+        let (ids, mut weights) = match m.gating {
             Gating::Softmax { renorm } => {
                 let probs = self.g.soft_max(scores, None, None, 1.0, 0.0)?;
                 let ids = self.g.top_k(probs, k)?;
@@ -185,10 +221,27 @@ impl Fwd<'_> {
                 (ids, self.g.reshape(w, &[1, k, t])?)
             }
         };
+        if let Some(s) = &m.down_scale {
+            // Each chosen expert's output scale, looked up like rows of a `[1, n_expert]` table.
+            let s = self.bind(s);
+            let table = self.g.reshape(s, &[1, n_expert])?;
+            let flat = self.g.reshape(ids, &[k * t])?;
+            let chosen = self.g.get_rows(table, flat)?;
+            let chosen = self.g.reshape(chosen, &[1, k, t])?;
+            weights = self.g.mul(weights, chosen)?;
+        }
         let x3 = self.g.reshape(x, &[d, 1, t])?;
-        let gate = self.experts(&m.gate, m.gate_b.as_ref(), x3, ids)?;
-        let up = self.experts(&m.up, m.up_b.as_ref(), x3, ids)?;
-        let h = self.g.glu(m.act, gate, up)?;
+        let h = match &m.experts_in {
+            ExpertsIn::Separate { gate, up } => {
+                let gate = self.experts(gate, m.gate_b.as_ref(), x3, ids)?;
+                let up = self.experts(up, m.up_b.as_ref(), x3, ids)?;
+                self.g.glu(m.act, gate, up)?
+            }
+            ExpertsIn::Fused(gate_up) => {
+                let gate_up = self.experts(gate_up, None, x3, ids)?;
+                self.g.glu_fused(m.act, gate_up, false)?
+            }
+        };
         let out = self.experts(&m.down, m.down_b.as_ref(), h, ids)?;
         let out = self.g.mul(out, weights)?;
         let nb = *self.g.layout(out);
@@ -217,11 +270,20 @@ impl Fwd<'_> {
         let mut f = match &layer.ffn {
             Ffn::Dense(d) => self.dense(d, h)?,
             Ffn::Moe(m) => self.moe(m, h)?,
+            Ffn::DenseAndMoe(dm) => self.dense_and_moe(dm, h, x)?,
         };
         if let Some(n) = &layer.ffn_post_norm {
             f = self.norm(f, n)?;
         }
-        Ok(self.g.add(f, x)?)
+        let mut x = self.g.add(f, x)?;
+        if let Some(p) = &layer.per_layer_input {
+            x = self.per_layer_input(p, l, x)?;
+        }
+        if let Some(s) = &layer.out_scale {
+            let s = self.bind(s);
+            x = self.g.mul(x, s)?;
+        }
+        Ok(x)
     }
 }
 
@@ -241,11 +303,16 @@ pub fn build(
         inp,
         n_tokens,
         n_kv,
+        kv_views: vec![None; model.layers.len()],
+        per_layer: None,
     };
     let table = f.bind(&model.tok_embd);
     let mut x = f.g.get_rows(table, inp.tokens)?;
     if let Some(s) = model.config.embd_scale {
         x = f.g.scale(x, s)?;
+    }
+    if let Some(p) = &model.per_layer_embd {
+        f.per_layer = Some(f.per_layer_inputs(p, x)?);
     }
     for (l, layer) in model.layers.iter().enumerate() {
         x = f.layer(layer, l, x, kv)?;
@@ -254,7 +321,12 @@ pub fn build(
         x = f.g.get_rows(x, ids)?;
     }
     let x = f.norm(x, &model.output_norm)?;
-    let logits = f.linear(&model.output, x, None)?;
+    let mut logits = f.linear(&model.output, x, None)?;
+    if let Some(c) = model.config.final_logit_softcap {
+        let y = f.g.scale(logits, 1.0 / c)?;
+        let y = f.g.unary(y, UnaryOp::Tanh)?;
+        logits = f.g.scale(y, c)?;
+    }
     f.g.output(logits);
     Ok(logits)
 }

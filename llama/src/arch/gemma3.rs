@@ -45,5 +45,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
         ffn: Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Geglu)?)),
         ffn_post_norm: Some(layer_norm(ld, cfg, l, "post_ffw_norm")?),
+        per_layer_input: None,
+        out_scale: None,
     })
 }

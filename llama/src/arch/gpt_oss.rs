@@ -36,5 +36,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn: Ffn::Moe(Box::new(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?)),
         ffn_post_norm: None,
+        per_layer_input: None,
+        out_scale: None,
     })
 }

@@ -5,6 +5,7 @@
 pub mod blocks;
 pub mod forward;
 mod gemma3;
+pub mod gemma4;
 mod gpt_oss;
 mod llama;
 mod qwen;
@@ -22,6 +23,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::config(file, arch, n_vocab),
         Arch::Gemma3 => gemma3::config(file, n_vocab),
         Arch::GptOss => gpt_oss::config(file, n_vocab),
+        Arch::Gemma4 => gemma4::config(file, n_vocab),
     }
 }
 
@@ -32,5 +34,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::layer(ld, cfg, l),
         Arch::Gemma3 => gemma3::layer(ld, cfg, l),
         Arch::GptOss => gpt_oss::layer(ld, cfg, l),
+        Arch::Gemma4 => gemma4::layer(ld, cfg, l),
     }
 }

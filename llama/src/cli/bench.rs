@@ -1,8 +1,8 @@
 //! `ggml-tp bench`: prompt processing (`pp<P>`: one batch of P tokens from an empty cache) and
 //! generation (`tg<N>`: N tokens one at a time from an empty cache) speed, as a markdown table like
 //! llama.cpp's `llama-bench`, mean ± standard deviation over repetitions after one warm-up run.
-//! Several models, `--split-mode` values and `--cpu-devices` counts give one row per combination
-//! (split mode none always on one device).
+//! Several models (`-m` files and `--synthetic` presets), `--split-mode` values and `--cpu-devices`
+//! counts give one row per combination (split mode none always on the first device).
 
 use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
@@ -84,11 +84,13 @@ fn row(l: &Loaded, threads: usize, test: &str, rates: &[f64]) {
 }
 
 pub fn run(args: &Args) -> CliResult {
-    // Split mode none runs on one device whatever --cpu-devices lists for the other modes.
+    // Split mode none runs on the first device whatever --devices or --cpu-devices list for the
+    // other modes.
     let mut setups: Vec<Setup> = Vec::new();
     for mut s in args.model.setups() {
-        if s.split_mode == Some(SplitMode::None) && args.model.devices.is_empty() {
-            s.cpu_devices = Some(1);
+        if s.split_mode == Some(SplitMode::None) {
+            s.first_device_only = true;
+            s.cpu_devices = None;
         }
         if !setups.contains(&s) {
             setups.push(s);

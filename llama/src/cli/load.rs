@@ -1,11 +1,13 @@
-//! The options every model-loading command shares (`-m`, `--split-mode`, `--devices`,
-//! `--cpu-devices`, `--tensor-split`, `-t`, `-c`, `--cache-type`), the [`Placement`] they describe
-//! and the loading of a model with a progress bar on stderr.
+//! The options every model-loading command shares (`-m` or `--synthetic`, `--split-mode`,
+//! `--devices`, `--cpu-devices`, `--tensor-split`, `-t`, `-c`, `--cache-type`), the [`Placement`]
+//! they describe and the loading of a model (a GGUF file, or a random-weight model built in memory,
+//! [`crate::model::synthetic`]) with a progress bar on stderr.
 //!
 //! `bench` accepts several models, split modes and CPU device counts and runs every combination
 //! ([`ModelArgs::setups`]); the other commands take one of each ([`ModelArgs::setup`]).
 
 use super::{CliError, CliResult};
+use crate::model::synthetic::Preset;
 use crate::model::{Model, ModelError, Placement};
 use crate::runtime::SessionOptions;
 use crate::tokenizer::Tokenizer;
@@ -65,8 +67,13 @@ impl CacheType {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// GGUF model file.
-    #[arg(short = 'm', long = "model", required = true)]
+    #[arg(short = 'm', long = "model")]
     pub model: Vec<PathBuf>,
+    /// A random-weight model with published shapes instead of a file, e.g. llama3-8b-q4_0
+    /// (SHAPE-TYPE; SHAPE: llama3-8b, qwen3-30b-a3b, gpt-oss-20b, tiny-llama, tiny-qwen3moe,
+    /// tiny-gpt-oss; TYPE: f16, bf16, q8_0, q4_0, mxfp4).
+    #[arg(long, value_name = "PRESET")]
+    pub synthetic: Vec<String>,
     /// none: one device; layer: layers spread over the devices; tensor: weights sharded over them
     /// (default: none for one device, layer for several).
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -94,14 +101,37 @@ pub struct ModelArgs {
     pub no_progress: bool,
 }
 
+/// Where a model comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelSource {
+    File(PathBuf),
+    /// A synthetic preset's name.
+    Synthetic(String),
+}
+
+impl ModelSource {
+    /// The file name without `.gguf`, or the preset's name.
+    pub fn name(&self) -> String {
+        match self {
+            ModelSource::File(path) => path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            ),
+            ModelSource::Synthetic(p) => format!("synthetic {p}"),
+        }
+    }
+}
+
 /// One model with one placement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Setup {
-    pub model: PathBuf,
+    pub model: ModelSource,
     /// The split mode asked for (`None` = default by device count).
     pub split_mode: Option<SplitMode>,
     /// Virtual CPU devices asked for.
     pub cpu_devices: Option<usize>,
+    /// Run on the first of the devices only (`bench` rows of split mode none).
+    pub first_device_only: bool,
 }
 
 impl ModelArgs {
@@ -117,14 +147,21 @@ impl ModelArgs {
         } else {
             self.cpu_devices.iter().copied().map(Some).collect()
         };
+        let sources = self
+            .model
+            .iter()
+            .cloned()
+            .map(ModelSource::File)
+            .chain(self.synthetic.iter().cloned().map(ModelSource::Synthetic));
         let mut out = Vec::new();
-        for model in &self.model {
+        for model in sources {
             for &split_mode in &splits {
                 for &cpu_devices in &cpus {
                     out.push(Setup {
                         model: model.clone(),
                         split_mode,
                         cpu_devices,
+                        first_device_only: false,
                     });
                 }
             }
@@ -143,7 +180,12 @@ impl ModelArgs {
                 Ok(())
             }
         };
-        one(self.model.len(), "--model")?;
+        if self.model.is_empty() && self.synthetic.is_empty() {
+            return Err(CliError::new(
+                "no model: give -m FILE (or --synthetic PRESET)",
+            ));
+        }
+        one(self.model.len() + self.synthetic.len(), "--model")?;
         one(self.split_mode.len(), "--split-mode")?;
         one(self.cpu_devices.len(), "--cpu-devices")?;
         Ok(self.setups().remove(0))
@@ -168,20 +210,25 @@ impl ModelArgs {
     pub fn devices(&self, setup: &Setup) -> CliResult<Vec<Arc<dyn Device>>> {
         let threads = self.threads();
         if self.devices.is_empty() {
-            let n = setup.cpu_devices.unwrap_or(1);
+            let n = if setup.first_device_only {
+                1
+            } else {
+                setup.cpu_devices.unwrap_or(1)
+            };
             if n == 0 {
                 return Err(CliError::new("--cpu-devices must be at least 1"));
             }
             return (0..n).map(|i| cpu_device(i, i, n, threads)).collect();
         }
-        let n_cpu = self
-            .devices
-            .iter()
-            .filter(|d| d.starts_with("cpu:"))
-            .count();
+        let names = if setup.first_device_only {
+            &self.devices[..1]
+        } else {
+            &self.devices[..]
+        };
+        let n_cpu = names.iter().filter(|d| d.starts_with("cpu:")).count();
         let mut out: Vec<Arc<dyn Device>> = Vec::new();
         let mut k = 0;
-        for name in &self.devices {
+        for name in names {
             if out.iter().any(|d| d.name() == *name) {
                 return Err(CliError::new(format!("device {name} is given twice")));
             }
@@ -255,35 +302,58 @@ pub struct Loaded {
     pub model: Arc<Model>,
     pub tokenizer: Tokenizer,
     pub file: GgufFile,
-    pub path: PathBuf,
+    pub source: ModelSource,
     pub split_mode: SplitMode,
     pub device_names: Vec<String>,
     pub file_size: u64,
 }
 
 impl Loaded {
-    /// The file name without `.gguf`.
+    /// The file name without `.gguf`, or the synthetic preset.
     pub fn name(&self) -> String {
-        self.path.file_stem().map_or_else(
-            || self.path.display().to_string(),
-            |s| s.to_string_lossy().into_owned(),
-        )
+        self.source.name()
     }
 }
 
-/// Loads `setup` with a progress bar: reading the file, then placing the weights.
-pub fn load(args: &ModelArgs, setup: &Setup) -> CliResult<Loaded> {
-    let path = &setup.model;
-    let ctx = |e: CliError| e.context(path.display());
-    let meta = std::fs::metadata(path)
-        .map_err(|_| CliError::new(format!("model file not found: {}", path.display())))?;
-    if !meta.is_file() {
-        return Err(CliError::new(format!("not a file: {}", path.display())));
+/// Seed of the weights of `--synthetic` models (fixed, so every run measures the same model).
+pub const SYNTHETIC_SEED: u64 = 0x5EED;
+
+/// Opens a GGUF file reading it through with a progress bar, or builds a synthetic one.
+fn open(args: &ModelArgs, source: &ModelSource) -> CliResult<GgufFile> {
+    match source {
+        ModelSource::File(path) => {
+            let ctx = |e: CliError| e.context(path.display());
+            let meta = std::fs::metadata(path)
+                .map_err(|_| CliError::new(format!("model file not found: {}", path.display())))?;
+            if !meta.is_file() {
+                return Err(CliError::new(format!("not a file: {}", path.display())));
+            }
+            let bar = progress_bar(args.no_progress, meta.len());
+            read_through(path, &bar).map_err(|e| ctx(e.into()))?;
+            bar.finish_and_clear();
+            GgufFile::open(path).map_err(|e| ctx(e.into()))
+        }
+        ModelSource::Synthetic(name) => {
+            let preset = Preset::parse(name)?;
+            let bar = progress_bar(args.no_progress, 0);
+            bar.set_style(spinner_style());
+            bar.set_message(format!("generating the weights of {}", preset.name()));
+            bar.enable_steady_tick(Duration::from_millis(120));
+            let file = preset.build(SYNTHETIC_SEED);
+            bar.finish_and_clear();
+            Ok(file?)
+        }
     }
+}
+
+/// Loads `setup` with a progress bar: reading the file (or generating it), then placing the weights.
+pub fn load(args: &ModelArgs, setup: &Setup) -> CliResult<Loaded> {
+    let ctx = |e: CliError| e.context(setup.model.name());
     let (placement, split_mode, device_names) = args.placement(setup)?;
     let start = Instant::now();
-    let bar = progress_bar(args.no_progress, meta.len());
-    read_through(path, &bar).map_err(|e| ctx(e.into()))?;
+    let file = open(args, &setup.model)?;
+    let file_size = file.as_bytes().len() as u64;
+    let bar = progress_bar(args.no_progress, 0);
     bar.set_style(spinner_style());
     bar.set_message(format!(
         "placing weights ({}, {})",
@@ -292,7 +362,6 @@ pub fn load(args: &ModelArgs, setup: &Setup) -> CliResult<Loaded> {
     ));
     bar.enable_steady_tick(Duration::from_millis(120));
     let result = (|| -> CliResult<Loaded> {
-        let file = GgufFile::open(path)?;
         let arch = file.get_str("general.architecture")?;
         if Arch::from_name(arch).is_none() {
             return Err(ModelError::UnknownArch(arch.into()).into());
@@ -303,10 +372,10 @@ pub fn load(args: &ModelArgs, setup: &Setup) -> CliResult<Loaded> {
             model: Arc::new(model),
             tokenizer,
             file,
-            path: path.clone(),
+            source: setup.model.clone(),
             split_mode,
             device_names,
-            file_size: meta.len(),
+            file_size,
         })
     })();
     bar.finish_and_clear();

@@ -13,6 +13,7 @@ pub mod logits;
 pub mod perplexity;
 pub mod run;
 pub mod serve;
+pub mod synth;
 
 // Links the CUDA family into the registry (registered through `inventory`).
 #[cfg(feature = "cuda")]
@@ -78,6 +79,8 @@ pub enum Command {
     Bench(bench::Args),
     /// OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, ...).
     Serve(serve::Args),
+    /// Write a random-weight model with published shapes as a GGUF file.
+    Synth(synth::Args),
 }
 
 impl Command {
@@ -90,6 +93,7 @@ impl Command {
             Command::Perplexity(a) => perplexity::run(a),
             Command::Bench(a) => bench::run(a),
             Command::Serve(a) => serve::run(a),
+            Command::Synth(a) => synth::run(a),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `ggml-tp serve`: the OpenAI-compatible HTTP server ([`crate::server`]) for one model in any split
 //! mode.
 
-use super::load::ModelArgs;
-use super::CliResult;
+use super::load::{ModelArgs, ModelSource};
+use super::{CliError, CliResult};
 use crate::server::{serve_blocking, ServerConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -36,7 +36,12 @@ pub fn run(args: &Args) -> CliResult {
     let setup = args.model.setup()?;
     let (placement, _, _) = args.model.placement(&setup)?;
     let opts = args.model.session_options(4096);
-    let mut config = ServerConfig::new(setup.model, placement);
+    let ModelSource::File(path) = setup.model else {
+        return Err(CliError::new(
+            "serve needs a model file (-m), not --synthetic",
+        ));
+    };
+    let mut config = ServerConfig::new(path, placement);
     config.addr = SocketAddr::new(args.host, args.port);
     config.n_slots = args.slots;
     config.queue_len = args.queue;

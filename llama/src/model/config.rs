@@ -3,7 +3,7 @@
 //! by the architecture's own module through [`Meta`].
 
 use super::ModelError;
-use ggml_core::gguf::GgufFile;
+use ggml_core::gguf::{Array, GgufFile, Value};
 use ggml_core::{RopeMode, RopeParams};
 
 /// The architectures this runtime can build graphs for.
@@ -15,6 +15,7 @@ pub enum Arch {
     Qwen3Moe,
     Gemma3,
     GptOss,
+    Gemma4,
 }
 
 impl Arch {
@@ -27,6 +28,7 @@ impl Arch {
             "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             "gpt-oss" => Arch::GptOss,
+            "gemma4" => Arch::Gemma4,
             _ => return None,
         })
     }
@@ -40,6 +42,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
+            Arch::Gemma4 => "gemma4",
         }
     }
 }
@@ -97,6 +100,38 @@ impl Meta<'_> {
     pub fn opt_str(&self, k: &str) -> Option<&str> {
         self.file.get(&self.key(k)).and_then(|v| v.as_str())
     }
+
+    /// An optional per-layer integer: one integer for every layer, or an array of `n_layer` integers.
+    pub fn opt_per_layer(&self, k: &str, n_layer: usize) -> Result<Option<Vec<usize>>, ModelError> {
+        let key = self.key(k);
+        let Some(v) = self.file.get(&key) else {
+            return Ok(None);
+        };
+        let values = match v {
+            Value::Array(a) => a.to_ints::<usize>().filter(|x| x.len() == n_layer),
+            other => other.as_usize().map(|x| vec![x; n_layer]),
+        };
+        values.map(Some).ok_or(ModelError::BadKey {
+            key,
+            msg: format!(
+                "expected an integer or {n_layer} integers, found {}",
+                v.describe()
+            ),
+        })
+    }
+
+    /// An optional array of `n_layer` booleans.
+    pub fn opt_flags(&self, k: &str, n_layer: usize) -> Result<Option<Vec<bool>>, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(Value::Array(Array::Bool(v))) if v.len() == n_layer => Ok(Some(v.clone())),
+            Some(v) => Err(ModelError::BadKey {
+                key,
+                msg: format!("expected {n_layer} booleans, found {}", v.describe()),
+            }),
+        }
+    }
 }
 
 /// Mixture-of-experts sizes.
@@ -107,6 +142,17 @@ pub struct MoeConfig {
     pub n_ff_exp: usize,
 }
 
+/// The attention shape of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Per-head size of queries and keys.
+    pub head_dim: usize,
+    /// Per-head size of values.
+    pub head_dim_v: usize,
+}
+
 /// Hyper-parameters of one model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -115,12 +161,14 @@ pub struct ModelConfig {
     pub n_embd: usize,
     pub n_layer: usize,
     pub n_head: usize,
+    /// KV heads (the most of any layer where layers differ, see [`ModelConfig::attn_shape`]).
     pub n_head_kv: usize,
     /// Per-head size of queries and keys.
     pub head_dim: usize,
     /// Per-head size of values.
     pub head_dim_v: usize,
-    /// Dense feed-forward width (0 when the model has none).
+    /// Dense feed-forward width (0 when the model has none; the widest where layers differ, see
+    /// [`ModelConfig::n_ff_of`]).
     pub n_ff: usize,
     pub n_ctx_train: usize,
     pub rms_eps: f32,
@@ -137,6 +185,18 @@ pub struct ModelConfig {
     pub embd_scale: Option<f32>,
     /// Scale of attention scores.
     pub attn_scale: f32,
+    /// Per-layer attention shapes where layers differ (Gemma 4's local and global layers); empty when
+    /// every layer has the shape given by the fields above.
+    pub layer_attn: Vec<AttnShape>,
+    /// Per-layer dense feed-forward widths where layers differ (Gemma 4); empty otherwise.
+    pub layer_n_ff: Vec<usize>,
+    /// Per layer: the layer whose KV cache it attends to; itself, or for Gemma 4's shared-KV layers an
+    /// earlier layer of the same kind (the layer then has no K/V projections and no cache of its own).
+    pub kv_source: Vec<usize>,
+    /// Width of the per-layer token embeddings fed to every layer (Gemma 4; 0: none).
+    pub n_embd_per_layer: usize,
+    /// Final logit soft-capping `c`: logits become `c · tanh(logits / c)` (Gemma 4).
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -161,13 +221,19 @@ impl ModelConfig {
                 msg: "head count, width and block count must be positive".into(),
             });
         }
-        let n_head_kv = m.opt_usize("attention.head_count_kv")?.unwrap_or(n_head);
-        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+        let kv_heads = m
+            .opt_per_layer("attention.head_count_kv", n_layer)?
+            .unwrap_or_else(|| vec![n_head; n_layer]);
+        if let Some(&bad) = kv_heads.iter().find(|&&k| k == 0 || n_head % k != 0) {
             return Err(ModelError::BadKey {
                 key: format!("{}.attention.head_count_kv", arch.name()),
-                msg: format!("{n_head_kv} KV heads for {n_head} query heads"),
+                msg: format!("{bad} KV heads for {n_head} query heads"),
             });
         }
+        let n_head_kv = kv_heads.iter().copied().max().unwrap_or(n_head);
+        let ff_widths = m
+            .opt_per_layer("feed_forward_length", n_layer)?
+            .unwrap_or_else(|| vec![0; n_layer]);
         let head_dim = m
             .opt_usize("attention.key_length")?
             .unwrap_or(n_embd / n_head);
@@ -201,6 +267,20 @@ impl ModelConfig {
                 )))
             }
         }
+        let varies = |v: &[usize]| v.iter().any(|&x| x != v[0]);
+        let layer_attn = if varies(&kv_heads) {
+            kv_heads
+                .iter()
+                .map(|&n_head_kv| AttnShape {
+                    n_head,
+                    n_head_kv,
+                    head_dim,
+                    head_dim_v,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(ModelConfig {
             arch,
             n_vocab,
@@ -210,7 +290,7 @@ impl ModelConfig {
             n_head_kv,
             head_dim,
             head_dim_v,
-            n_ff: m.opt_usize("feed_forward_length")?.unwrap_or(0),
+            n_ff: ff_widths.iter().copied().max().unwrap_or(0),
             n_ctx_train,
             rms_eps: m.f32("attention.layer_norm_rms_epsilon")?,
             rope,
@@ -220,6 +300,15 @@ impl ModelConfig {
             moe: None,
             embd_scale: None,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            layer_attn,
+            layer_n_ff: if varies(&ff_widths) {
+                ff_widths
+            } else {
+                Vec::new()
+            },
+            kv_source: (0..n_layer).collect(),
+            n_embd_per_layer: 0,
+            final_logit_softcap: None,
         })
     }
 
@@ -247,6 +336,21 @@ impl ModelConfig {
         }
         self.moe = Some(moe);
         Ok(())
+    }
+
+    /// The attention shape of layer `l`.
+    pub fn attn_shape(&self, l: usize) -> AttnShape {
+        self.layer_attn.get(l).copied().unwrap_or(AttnShape {
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+            head_dim_v: self.head_dim_v,
+        })
+    }
+
+    /// The dense feed-forward width of layer `l`.
+    pub fn n_ff_of(&self, l: usize) -> usize {
+        self.layer_n_ff.get(l).copied().unwrap_or(self.n_ff)
     }
 
     /// The rotary embedding of layer `l`.

@@ -4,6 +4,7 @@
 //! memory ([`weights`]), each architecture naming and splitting its own tensors (`crate::arch`).
 
 pub mod config;
+pub mod synthetic;
 pub mod weights;
 
 #[cfg(test)]
@@ -21,7 +22,7 @@ use weights::{Alloc, Home, Loader, Weight};
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error(
-        "unknown architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss)"
+        "unknown architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, gemma4)"
     )]
     UnknownArch(String),
     #[error("metadata key {0:?} is missing")]
@@ -105,6 +106,8 @@ pub struct Model {
     /// The head (the embedding table when tied).
     pub(crate) output: Weight,
     pub(crate) layers: Vec<crate::arch::blocks::Layer>,
+    /// Per-layer token embeddings (Gemma 4).
+    pub(crate) per_layer_embd: Option<crate::arch::gemma4::PerLayerEmbd>,
 }
 
 impl Model {
@@ -149,6 +152,7 @@ impl Model {
             }
             None => tok_embd.clone(),
         };
+        let per_layer_embd = crate::arch::gemma4::PerLayerEmbd::load(&ld, &config)?;
         let layers = (0..config.n_layer)
             .map(|l| crate::arch::layer(&ld, &config, l))
             .collect::<Result<Vec<_>, _>>()?;
@@ -160,6 +164,7 @@ impl Model {
             output_norm,
             output,
             layers,
+            per_layer_embd,
         })
     }
 

@@ -35,6 +35,9 @@ impl Weight {
 pub enum Home {
     /// The device of layer `l`; also the rotation of the remainder of tensor splits.
     Layer(usize),
+    /// The device of layer `layer`, with tensor splits rotated like those of layer `like` (a layer
+    /// that attends to another layer's KV cache cuts its heads as that layer does).
+    LayerLike { layer: usize, like: usize },
     /// The first device (embeddings).
     First,
     /// The last device (output norm and head).
@@ -61,7 +64,7 @@ impl Alloc<'_> {
             Placement::Single(dev) => dev.buffer_type().alloc(layout.nbytes())?,
             Placement::Layers { devices, .. } => {
                 let d = match home {
-                    Home::Layer(l) => self.layer_device[l],
+                    Home::Layer(l) | Home::LayerLike { layer: l, .. } => self.layer_device[l],
                     Home::First => 0,
                     Home::Last => devices.len() - 1,
                 };
@@ -69,7 +72,7 @@ impl Alloc<'_> {
             }
             Placement::Tensor(meta) => {
                 let rotate = match home {
-                    Home::Layer(l) => l,
+                    Home::Layer(l) | Home::LayerLike { like: l, .. } => l,
                     _ => 0,
                 };
                 meta.alloc_tensor(layout, split, rotate, name)?

@@ -1,35 +1,97 @@
-// flash_attn_ext: one block of FA_THREADS threads per (head, query, sequence). Keys are taken in
-// tiles of FA_THREADS (one score per thread), with an online softmax; each thread accumulates up to
-// FA_MAX_DV / FA_THREADS output dims. K/V of any loadable type (F32/F16/BF16/Q8_0/Q4_0...).
+// flash_attn_ext: one block of FA_THREADS threads per (head, query, sequence) and KV split. Keys
+// are taken in tiles of FA_THREADS (one score per thread), with an online softmax. Each warp
+// accumulates the values of its quarter of the tile, each lane FA_DIMS dims per 128 (coalesced rows);
+// the warps' accumulators meet in shared memory at the end. K/V of any loadable type; F16 and F32
+// rows are read directly (vector loads for aligned F16). GQA maps query head h to KV head
+// h / (heads / kv_heads); sliding windows and causality come in through the mask. With several
+// splits (decode: few query rows, long KV) each block writes its partial (max, sum, accumulator) and
+// k_flash_attn_combine merges them, adds the sink and normalizes.
 
 #define FA_THREADS 128
+#define FA_WARPS (FA_THREADS / 32)
 #define FA_MAX_D 512
-#define FA_PER_THREAD (FA_MAX_D / FA_THREADS)
+#define FA_DIMS 4
+#define FA_CHUNKS (FA_MAX_D / (32 * FA_DIMS))
 
+// Row (key or value j) of a K/V tensor.
+__device__ __forceinline__ const u8* kv_row(const TD& t, i64 j, i64 h, i64 s) {
+    return (const u8*)t.ptr + j * t.nb[1] + h * t.nb[2] + s * t.nb[3];
+}
+
+// Element c of K/V row `row` (of tensor t, for the generic path: key j of head h, sequence s).
+__device__ __forceinline__ float kv_at(const TD& t, const u8* row, int c, i64 j, i64 h, i64 s) {
+    if (t.type == T_F16 && t.nb[0] == 2) return h2f(((const u16*)row)[c]);
+    if (t.type == T_F32 && t.nb[0] == 4) return ((const float*)row)[c];
+    return load(t, c, j, h, s);
+}
+
+// Dot product of the query (in shared memory) with key j.
+__device__ float kq_dot(const TD& k, const float* qs, int D, i64 j, i64 h, i64 s) {
+    const u8* row = kv_row(k, j, h, s);
+    float dot = 0.0f;
+    if (k.type == T_F16 && k.nb[0] == 2 && D % 8 == 0 && ((u64)row & 15) == 0) {
+        const uint4* r = (const uint4*)row;
+        for (int c = 0; c < D / 8; c++) {
+            uint4 v = r[c];
+            u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                dot += qs[8 * c + 2 * i] * h2f((u16)(w[i] & 0xFFFFu));
+                dot += qs[8 * c + 2 * i + 1] * h2f((u16)(w[i] >> 16));
+            }
+        }
+        return dot;
+    }
+    for (int c = 0; c < D; c++) dot += qs[c] * kv_at(k, row, c, j, h, s);
+    return dot;
+}
+
+// Adds w times the FA_DIMS values of V row `row` at dims d0.. (d0 < DV) to a.
+__device__ __forceinline__ void add_values(const TD& v, const u8* row, int d0, int DV, i64 j, i64 h, i64 s, float w,
+                                           float (&a)[FA_DIMS]) {
+    if (v.type == T_F16 && v.nb[0] == 2 && d0 + FA_DIMS <= DV && (((u64)row + 2 * d0) & 7) == 0) {
+        uint2 p = *(const uint2*)(row + 2 * d0);
+        a[0] += w * h2f((u16)(p.x & 0xFFFFu));
+        a[1] += w * h2f((u16)(p.x >> 16));
+        a[2] += w * h2f((u16)(p.y & 0xFFFFu));
+        a[3] += w * h2f((u16)(p.y >> 16));
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < FA_DIMS; e++)
+        if (d0 + e < DV) a[e] += w * kv_at(v, row, d0 + e, j, h, s);
+}
+
+// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
+// (row, split) for k_flash_attn_combine.
 extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                        float softcap, int has_mask, int has_sinks) {
+                                        float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
     __shared__ float qs[FA_MAX_D];
     __shared__ float w[FA_THREADS];
+    __shared__ float red[FA_WARPS][FA_MAX_D];
     i64 r = blockIdx.x;
     i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
     int D = (int)q.ne[0], DV = (int)v.ne[0], n_kv = (int)k.ne[1];
+    int kv0 = blockIdx.y * kv_per_split, kv1 = min(n_kv, kv0 + kv_per_split);
     i64 hk = h / (q.ne[2] / k.ne[2]);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float slope = alibi_slope(max_bias, (int)h, (int)q.ne[2]);
     float sc = softcap != 0.0f ? scale / softcap : scale;
     for (int c = threadIdx.x; c < D; c += FA_THREADS) qs[c] = load(q, c, iq, h, s);
-    float acc[FA_PER_THREAD];
-    for (int c = 0; c < FA_PER_THREAD; c++) acc[c] = 0.0f;
+    float acc[FA_CHUNKS][FA_DIMS];
+#pragma unroll
+    for (int c = 0; c < FA_CHUNKS; c++)
+#pragma unroll
+        for (int e = 0; e < FA_DIMS; e++) acc[c][e] = 0.0f;
     float mx = NEG_INF, sum = 0.0f;
     __syncthreads();
-    for (int t0 = 0; t0 < n_kv; t0 += FA_THREADS) {
+    for (int t0 = kv0; t0 < kv1; t0 += FA_THREADS) {
         int j = t0 + threadIdx.x;
         float x = NEG_INF;
-        if (j < n_kv) {
+        if (j < kv1) {
             float mv = has_mask ? slope * load(m, j, iq, h % m.ne[2], s % m.ne[3]) : 0.0f;
             if (mv != NEG_INF) {
-                float dot = 0.0f;
-                for (int c = 0; c < D; c++) dot += qs[c] * load(k, c, j, hk, s);
-                x = dot * sc;
+                x = kq_dot(k, qs, D, j, hk, s) * sc;
                 if (softcap != 0.0f) x = softcap * tanhf(x);
                 x += mv;
             }
@@ -43,30 +105,79 @@ extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, flo
         w[threadIdx.x] = wj;
         __syncthreads();
         float tsum = 0.0f;
-        int tn = min(FA_THREADS, n_kv - t0);
+        int tn = min(FA_THREADS, kv1 - t0);
         for (int jj = 0; jj < tn; jj++) tsum += w[jj];
         sum = sum * alpha + tsum;
-        for (int c = 0; c < FA_PER_THREAD; c++) {
-            int dv = threadIdx.x + c * FA_THREADS;
-            if (dv >= DV) break;
-            float a = acc[c] * alpha;
-            for (int jj = 0; jj < tn; jj++)
-                if (w[jj] != 0.0f) a += w[jj] * load(v, dv, t0 + jj, hk, s);
-            acc[c] = a;
+#pragma unroll
+        for (int c = 0; c < FA_CHUNKS; c++)
+#pragma unroll
+            for (int e = 0; e < FA_DIMS; e++) acc[c][e] *= alpha;
+        for (int jj = warp * 32; jj < min(tn, (warp + 1) * 32); jj++) {
+            float wv = w[jj];
+            if (wv == 0.0f) continue;
+            const u8* row = kv_row(v, t0 + jj, hk, s);
+#pragma unroll
+            for (int c = 0; c < FA_CHUNKS; c++) {
+                int d0 = 128 * c + FA_DIMS * lane;
+                if (d0 < DV) add_values(v, row, d0, DV, t0 + jj, hk, s, wv, acc[c]);
+            }
         }
         mx = nm;
     }
+#pragma unroll
+    for (int c = 0; c < FA_CHUNKS; c++)
+#pragma unroll
+        for (int e = 0; e < FA_DIMS; e++) {
+            int dv = 128 * c + FA_DIMS * lane + e;
+            if (dv < DV) red[warp][dv] = acc[c][e];
+        }
+    __syncthreads();
+    if (part) {
+        float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
+        if (threadIdx.x == 0) {
+            p[0] = mx;
+            p[1] = sum;
+        }
+        for (int dv = threadIdx.x; dv < DV; dv += FA_THREADS)
+            p[2 + dv] = red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv];
+        return;
+    }
+    float scale_out = 1.0f;
     if (has_sinks) {
         float sink = load(sk, h, 0, 0, 0);
         float nm = fmaxf(mx, sink);
         float alpha = mx == NEG_INF ? 0.0f : expf(mx - nm);
-        for (int c = 0; c < FA_PER_THREAD; c++) acc[c] *= alpha;
+        scale_out = alpha;
         sum = sum * alpha + expf(sink - nm);
     }
+    float inv = sum == 0.0f ? 0.0f : scale_out / sum;
+    for (int dv = threadIdx.x; dv < DV; dv += FA_THREADS)
+        store(d, dv, h, iq, s, (red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv]) * inv);
+}
+
+// Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
+extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) {
+    i64 r = blockIdx.x;
+    i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
+    int DV = (int)d.ne[0];
+    const float* p = (const float*)part + r * splits * (DV + 2);
+    float mx = has_sinks ? load(sk, h, 0, 0, 0) : NEG_INF;
+    for (int i = 0; i < splits; i++) mx = fmaxf(mx, p[i * (DV + 2)]);
+    float sum = 0.0f;
+    if (mx != NEG_INF) {
+        for (int i = 0; i < splits; i++) {
+            float mi = p[i * (DV + 2)];
+            if (mi != NEG_INF) sum += expf(mi - mx) * p[i * (DV + 2) + 1];
+        }
+        if (has_sinks) sum += expf(load(sk, h, 0, 0, 0) - mx);
+    }
     float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int c = 0; c < FA_PER_THREAD; c++) {
-        int dv = threadIdx.x + c * FA_THREADS;
-        if (dv >= DV) break;
-        store(d, dv, h, iq, s, acc[c] * inv);
+    for (int dv = threadIdx.x; dv < DV; dv += blockDim.x) {
+        float a = 0.0f;
+        for (int i = 0; i < splits; i++) {
+            float mi = p[i * (DV + 2)];
+            if (mi != NEG_INF) a += expf(mi - mx) * p[i * (DV + 2) + 2 + dv];
+        }
+        store(d, dv, h, iq, s, a * inv);
     }
 }

@@ -1,0 +1,265 @@
+//! Kernel micro-benchmark on cuda:0: matrix-vector products at Llama-3-8B shapes in each weight
+//! format (GB/s of weight bytes and the fraction of 3.70 TB/s), a few column counts, GEMM TFLOP/s at
+//! 512 x 4096 x 4096, and flash attention decode over a long KV cache. GEMV and attention times come
+//! from CUDA events around the replay of a CUDA graph of many computes (kernel time, no host launch
+//! gaps); GEMM times from events around many direct computes queued behind a large GEMM. Medians of
+//! several rounds.
+//!
+//! `cargo run --release -p backend-cuda --example gemv_bw`
+
+use backend_cuda::{cuda_devices, CudaBackend};
+use ggml_core::sched::Scheduler;
+use ggml_core::{quant, Backend, DType, Graph, TensorId};
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// HBM bandwidth the fractions refer to (H200, measured copy bandwidth).
+const PEAK_BYTES_PER_S: f64 = 3.70e12;
+const ROUNDS: usize = 7;
+
+/// Deterministic pseudo-normal values (sum of uniforms), enough for timing.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            let mut acc = 0.0f32;
+            for _ in 0..4 {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                acc += (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            }
+            acc
+        })
+        .collect()
+}
+
+/// Bytes of a `[k, rows]` tensor of `dtype`: one encoded chunk of 64 rows, repeated.
+fn weight_bytes(dtype: DType, k: usize, rows: usize) -> Vec<u8> {
+    let chunk_rows = rows.min(64);
+    let v = values(k * chunk_rows, 7);
+    let chunk: Vec<u8> = match dtype {
+        DType::F32 => bytemuck::cast_slice(&v).to_vec(),
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => v
+            .iter()
+            .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
+            .collect(),
+        t => quant::quantize_to_vec(t, &v).expect("quantizable type"),
+    };
+    let total = chunk.len() / chunk_rows * rows;
+    chunk.iter().copied().cycle().take(total).collect()
+}
+
+/// A graph ready to compute on `backend`, with its inputs filled.
+struct Bench {
+    graph: Graph,
+    nodes: Vec<TensorId>,
+}
+
+impl Bench {
+    fn new(
+        backend: &Arc<dyn Backend>,
+        build: impl FnOnce(&mut Graph) -> Vec<(TensorId, Vec<u8>)>,
+    ) -> Bench {
+        let mut graph = Graph::new();
+        let inputs = build(&mut graph);
+        let mut sched = Scheduler::new(vec![backend.clone()]);
+        sched.alloc(&mut graph).expect("alloc");
+        for (t, bytes) in inputs {
+            graph.set_bytes(t, &bytes).expect("fill input");
+        }
+        let nodes = graph.nodes().to_vec();
+        Bench { graph, nodes }
+    }
+
+    fn compute(&self, backend: &CudaBackend) {
+        backend.compute(&self.graph, &self.nodes).expect("compute");
+    }
+}
+
+/// A mul_mat of `[k, m]` weights of `dtype` with `n` F32 columns.
+fn mul_mat(backend: &Arc<dyn Backend>, dtype: DType, k: usize, m: usize, n: usize) -> Bench {
+    Bench::new(backend, |g| {
+        let a = g.new_input(dtype, &[k, m]).unwrap();
+        let b = g.new_input(DType::F32, &[k, n]).unwrap();
+        let out = g.mul_mat(a, b).unwrap();
+        g.output(out);
+        let x = values(k * n, 3);
+        vec![
+            (a, weight_bytes(dtype, k, m)),
+            (b, bytemuck::cast_slice(&x).to_vec()),
+        ]
+    })
+}
+
+/// Median seconds of one compute of `bench`, timed with CUDA events around `iters` computes queued
+/// behind a large GEMM (so that the host's launch rate does not limit the timed work).
+fn time(backend: &CudaBackend, busy: &Bench, bench: &Bench, iters: usize) -> f64 {
+    let stream = backend.stream();
+    bench.compute(backend);
+    let mut samples: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            for _ in 0..3 {
+                busy.compute(backend);
+            }
+            let start = stream.record_event(TIMING).expect("event");
+            for _ in 0..iters {
+                bench.compute(backend);
+            }
+            let end = stream.record_event(TIMING).expect("event");
+            end.synchronize().expect("sync");
+            start.elapsed_ms(&end).expect("elapsed") as f64 / 1e3 / iters as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[ROUNDS / 2]
+}
+
+const TIMING: Option<cudarc::driver::sys::CUevent_flags> =
+    Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+
+/// Median seconds of one compute of `bench` replayed from a CUDA graph of `iters` computes: the
+/// kernels' own time, without host launch gaps (what a decode step sees once captured). `None` when
+/// capture fails.
+fn time_graph(backend: &CudaBackend, bench: &Bench, iters: usize) -> Option<f64> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let stream = backend.stream();
+    bench.compute(backend);
+    stream.synchronize().ok()?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .ok()?;
+    for _ in 0..iters {
+        if backend.compute(&bench.graph, &bench.nodes).is_err() {
+            let _ = stream.end_capture(CUgraphInstantiate_flags(0));
+            return None;
+        }
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .ok()
+        .flatten()?;
+    graph.launch().ok()?;
+    let mut samples: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let start = stream.record_event(TIMING).expect("event");
+            graph.launch().expect("graph launch");
+            let end = stream.record_event(TIMING).expect("event");
+            end.synchronize().expect("sync");
+            start.elapsed_ms(&end).expect("elapsed") as f64 / 1e3 / iters as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    Some(samples[ROUNDS / 2])
+}
+
+/// Graph-replay time when capture works, else event time over direct computes.
+fn kernel_time(backend: &CudaBackend, busy: &Bench, bench: &Bench, iters: usize) -> f64 {
+    time_graph(backend, bench, iters).unwrap_or_else(|| {
+        println!("(graph capture failed: timing direct computes)");
+        time(backend, busy, bench, iters)
+    })
+}
+
+fn main() {
+    let devs = match cuda_devices() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let dev = devs[0].clone();
+    let cuda = Arc::new(CudaBackend::new(dev.clone()).expect("backend"));
+    let backend: Arc<dyn Backend> = cuda.clone();
+    use ggml_core::Device as _;
+    println!("device: {} {}", dev.name(), dev.description());
+    let busy = mul_mat(&backend, DType::F16, 4096, 4096, 4096);
+
+    println!("\nhost-launched GEMV, 1 column, 4096 x 4096 (includes launch gaps):");
+    for t in [DType::Q4_0, DType::F16] {
+        let b = mul_mat(&backend, t, 4096, 4096, 1);
+        println!("{t}: {:.1} us", time(&cuda, &busy, &b, 200) * 1e6);
+    }
+
+    println!("\nGEMV, 1 column (weights [K, M] x F32 vector), kernel time from graph replay:");
+    println!("| type | M x K | us | GB/s | of 3.70 TB/s |");
+    println!("|---|---|---|---|---|");
+    let shapes = [(4096, 4096), (4096, 14336), (14336, 4096)];
+    let types = [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::BF16,
+        DType::F16,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q5_0,
+        DType::Q4_1,
+        DType::MXFP4,
+    ];
+    for t in types {
+        for (k, m) in shapes {
+            let b = mul_mat(&backend, t, k, m, 1);
+            let s = kernel_time(&cuda, &busy, &b, 100);
+            let bytes = (k / t.block_size() * t.type_size() * m) as f64;
+            println!(
+                "| {t} | {m} x {k} | {:.1} | {:.0} | {:.2} |",
+                s * 1e6,
+                bytes / s / 1e9,
+                bytes / s / PEAK_BYTES_PER_S
+            );
+        }
+    }
+
+    println!("\nGEMV columns (M x K = 14336 x 4096): GB/s of weight bytes");
+    for t in [DType::Q4_0, DType::Q4K, DType::F16] {
+        let mut line = format!("{t}:");
+        for n in [1, 2, 3, 4, 8] {
+            let b = mul_mat(&backend, t, 4096, 14336, n);
+            let s = kernel_time(&cuda, &busy, &b, 50);
+            let bytes = (4096 / t.block_size() * t.type_size() * 14336) as f64;
+            line += &format!("  N={n} {:.0}", bytes / s / 1e9);
+        }
+        println!("{line}");
+    }
+
+    println!("\nGEMM 512 x 4096 x 4096 (N x K x M):");
+    for t in [DType::F16, DType::BF16, DType::Q4_0, DType::Q4K, DType::F32] {
+        let b = mul_mat(&backend, t, 4096, 4096, 512);
+        let s = time(&cuda, &busy, &b, 20);
+        println!(
+            "{t}: {:.1} us, {:.1} TFLOP/s",
+            s * 1e6,
+            2.0 * 512.0 * 4096.0 * 4096.0 / s / 1e12
+        );
+    }
+
+    println!("\nflash attention decode (32 heads, 8 KV heads, D 128, F16 K/V, one query):");
+    for n_kv in [1024, 8192, 32768] {
+        let b = Bench::new(&backend, |g| {
+            let q = g.new_input(DType::F32, &[128, 1, 32, 1]).unwrap();
+            let k = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
+            let v = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
+            let out = g
+                .flash_attn_ext(q, k, v, None, None, 0.088, 0.0, 0.0)
+                .unwrap();
+            g.output(out);
+            vec![
+                (q, bytemuck::cast_slice(&values(128 * 32, 1)).to_vec()),
+                (k, weight_bytes(DType::F16, 128, n_kv * 8)),
+                (v, weight_bytes(DType::F16, 128, n_kv * 8)),
+            ]
+        });
+        let s = kernel_time(&cuda, &busy, &b, 20);
+        let bytes = (2 * 128 * n_kv * 8 * 2) as f64;
+        println!(
+            "n_kv {n_kv}: {:.1} us, {:.0} GB/s of K/V bytes",
+            s * 1e6,
+            bytes / s / 1e9
+        );
+    }
+}

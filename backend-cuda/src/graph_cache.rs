@@ -1,0 +1,282 @@
+//! CUDA graph capture and replay of [`CudaBackend::compute`](crate::CudaBackend) calls. Each call
+//! gets a key: a hash of every launched node's op with its parameters, its layout and device
+//! address, and the layouts and device addresses of its sources, which is everything the kernel
+//! launches depend on. The first sighting of a key runs eagerly (so one-off graphs cost nothing and
+//! scratch memory reaches its size), the second is captured into a CUDA graph and launched, later
+//! ones replay it. A captured graph keeps the scratch buffers it uses alive; a capture that fails
+//! (a launch that cannot be captured) marks the key eager for good. `GGML_TP_CUDA_GRAPHS=0` turns
+//! capture off.
+
+use crate::memory::CudaBuffer;
+use cudarc::driver::CudaGraph;
+use ggml_core::{Graph, TensorId};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Most keys remembered (captured or not); the least recently used is forgotten beyond.
+const MAX_ENTRIES: usize = 256;
+
+/// Counters of a backend's graph cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Calls launched node by node (first sightings, uncapturable keys, graphs off).
+    pub eager: u64,
+    /// Graphs captured and instantiated.
+    pub captures: u64,
+    /// Launches of a captured graph (the capturing call's own launch included).
+    pub replays: u64,
+    /// Captures that failed, after which the key runs eagerly.
+    pub failed_captures: u64,
+}
+
+/// What to do with one `compute` call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    Eager,
+    Capture,
+    Replay,
+}
+
+enum State {
+    Seen,
+    Captured {
+        graph: CudaGraph,
+        _scratch: Vec<Arc<CudaBuffer>>,
+    },
+    Uncapturable,
+}
+
+struct Entry {
+    state: State,
+    last_use: u64,
+}
+
+/// The captured graphs of one stream.
+pub struct GraphCache {
+    enabled: bool,
+    entries: HashMap<u64, Entry>,
+    tick: u64,
+    stats: GraphStats,
+}
+
+// SAFETY: the graphs are only touched under the owning backend's mutex.
+unsafe impl Send for GraphCache {}
+
+/// True unless `GGML_TP_CUDA_GRAPHS` is `0`, `off` or `false`.
+pub fn enabled_by_env() -> bool {
+    !matches!(
+        std::env::var("GGML_TP_CUDA_GRAPHS").as_deref(),
+        Ok("0" | "off" | "false")
+    )
+}
+
+impl GraphCache {
+    pub fn new(enabled: bool) -> Self {
+        GraphCache {
+            enabled,
+            entries: HashMap::new(),
+            tick: 0,
+            stats: GraphStats::default(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Turns capture on or off; turning it off drops every graph.
+    pub fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+        if !on {
+            self.entries.clear();
+        }
+    }
+
+    pub fn stats(&self) -> GraphStats {
+        self.stats
+    }
+
+    /// Decides how to run the call of `key` and counts a sighting of it.
+    pub fn plan(&mut self, key: u64) -> Plan {
+        self.tick += 1;
+        let tick = self.tick;
+        let plan = match self.entries.get_mut(&key) {
+            Some(e) => {
+                e.last_use = tick;
+                match e.state {
+                    State::Seen => Plan::Capture,
+                    State::Captured { .. } => Plan::Replay,
+                    State::Uncapturable => Plan::Eager,
+                }
+            }
+            None => {
+                self.forget_oldest_if_full();
+                self.entries.insert(
+                    key,
+                    Entry {
+                        state: State::Seen,
+                        last_use: tick,
+                    },
+                );
+                Plan::Eager
+            }
+        };
+        if plan == Plan::Eager {
+            self.stats.eager += 1;
+        }
+        plan
+    }
+
+    fn forget_oldest_if_full(&mut self) {
+        if self.entries.len() < MAX_ENTRIES {
+            return;
+        }
+        if let Some(oldest) = self
+            .entries
+            .iter()
+            .min_by_key(|(_, e)| e.last_use)
+            .map(|(k, _)| *k)
+        {
+            self.entries.remove(&oldest);
+        }
+    }
+
+    /// Launches the graph captured for `key` (after [`Plan::Replay`]).
+    pub fn replay(&mut self, key: u64) -> ggml_core::Result<()> {
+        match self.entries.get(&key).map(|e| &e.state) {
+            Some(State::Captured { graph, .. }) => {
+                crate::cu("cuGraphLaunch", graph.launch())?;
+                self.stats.replays += 1;
+                Ok(())
+            }
+            _ => Err(crate::err("graph cache: no graph captured for this key")),
+        }
+    }
+
+    /// Keeps the graph captured for `key` and the scratch buffers its launches use.
+    pub fn store(&mut self, key: u64, graph: CudaGraph, scratch: Vec<Arc<CudaBuffer>>) {
+        self.stats.captures += 1;
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.state = State::Captured {
+                graph,
+                _scratch: scratch,
+            };
+        }
+    }
+
+    /// Marks `key` as one that runs eagerly from now on.
+    pub fn capture_failed(&mut self, key: u64) {
+        self.stats.failed_captures += 1;
+        self.stats.eager += 1;
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.state = State::Uncapturable;
+        }
+    }
+}
+
+/// FNV-1a over 64-bit words: fast enough to key every `compute` call.
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x100_0000_01b3);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+}
+
+/// True for nodes `compute` launches nothing for.
+pub fn is_skipped(graph: &Graph, node: TensorId) -> bool {
+    let t = graph.tensor(node);
+    t.op.is_view() || t.is_leaf() || t.nelements() == 0
+}
+
+/// The device address of tensor `id`, or `None` when it is not in CUDA memory.
+fn device_address(graph: &Graph, id: TensorId) -> Option<u64> {
+    let d = graph.data(id).ok()?;
+    let b = d.buffer.as_any().downcast_ref::<CudaBuffer>()?;
+    Some(b.device_ptr() + d.offset as u64)
+}
+
+/// The key of computing `nodes` of `graph` and the number of nodes that launch work, or `None`
+/// when a tensor has no CUDA memory (the eager path then reports the error).
+pub fn key(graph: &Graph, nodes: &[TensorId]) -> Option<(u64, usize)> {
+    let mut h = WordHasher(0xcbf2_9ce4_8422_2325);
+    let mut launched = 0;
+    for &node in nodes {
+        if is_skipped(graph, node) {
+            continue;
+        }
+        launched += 1;
+        let t = graph.tensor(node);
+        t.op.hash(&mut h);
+        t.layout.hash(&mut h);
+        h.write_u64(device_address(graph, node)?);
+        h.write_usize(t.src.len());
+        for &s in &t.src {
+            graph.layout(s).hash(&mut h);
+            h.write_u64(device_address(graph, s)?);
+        }
+    }
+    Some((h.finish(), launched))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_runs_eager_then_captures_then_replays() {
+        let mut c = GraphCache::new(true);
+        assert_eq!(c.plan(7), Plan::Eager);
+        assert_eq!(c.plan(7), Plan::Capture);
+        c.capture_failed(7);
+        assert_eq!(c.plan(7), Plan::Eager);
+        assert_eq!(c.plan(8), Plan::Eager);
+        let s = c.stats();
+        assert_eq!((s.eager, s.failed_captures, s.captures), (4, 1, 0));
+        assert!(c.replay(8).is_err(), "nothing captured for 8");
+    }
+
+    #[test]
+    fn cache_forgets_the_least_recently_used() {
+        let mut c = GraphCache::new(true);
+        for k in 0..MAX_ENTRIES as u64 {
+            c.plan(k);
+        }
+        c.plan(0);
+        c.plan(10_000);
+        assert_eq!(c.entries.len(), MAX_ENTRIES);
+        assert!(c.entries.contains_key(&0), "recently used");
+        assert!(!c.entries.contains_key(&1), "least recently used");
+    }
+
+    #[test]
+    fn key_needs_cuda_memory_and_skips_leaves() {
+        use ggml_core::DType;
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[8, 2]).unwrap();
+        let b = g.new_input(DType::F32, &[8, 2]).unwrap();
+        let s = g.add(a, b).unwrap();
+        assert_eq!(key(&g, &[s]), None, "unbound tensors have no CUDA memory");
+        let (empty, none) = key(&g, &[]).unwrap();
+        assert_eq!(none, 0);
+        assert_eq!(key(&g, &[a, b]), Some((empty, 0)), "leaves launch nothing");
+    }
+}

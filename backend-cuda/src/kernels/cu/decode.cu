@@ -1,0 +1,228 @@
+// Whole-unit decoders of weight rows stored in their own format, shared by the GEMV kernels and the
+// F16 dequantizer: a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
+// (for dp4a against 8-bit activations) with a scale for the first and second 16 (Q6_K has two) and
+// an offset per unit of activation sum; a float unit is 8 weights. Loads are as wide as the block's
+// alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats).
+
+// 32 weights: value 4i+t is byte t of w[i], times sa (values 0..15) or sb (16..31), plus m per unit
+// of the activations' sum.
+struct QUnit {
+    int w[8];
+    float sa, sb, m;
+};
+
+__device__ __forceinline__ u32 ld32_a2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+__device__ __forceinline__ u32 ld32_a4(const u8* p) { return *(const u32*)p; }
+__device__ __forceinline__ uint4 ld128(const u8* p) { return *(const uint4*)p; }
+
+// Bits 0..3 of v moved to bit 4 of bytes 0..3.
+__device__ __forceinline__ u32 spread_bit4(u32 v) {
+    return ((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25);
+}
+
+// Per byte q - bias as signed int8, for bytes q < 128 and bias <= 64 (no borrow between bytes).
+__device__ __forceinline__ int minus_bias(u32 q, u32 bias4) { return (int)(((q | 0x80808080u) - bias4) ^ 0x80808080u); }
+
+// The 32 weights of a legacy block of 16 nibble bytes at qs (low nibbles first), plus the fifth
+// bits qh (bit j for weight j) when given, less bias (per byte, 0 for none).
+__device__ __forceinline__ void nibbles(const u8* qs, bool aligned4, const u32* qh, u32 bias4, QUnit& u) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 q = aligned4 ? ld32_a4(qs + 4 * i) : ld32_a2(qs + 4 * i);
+        u32 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+        if (qh) {
+            lo |= spread_bit4(*qh >> (4 * i));
+            hi |= spread_bit4(*qh >> (16 + 4 * i));
+        }
+        u.w[i] = bias4 ? minus_bias(lo, bias4) : (int)lo;
+        u.w[4 + i] = bias4 ? minus_bias(hi, bias4) : (int)hi;
+    }
+}
+
+// MXFP4 code n (4 bits) as the doubled E2M1 value.
+__device__ __forceinline__ u32 mxfp4_value(u32 n) {
+    u32 mag = (u32)(0x0C08060403020100ull >> (8 * (n & 7))) & 0xFFu;
+    return (n & 8) ? ((0x100u - mag) & 0xFFu) : mag;
+}
+
+__device__ __forceinline__ int mxfp4_word(u32 q) {
+    return (int)(mxfp4_value(q & 15) | (mxfp4_value((q >> 8) & 15) << 8) | (mxfp4_value((q >> 16) & 15) << 16) |
+                 (mxfp4_value(q >> 24) << 24));
+}
+
+// Unit s (weights 32s..32s+31) of the row at `row`, of quantized type T.
+template <int T>
+__device__ __forceinline__ void decode_q(const u8* row, int s, QUnit& u) {
+    u.m = 0.0f;
+    if (T == T_Q4_0) {
+        const u8* p = row + 18 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        nibbles(p + 2, false, 0, 0x08080808u, u);
+    } else if (T == T_Q4_1) {
+        const u8* p = row + 20 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = h2f(ld16(p + 2));
+        nibbles(p + 4, true, 0, 0, u);
+    } else if (T == T_Q5_0) {
+        const u8* p = row + 22 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u32 qh = ld32_a2(p + 2);
+        nibbles(p + 6, false, &qh, 0x10101010u, u);
+    } else if (T == T_Q5_1) {
+        const u8* p = row + 24 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = h2f(ld16(p + 2));
+        u32 qh = ld32_a4(p + 4);
+        nibbles(p + 8, true, &qh, 0, u);
+    } else if (T == T_Q8_0) {
+        const u8* p = row + 34 * s;
+        u.sa = u.sb = h2f(ld16(p));
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.w[i] = (int)ld32_a2(p + 2 + 4 * i);
+    } else if (T == T_MXFP4) {
+        const u8* p = row + 17 * s;
+        u32 e = p[0];
+        u.sa = u.sb = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u8* q = p + 1 + 4 * i;
+            u32 v = (u32)q[0] | ((u32)q[1] << 8) | ((u32)q[2] << 16) | ((u32)q[3] << 24);
+            u.w[i] = mxfp4_word(v & 0x0F0F0F0Fu);
+            u.w[4 + i] = mxfp4_word((v >> 4) & 0x0F0F0F0Fu);
+        }
+    } else if (T == T_Q4K || T == T_Q5K) {
+        const int j = s & 7;
+        const u8* p = row + (T == T_Q4K ? 144 : 176) * (s >> 3);
+        int sc, mn;
+        scale_min_k4(j, p + 4, &sc, &mn);
+        u.sa = u.sb = h2f(ld16(p)) * (float)sc;
+        u.m = -h2f(ld16(p + 2)) * (float)mn;
+        const u8* qs = p + (T == T_Q4K ? 16 : 48) + 32 * (j >> 1);
+        uint4 a = ld128(qs), b = ld128(qs + 16);
+        u32 q[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const int shift = 4 * (j & 1);
+        if (T == T_Q5K) {
+            uint4 c = ld128(p + 16), d = ld128(p + 32);
+            u32 h[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) u.w[i] = (int)(((q[i] >> shift) & 0x0F0F0F0Fu) | (((h[i] >> j) & 0x01010101u) << 4));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) u.w[i] = (int)((q[i] >> shift) & 0x0F0F0F0Fu);
+        }
+    } else if (T == T_Q6K) {
+        const int j = s & 7, h = j >> 2, k = j & 3;
+        const u8* p = row + 210 * (s >> 3);
+        const u8* ql = p + 64 * h + 32 * (k & 1);
+        const u8* qh = p + 128 + 32 * h;
+        const int sl = 4 * (k >> 1), sh = 2 * k;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u32 v = ((ld32_a2(ql + 4 * i) >> sl) & 0x0F0F0F0Fu) | (((ld32_a2(qh + 4 * i) >> sh) & 0x03030303u) << 4);
+            u.w[i] = minus_bias(v, 0x20202020u);
+        }
+        float d = h2f(ld16(p + 208));
+        u.sa = d * (float)(signed char)p[192 + 2 * j];
+        u.sb = d * (float)(signed char)p[193 + 2 * j];
+    }
+}
+
+// Weight k of a float row of type T.
+template <int T>
+__device__ __forceinline__ float float_at(const u8* row, i64 k) {
+    if (T == T_F32) return ((const float*)row)[k];
+    if (T == T_F16) return h2f(((const u16*)row)[k]);
+    return bf2f(((const u16*)row)[k]);
+}
+
+// Unit s (weights 8s..8s+7) of a 16-byte aligned float row of type T.
+template <int T>
+__device__ __forceinline__ void decode_f(const u8* row, int s, float* w) {
+    if (T == T_F32) {
+        uint4 a = ld128(row + 32 * s), b = ld128(row + 32 * s + 16);
+        u32 v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = __uint_as_float(v[i]);
+    } else {
+        uint4 a = ld128(row + 16 * s);
+        u32 v[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (T == T_F16) {
+                w[2 * i] = h2f((u16)(v[i] & 0xFFFFu));
+                w[2 * i + 1] = h2f((u16)(v[i] >> 16));
+            } else {
+                w[2 * i] = __uint_as_float(v[i] << 16);
+                w[2 * i + 1] = __uint_as_float(v[i] & 0xFFFF0000u);
+            }
+        }
+    }
+}
+
+// Activations rounded to 8 bits per 32 (as ggml's Q8_1): for each column of b (any float type and
+// strides), int8 values at xq[col * K + k] and (scale d, d * sum of the 32 int8 values) at
+// xd[col * K/32 + k/32]. The sum of the rounded values (not of the inputs) keeps a weight offset's
+// term consistent with the rest of the dot product: its error is then that of the weights' values,
+// not of their larger unsigned part. One warp per 32 values.
+extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
+    i64 per_col = b.ne[0] / 32;
+    i64 total = per_col * b.ne[1] * b.ne[2] * b.ne[3];
+    int lane = threadIdx.x % 32;
+    for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < total; w += ((i64)gridDim.x * blockDim.x) / 32) {
+        i64 col = w / per_col, k = (w % per_col) * 32 + lane;
+        i64 i1 = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
+        float v = load(b, k, i1, i2, i3);
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float d = amax / 127.0f;
+        int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
+        int qsum = q;
+        for (int o = 16; o > 0; o >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o);
+        ((signed char*)xq)[w * 32 + lane] = (signed char)q;
+        if (lane == 0) ((float2*)xd)[w] = make_float2(d, d * (float)qsum);
+    }
+}
+
+// Quantized weights [K, M, A2, A3] (rows contiguous, any row and batch strides) to contiguous F16:
+// one thread per unit of 32.
+template <int T>
+__device__ void dequant_f16(const TD& a, u64 out) {
+    i64 per_row = a.ne[0] / 32;
+    i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];
+    GRID_LOOP(l, total) {
+        i64 r = l / per_row;
+        int s = (int)(l % per_row);
+        const u8* row = (const u8*)a.ptr + (r % a.ne[1]) * a.nb[1] + ((r / a.ne[1]) % a.ne[2]) * a.nb[2] +
+                        (r / (a.ne[1] * a.ne[2])) * a.nb[3];
+        QUnit u;
+        decode_q<T>(row, s, u);
+        u32 h[16];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float sc = i < 4 ? u.sa : u.sb;
+            int w = u.w[i];
+            float v0 = sc * (float)(signed char)(w) + u.m, v1 = sc * (float)(signed char)(w >> 8) + u.m;
+            float v2 = sc * (float)(signed char)(w >> 16) + u.m, v3 = sc * (float)(signed char)(w >> 24) + u.m;
+            h[2 * i] = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
+            h[2 * i + 1] = (u32)f2h(v2) | ((u32)f2h(v3) << 16);
+        }
+        uint4* o = (uint4*)((u16*)out + l * 32);
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+    }
+}
+
+#define DEQUANT_KERNEL(name, T) \
+    extern "C" __global__ void k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
+DEQUANT_KERNEL(q4_0, T_Q4_0)
+DEQUANT_KERNEL(q4_1, T_Q4_1)
+DEQUANT_KERNEL(q5_0, T_Q5_0)
+DEQUANT_KERNEL(q5_1, T_Q5_1)
+DEQUANT_KERNEL(q8_0, T_Q8_0)
+DEQUANT_KERNEL(q4_k, T_Q4K)
+DEQUANT_KERNEL(q5_k, T_Q5K)
+DEQUANT_KERNEL(q6_k, T_Q6K)
+DEQUANT_KERNEL(mxfp4, T_MXFP4)

@@ -1,0 +1,178 @@
+// Matrix-vector products for few columns (decode): weights read once in their stored format, every
+// column of the activations used against each decoded unit. Quantized weights take activations
+// rounded to 8 bits (k_quantize_q8) and integer dot products (dp4a); float weights take F32
+// activations. A block of GV_THREADS threads holds 4 / wpr row groups of wpr warps (wpr = 1, 2 or
+// 4, chosen per launch: one warp per row when there are rows enough to fill the GPU); each group
+// takes R rows and splits their length; partial sums meet through shuffles and shared memory.
+// mul_mat_id uses the same kernels with one column per (expert slot, token).
+// Kernels k_gemv_<type>_<NC> handle up to NC columns.
+
+#define GV_THREADS 128
+#define GV_WARPS (GV_THREADS / 32)
+
+// Mirrors the Rust `GemvArgs`: every field 8 bytes.
+struct GV {
+    u64 w;                     // weight rows of batch 0 (rows contiguous)
+    i64 wnb1, wnb2, wnb3;      // byte strides of rows, and of batches (or experts on axis 2)
+    u64 x;                     // activations: F32 or int8 [K, columns] contiguous
+    u64 xd;                    // (scale, scale * sum) per 32 int8 activations
+    u64 d;                     // F32 result, column stride m
+    u64 ids;                   // mul_mat_id: I32 expert of (slot, token), else 0
+    i64 ids_nb0, ids_nb1;      // byte strides of ids
+    i64 m, k;                  // rows, row length
+    i64 ncols;                 // columns per z, at most NC
+    i64 b2, r2, r3;            // mul_mat: result batches on axis 2, broadcast ratios of axes 2, 3
+    i64 n_used, b1, n_exp;     // mul_mat_id: experts per token, activation rows per token, experts
+    i64 nz;                    // number of z indices (result column groups)
+    i64 vec;                   // float weights: rows and activations 16-byte aligned, K % 8 == 0
+    i64 wpr;                   // warps per row group: 1, 2 or 4
+};
+
+template <int NC, int R>
+__device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64 rb, i64 dcol0, int ncols, bool bad) {
+    __shared__ float part[GV_WARPS][R * NC];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            float v = acc[r][c];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) part[warp][r * NC + c] = v;
+        }
+    }
+    __syncthreads();
+    const int wpr = (int)g.wpr;
+    if (tid < (GV_WARPS / wpr) * R * NC) {
+        int grp = tid / (R * NC), rc = tid % (R * NC);
+        int r = rc / NC, c = rc % NC;
+        i64 row = rb + grp * R + r;
+        if (c < ncols && row < g.m) {
+            float s = 0.0f;
+            for (int w = grp * wpr; w < (grp + 1) * wpr; w++) s += part[w][rc];
+            ((float*)g.d)[(dcol0 + c) * g.m + row] = bad ? __int_as_float(0x7fc00000) : s;
+        }
+    }
+}
+
+template <int T, int NC, int R>
+__device__ void gemv(const GV& g) {
+    const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
+    if (z >= g.nz) return;
+    const int tid = threadIdx.x;
+    const u8* wb = (const u8*)g.w;
+    i64 col0, dcol0;
+    bool bad = false;
+    if (g.ids) {
+        i64 slot = z % g.n_used, tok = z / g.n_used;
+        int e = *(const int*)((const u8*)g.ids + slot * g.ids_nb0 + tok * g.ids_nb1);
+        bad = e < 0 || e >= g.n_exp;
+        wb += (bad ? 0 : e) * g.wnb2;
+        col0 = slot % g.b1 + g.b1 * tok;
+        dcol0 = z;
+    } else {
+        i64 i2 = z % g.b2, i3 = z / g.b2;
+        wb += (i2 / g.r2) * g.wnb2 + (i3 / g.r3) * g.wnb3;
+        col0 = z * g.ncols;
+        dcol0 = col0;
+    }
+    const int ncols = (int)g.ncols;
+    // Row group of this thread, its first row, and the thread's place among the group's.
+    const int wpr = (int)g.wpr, nt = 32 * wpr, t = tid % nt;
+    const i64 rb = (i64)blockIdx.x * (GV_WARPS / wpr) * R;
+    const i64 r0 = rb + (tid / nt) * R;
+    const u8* rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = wb + min(r0 + r, g.m - 1) * g.wnb1;
+    float acc[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    if (T >= T_Q4_0) {
+        const int nu = (int)(g.k / 32);
+        const signed char* xq = (const signed char*)g.x;
+        const float2* xd = (const float2*)g.xd;
+#pragma unroll 2
+        for (int s = t; s < nu; s += nt) {
+            QUnit u[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode_q<T>(rows[r], s, u[r]);
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                if (c >= ncols) break;
+                const i64 col = col0 + c;
+                const int4* xp = (const int4*)(xq + col * g.k + 32 * s);
+                const int4 x0 = xp[0], x1 = xp[1];
+                const float2 ds = xd[col * nu + s];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int* w = u[r].w;
+                    int lo = __dp4a(w[0], x0.x, 0);
+                    lo = __dp4a(w[1], x0.y, lo);
+                    lo = __dp4a(w[2], x0.z, lo);
+                    lo = __dp4a(w[3], x0.w, lo);
+                    int hi = __dp4a(w[4], x1.x, 0);
+                    hi = __dp4a(w[5], x1.y, hi);
+                    hi = __dp4a(w[6], x1.z, hi);
+                    hi = __dp4a(w[7], x1.w, hi);
+                    acc[r][c] += (u[r].sa * (float)lo + u[r].sb * (float)hi) * ds.x + u[r].m * ds.y;
+                }
+            }
+        }
+    } else {
+        const float* xf = (const float*)g.x;
+        const int nu = g.vec ? (int)(g.k / 8) : 0;
+#pragma unroll 2
+        for (int s = t; s < nu; s += nt) {
+            float w[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode_f<T>(rows[r], s, w[r]);
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                if (c >= ncols) break;
+                const float4* xp = (const float4*)(xf + (col0 + c) * g.k + 8 * s);
+                const float4 a = xp[0], b = xp[1];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float v = acc[r][c];
+                    v += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w;
+                    v += w[r][4] * b.x + w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+                    acc[r][c] = v;
+                }
+            }
+        }
+        for (i64 kk = 8 * nu + t; kk < g.k; kk += nt) {
+            float w[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) w[r] = float_at<T>(rows[r], kk);
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                if (c >= ncols) break;
+                const float x = xf[(col0 + c) * g.k + kk];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r][c] += w[r] * x;
+            }
+        }
+    }
+    gemv_store<NC, R>(g, acc, rb, dcol0, ncols, bad);
+}
+
+// Rows per block: one for a single column, two (sharing each activation load) for more.
+#define GEMV_KERNEL(name, T, NC) \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { gemv<T, NC, (NC > 1 ? 2 : 1)>(g); }
+#define GEMV_KERNELS(name, T) \
+    GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8)
+
+GEMV_KERNELS(f32, T_F32)
+GEMV_KERNELS(f16, T_F16)
+GEMV_KERNELS(bf16, T_BF16)
+GEMV_KERNELS(q4_0, T_Q4_0)
+GEMV_KERNELS(q4_1, T_Q4_1)
+GEMV_KERNELS(q5_0, T_Q5_0)
+GEMV_KERNELS(q5_1, T_Q5_1)
+GEMV_KERNELS(q8_0, T_Q8_0)
+GEMV_KERNELS(q4_k, T_Q4K)
+GEMV_KERNELS(q5_k, T_Q5K)
+GEMV_KERNELS(q6_k, T_Q6K)
+GEMV_KERNELS(mxfp4, T_MXFP4)

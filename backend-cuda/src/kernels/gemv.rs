@@ -1,0 +1,311 @@
+//! Matrix-vector products for few columns (the decode case) and mul_mat_id: the `k_gemv_*` kernels
+//! of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
+//! rounded to 8 bits with a scale and sum per 32 (`k_quantize_q8`) for quantized weights, F32
+//! contiguous for float weights. Weights whose rows the kernels cannot read directly (not
+//! contiguous along the row, or not aligned as their loads need) are converted to F32 first.
+
+use super::ops::launch;
+use super::{grid_for, type_name, TDesc};
+use crate::stream::CudaBackend;
+use crate::{cu, err};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
+use ggml_core::{DType, Layout, Result};
+
+/// Weight types with GEMV kernels.
+pub const WEIGHT_TYPES: [DType; 12] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::MXFP4,
+];
+
+/// Column counts the kernels are built for (a call takes the smallest that holds its columns).
+pub const COLUMN_VARIANTS: [usize; 4] = [1, 2, 4, 8];
+
+/// Most columns of one GEMV pass; wider products go to GEMM.
+pub const MAX_COLUMNS: usize = 8;
+
+/// Threads per block (`GV_THREADS`).
+const THREADS: u32 = 128;
+
+/// Warps a launch aims for (enough to fill a large GPU); below it rows get several warps each.
+const TARGET_WARPS: usize = 8192;
+
+/// Largest grid extent on axes y and z.
+const MAX_GRID_YZ: usize = 65535;
+
+/// Scratch slots: converted weights, F32 activations, 8-bit activations, their scales.
+const SLOT_WEIGHTS: usize = 0;
+const SLOT_X: usize = 1;
+const SLOT_XQ: usize = 2;
+const SLOT_XD: usize = 3;
+
+pub fn kernel_name(type_name: &str, columns: usize) -> String {
+    format!("k_gemv_{type_name}_{columns}")
+}
+
+/// Arguments of a GEMV launch; mirrors `struct GV` in gemv.cu (every field 8 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemvArgs {
+    pub w: u64,
+    pub wnb1: i64,
+    pub wnb2: i64,
+    pub wnb3: i64,
+    pub x: u64,
+    pub xd: u64,
+    pub d: u64,
+    pub ids: u64,
+    pub ids_nb0: i64,
+    pub ids_nb1: i64,
+    pub m: i64,
+    pub k: i64,
+    pub ncols: i64,
+    pub b2: i64,
+    pub r2: i64,
+    pub r3: i64,
+    pub n_used: i64,
+    pub b1: i64,
+    pub n_exp: i64,
+    pub nz: i64,
+    pub vec: i64,
+    pub wpr: i64,
+}
+
+// SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV`.
+unsafe impl DeviceRepr for GemvArgs {}
+
+/// Alignment the kernels' loads of type `t` need of rows (and of the weights' start).
+fn load_alignment(t: DType) -> u64 {
+    match t {
+        DType::Q4K | DType::Q5K => 16,
+        DType::Q4_1 | DType::Q5_1 | DType::F32 => 4,
+        DType::MXFP4 => 1,
+        _ => 2,
+    }
+}
+
+/// True when the kernels read the rows of `a` where they are: contiguous along the row and aligned.
+pub fn rows_readable(a: &TDesc, l: &Layout) -> bool {
+    let row_contiguous = l.ne[0] <= 1 || l.nb[0] == l.dtype.type_size();
+    let align = load_alignment(l.dtype);
+    let addr_bits = a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64;
+    type_name(l.dtype).is_some() && row_contiguous && addr_bits.is_multiple_of(align)
+}
+
+/// True when 16-byte vector loads fit rows of `a` and the activation columns at `x` (K elements).
+fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
+    let addr_bits = a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64 | x;
+    l.ne[0].is_multiple_of(8) && addr_bits.is_multiple_of(16)
+}
+
+/// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
+fn weights(be: &CudaBackend, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
+    if rows_readable(&a, la) {
+        return Ok((a, *la));
+    }
+    let l = Layout::contiguous(DType::F32, la.ne);
+    let ptr = be.scratch(SLOT_WEIGHTS, l.nelements() * 4)?;
+    let d = TDesc::new(ptr, &l)?;
+    launch!(be, "k_cpy", grid_for(l.nelements()); a, d)?;
+    Ok((d, l))
+}
+
+/// The activations `b` as the kernels for weights of type `wt` take them; sets `x`, `xd`, `vec`.
+fn activations(
+    be: &CudaBackend,
+    b: TDesc,
+    lb: &Layout,
+    wt: DType,
+    args: &mut GemvArgs,
+) -> Result<()> {
+    let n = lb.nelements();
+    if wt.is_quantized() {
+        let xq = be.scratch(SLOT_XQ, n)?;
+        let xd = be.scratch(SLOT_XD, n / 32 * 8)?;
+        launch!(be, "k_quantize_q8", grid_for(n); b, xq, xd)?;
+        args.x = xq;
+        args.xd = xd;
+    } else if lb.dtype == DType::F32 && lb.is_contiguous() {
+        args.x = b.ptr;
+    } else {
+        let ptr = be.scratch(SLOT_X, n * 4)?;
+        let d = TDesc::contiguous(ptr, DType::F32, lb.ne)?;
+        launch!(be, "k_cpy", grid_for(n); b, d)?;
+        args.x = ptr;
+    }
+    Ok(())
+}
+
+/// Units a thread takes at a time along a row of `k` weights of type `t` (32 quantized, 8 float).
+fn units(t: DType, k: usize) -> usize {
+    k / if t.is_quantized() { 32 } else { 8 }
+}
+
+/// Warps per row (1, 2 or 4): one while the rows alone give [`TARGET_WARPS`] warps, more for
+/// fewer rows as long as every lane keeps at least two units.
+fn warps_per_row(rows: usize, units: usize) -> usize {
+    let mut w = 1;
+    while w < 4 && rows * w < TARGET_WARPS && units >= 2 * 32 * 2 * w {
+        w *= 2;
+    }
+    w
+}
+
+/// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`.
+fn run(be: &CudaBackend, wt: DType, args: GemvArgs) -> Result<()> {
+    let columns = COLUMN_VARIANTS
+        .into_iter()
+        .find(|&c| c >= args.ncols as usize)
+        .ok_or_else(|| err(format!("GEMV of {} columns", args.ncols)))?;
+    let rows_per_group = if columns == 1 { 1 } else { 2 };
+    let wpr = warps_per_row(
+        args.m as usize * args.nz as usize,
+        units(wt, args.k as usize),
+    );
+    let rows_per_block = rows_per_group * (THREADS as usize / 32) / wpr;
+    let name = kernel_name(
+        type_name(wt).ok_or_else(|| err(format!("no GEMV kernel for {wt}")))?,
+        columns,
+    );
+    let nz = args.nz as usize;
+    let gy = nz.clamp(1, MAX_GRID_YZ);
+    let cfg = LaunchConfig {
+        grid_dim: (
+            (args.m as usize).div_ceil(rows_per_block) as u32,
+            gy as u32,
+            nz.div_ceil(gy) as u32,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let args = GemvArgs {
+        wpr: wpr as i64,
+        ..args
+    };
+    launch!(be, &name, cfg; args)
+}
+
+/// `dst[m, n] = dot(a row m, b column n)` per batch, for `b` of at most [`MAX_COLUMNS`] columns.
+pub fn mul_mat_vec(
+    be: &CudaBackend,
+    a: TDesc,
+    la: &Layout,
+    b: TDesc,
+    lb: &Layout,
+    d: TDesc,
+) -> Result<()> {
+    let (a, la) = weights(be, a, la)?;
+    let [k, m, a2, a3] = la.ne;
+    let [_, n, b2, b3] = lb.ne;
+    let mut args = GemvArgs {
+        w: a.ptr,
+        wnb1: la.nb[1] as i64,
+        wnb2: la.nb[2] as i64,
+        wnb3: la.nb[3] as i64,
+        d: d.ptr,
+        m: m as i64,
+        k: k as i64,
+        ncols: n as i64,
+        b2: b2 as i64,
+        r2: (b2 / a2) as i64,
+        r3: (b3 / a3) as i64,
+        nz: (b2 * b3) as i64,
+        ..Default::default()
+    };
+    activations(be, b, lb, la.dtype, &mut args)?;
+    args.vec = i64::from(vector_loads(&a, &la, args.x));
+    run(be, la.dtype, args)
+}
+
+/// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
+/// give NaN columns.
+pub fn mul_mat_id(
+    be: &CudaBackend,
+    (a, la): (TDesc, &Layout),
+    (b, lb): (TDesc, &Layout),
+    (ids, lids): (TDesc, &Layout),
+    d: TDesc,
+) -> Result<()> {
+    let (a, la) = weights(be, a, la)?;
+    let [k, m, n_exp, _] = la.ne;
+    let [_, b1, n_tok, _] = lb.ne;
+    let n_used = lids.ne[0];
+    if b1 == 0 || lids.ne[1] != n_tok {
+        return Err(err(format!(
+            "mul_mat_id shapes {:?} x {:?} with ids {:?}",
+            la.ne, lb.ne, lids.ne
+        )));
+    }
+    let mut args = GemvArgs {
+        w: a.ptr,
+        wnb1: la.nb[1] as i64,
+        wnb2: la.nb[2] as i64,
+        wnb3: la.nb[3] as i64,
+        d: d.ptr,
+        ids: ids.ptr,
+        ids_nb0: lids.nb[0] as i64,
+        ids_nb1: lids.nb[1] as i64,
+        m: m as i64,
+        k: k as i64,
+        ncols: 1,
+        n_used: n_used as i64,
+        b1: b1 as i64,
+        n_exp: n_exp as i64,
+        nz: (n_used * n_tok) as i64,
+        ..Default::default()
+    };
+    activations(be, b, lb, la.dtype, &mut args)?;
+    args.vec = i64::from(vector_loads(&a, &la, args.x));
+    run(be, la.dtype, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_match_the_cuda_struct() {
+        assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8);
+    }
+
+    #[test]
+    fn warps_per_row_fill_the_gpu_without_idle_lanes() {
+        assert_eq!(warps_per_row(14336, 128), 1);
+        assert_eq!(warps_per_row(4096, 128), 2);
+        assert_eq!(warps_per_row(1024, 512), 4);
+        assert_eq!(warps_per_row(1024, 100), 1);
+        assert_eq!(warps_per_row(3, 1), 1);
+    }
+
+    #[test]
+    fn readable_rows_need_contiguity_and_alignment() {
+        let q4k = Layout::contiguous(DType::Q4K, [512, 4, 1, 1]);
+        assert!(rows_readable(&TDesc::new(256, &q4k).unwrap(), &q4k));
+        assert!(!rows_readable(&TDesc::new(258, &q4k).unwrap(), &q4k));
+        let q4_0 = Layout::contiguous(DType::Q4_0, [64, 3, 1, 1]);
+        assert!(rows_readable(&TDesc::new(258, &q4_0).unwrap(), &q4_0));
+        let mut f16 = Layout::contiguous(DType::F16, [8, 3, 1, 1]);
+        f16.nb.swap(0, 1);
+        assert!(!rows_readable(&TDesc::new(0, &f16).unwrap(), &f16));
+    }
+
+    #[test]
+    fn every_type_and_column_count_has_a_kernel() {
+        let names = super::super::kernel_names();
+        for t in WEIGHT_TYPES {
+            for c in COLUMN_VARIANTS {
+                assert!(names.contains(&kernel_name(type_name(t).unwrap(), c)));
+            }
+        }
+        assert!(COLUMN_VARIANTS.contains(&MAX_COLUMNS));
+    }
+}
