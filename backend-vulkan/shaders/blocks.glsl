@@ -56,6 +56,23 @@ void load8_k(uint t, uint ty, uint blk, uint j, out float w[8]) {
 void load8(uint t, uint row, uint i0, out float w[8]) {
     uint ty = ttype(t);
     if (ty < T_Q4_0) {
+        // Dense rows whose piece starts 16-byte aligned: one or two 16-byte loads.
+        uint bytes = type_bytes(ty), o = row + i0 * bytes;
+        if (ty != T_I32 && nb(t, 0u) == bytes && (o & 15u) == 0u) {
+            uvec4 a = bq[t].q[o >> 4];
+            if (ty == T_F32) {
+                uvec4 b = bq[t].q[(o >> 4) + 1u];
+                w = float[8](uintBitsToFloat(a.x), uintBitsToFloat(a.y), uintBitsToFloat(a.z),
+                             uintBitsToFloat(a.w), uintBitsToFloat(b.x), uintBitsToFloat(b.y),
+                             uintBitsToFloat(b.z), uintBitsToFloat(b.w));
+            } else {
+                [[unroll]] for (uint e = 0u; e < 8u; e++) {
+                    uint h = (a[e >> 1] >> (16u * (e & 1u))) & 0xFFFFu;
+                    w[e] = ty == T_F16 ? f16_to_f(h) : bf16_to_f(h);
+                }
+            }
+            return;
+        }
         [[unroll]] for (uint e = 0u; e < 8u; e++) w[e] = load_scalar_elem(t, row, i0 + e);
         return;
     }

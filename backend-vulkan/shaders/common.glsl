@@ -34,6 +34,8 @@ layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer Params { uint p[]; };
 layout(std430, set = 0, binding = 1) buffer BufW { uint w[]; } bw[SLOTS];
+// The same buffers as 16-byte words, for aligned runs of scalar values.
+layout(std430, set = 0, binding = 1) readonly buffer BufQ { uvec4 q[]; } bq[SLOTS];
 #ifdef FAST
 layout(std430, set = 0, binding = 1) buffer BufH { uint16_t h[]; } bh[SLOTS];
 #endif
