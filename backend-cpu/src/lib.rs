@@ -2,6 +2,7 @@
 //! rows with rayon, presented as one or several virtual devices (`cpu:0`, `cpu:1`, ...), each with its
 //! own thread pool and memory budget.
 
+pub mod comm;
 pub mod device;
 pub mod kernels;
 pub mod matmul;
@@ -10,8 +11,9 @@ pub mod reg;
 pub mod stream;
 pub mod view;
 
+pub use comm::CpuCommunicator;
 pub use device::{cpu_devices, default_devices, CpuDevice};
 pub use memory::{CpuBuffer, CpuBufferType};
-pub use reg::{CpuCommunicator, CpuReg};
+pub use reg::CpuReg;
 pub use stream::CpuBackend;
 pub use view::TView;

@@ -1,5 +1,6 @@
 //! [`CpuBackend`]: the stream of a CPU device. Work runs synchronously inside the device's thread
-//! pool, so `synchronize` has nothing to wait for and events are complete when recorded.
+//! pool, so `synchronize` has nothing to wait for and events are complete when recorded; a driver loop
+//! ([`Backend::drive`]) runs on a thread of that pool, so its computes start there without a hand-over.
 
 use crate::device::{build_pool, CpuDevice};
 use crate::kernels::{self, NodeViews};
@@ -131,5 +132,10 @@ impl Backend for CpuBackend {
         if let Ok(pool) = build_pool(&self.device.name(), n) {
             *self.pool.write() = pool;
         }
+    }
+    fn drive(&self, job: &mut (dyn FnMut() + Send)) {
+        // On a thread of the pool, every `compute` of the job runs its kernels in place.
+        let pool = self.pool.read().clone();
+        pool.install(job)
     }
 }

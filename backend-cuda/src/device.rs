@@ -2,7 +2,8 @@
 //! buffer types, its kernels and communication kernels (compiled with NVRTC on first use, once per
 //! device), and the streams opened on it (so that a communicator handed `dyn Backend`s finds them).
 
-use crate::kernels::{self, Kernels};
+use crate::dispatch;
+use crate::kernels::Kernels;
 use crate::memory::{CudaBuffer, CudaBufferType, PinnedBufferType};
 use crate::p2p::CommKernels;
 use crate::stream::CudaBackend;
@@ -145,7 +146,7 @@ impl Device for CudaDevice {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         let t = graph.tensor(node);
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
-        kernels::supports(&t.op, &src, &t.layout)
+        dispatch::supports(&t.op, &src, &t.layout)
     }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)

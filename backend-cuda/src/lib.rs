@@ -7,6 +7,7 @@
 
 pub mod comm;
 pub mod device;
+pub mod dispatch;
 pub mod graph_cache;
 pub mod kernels;
 pub mod memory;

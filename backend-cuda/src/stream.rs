@@ -4,8 +4,9 @@
 //! the stream's CUDA graph cache (`graph_cache`): repeated subgraphs replay a captured graph.
 
 use crate::device::CudaDevice;
+use crate::dispatch;
 use crate::graph_cache::{self, GraphCache, GraphStats, Plan};
-use crate::kernels::{self, Kernels};
+use crate::kernels::Kernels;
 use crate::memory::CudaBuffer;
 use crate::{cu, err};
 use cudarc::cublas::{result as blas, sys as blas_sys};
@@ -156,7 +157,7 @@ impl CudaBackend {
                 continue;
             }
             let t = graph.tensor(node);
-            kernels::compute_node(self, graph, node).map_err(|e| match e {
+            dispatch::compute_node(self, graph, node).map_err(|e| match e {
                 ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
                     backend,
                     msg: format!("{} at node {}: {msg}", t.op.name(), t.name),

@@ -41,6 +41,8 @@ pub enum MetaError {
     Empty,
     #[error("a meta device needs devices of one family, got {0}")]
     MixedFamilies(String),
+    #[error("a meta device needs distinct devices, {0} is given twice")]
+    Duplicate(String),
     #[error("{n} devices but {m} tensor-split ratios")]
     RatioCount { n: usize, m: usize },
     #[error(transparent)]
@@ -105,6 +107,13 @@ impl MetaDevice {
                 .map(|d| format!("{} ({})", d.name(), d.family()))
                 .collect();
             return Err(MetaError::MixedFamilies(names.join(", ")));
+        }
+        if let Some((i, _)) = devices.iter().enumerate().find(|(i, d)| {
+            devices[..*i]
+                .iter()
+                .any(|e| std::ptr::addr_eq(Arc::as_ptr(e), Arc::as_ptr(d)))
+        }) {
+            return Err(MetaError::Duplicate(devices[i].name()));
         }
         let ratios = ratios.unwrap_or_else(|| vec![1.0; devices.len()]);
         if ratios.len() != devices.len() {

@@ -2,10 +2,17 @@
 //! copies and adds that run on the devices themselves. Any N works: ranks beyond the largest power of
 //! two first fold their value into a partner and get the result back at the end. Tensors larger than a
 //! threshold travel in BF16 (summed in F32 on arrival) to halve the bytes moved.
+//!
+//! Each device's driver thread runs its own rank ([`Doubling::run_rank`]): it computes and copies only
+//! on its own stream, and the ranks meet at a barrier between the phases of each step. Where a device
+//! cannot read its partner's memory, values travel through host staging (the sender reads its value
+//! out, the receiver writes it in).
 
+use crate::barrier::RankBarrier;
 use ggml_core::backend::{Backend, Device};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DType, DataRef, Graph, Layout, Result, TensorId};
+use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// One device's part of a reduction: what it sends, where it receives, and the graph that adds.
@@ -13,13 +20,15 @@ struct Kit {
     graph: Graph,
     _sched: Scheduler,
     /// The value this device sends (its partial sum, or a BF16 copy of it).
-    send: TensorId,
+    send: DataRef,
     /// Where a partner's value lands.
     scratch: DataRef,
     /// Nodes that refresh `send` from the partial sum (the BF16 cast; empty in F32).
     prepare: Vec<TensorId>,
     /// Nodes that add `scratch` into the partial sum.
     accumulate: Vec<TensorId>,
+    /// Host bytes on the way from this device to a partner that cannot read its memory.
+    staging: Mutex<Vec<u8>>,
 }
 
 /// A prepared reduction of one tensor over all devices.
@@ -31,6 +40,18 @@ pub struct Doubling {
     own_bytes: usize,
     own: Vec<DataRef>,
     transport: DType,
+    /// Some device cannot read another's buffers: every transfer goes through host staging.
+    staged: bool,
+}
+
+/// One transfer step: who sends what, who receives it where.
+#[derive(Clone, Copy)]
+struct Transfer<'a> {
+    /// The value this rank sends, if it sends.
+    out: Option<&'a DataRef>,
+    /// The partner's value and where it lands here, if this rank receives.
+    into: Option<(usize, &'a DataRef, &'a DataRef)>,
+    len: usize,
 }
 
 impl Doubling {
@@ -68,20 +89,29 @@ impl Doubling {
             let mut sched = Scheduler::new(vec![backends[d].clone()]);
             sched.alloc(&mut g)?;
             kits.push(Kit {
+                send: g.data(send)?,
                 graph: g,
                 _sched: sched,
-                send,
                 scratch,
                 prepare,
                 accumulate,
+                staging: Mutex::new(Vec::new()),
             });
         }
+        let staged = devices.iter().enumerate().any(|(to, dev)| {
+            (0..devices.len()).any(|from| {
+                from != to
+                    && !(dev.can_access(kits[from].send.buffer.as_ref())
+                        && dev.can_access(own[from].buffer.as_ref()))
+            })
+        });
         Ok(Doubling {
             kits,
             bytes: Layout::contiguous(transport, layout.ne).nbytes(),
             own_bytes: layout.nbytes(),
             own,
             transport,
+            staged,
         })
     }
 
@@ -94,37 +124,35 @@ impl Doubling {
         self.transport
     }
 
-    fn copy(
-        &self,
-        devices: &[Arc<dyn Device>],
-        backends: &[Arc<dyn Backend>],
-        from: usize,
-        to: usize,
-    ) -> Result<()> {
-        let src = self.kits[from].graph.data(self.kits[from].send)?;
-        let dst = &self.kits[to].scratch;
-        if devices[to].can_access(src.buffer.as_ref()) {
-            backends[to].copy_async(&src, dst, self.bytes)
-        } else {
-            let mut staging = vec![0u8; self.bytes];
-            backends[from].get_async(&src, &mut staging)?;
-            backends[to].set_async(dst, &staging)
-        }
+    /// Sums the partials in place on every device, driving each device from a thread of its own.
+    pub fn all_reduce(&self, backends: &[Arc<dyn Backend>]) -> Result<()> {
+        let barrier = RankBarrier::new(self.kits.len());
+        let rank = |d: usize| {
+            let r = self.run_rank(d, backends, &barrier);
+            if r.is_err() {
+                barrier.break_all();
+            }
+            r
+        };
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..self.kits.len())
+                .map(|d| s.spawn(move || rank(d)))
+                .collect();
+            let first = rank(0);
+            others
+                .into_iter()
+                .map(|h| h.join().expect("a doubling rank panicked"))
+                .fold(first, |acc, r| acc.and(r))
+        })
     }
 
-    fn run(&self, backends: &[Arc<dyn Backend>], d: usize, nodes: &[TensorId]) -> Result<()> {
-        if nodes.is_empty() {
-            return Ok(());
-        }
-        backends[d].compute(&self.kits[d].graph, nodes)?;
-        backends[d].synchronize()
-    }
-
-    /// Sums the partials in place on every device.
-    pub fn all_reduce(
+    /// Rank `d`'s part of the sum (every rank calls it at once, on its own thread): afterwards its
+    /// partial holds the total. Ranks meet at `barrier` between phases; it returns after the last.
+    pub(crate) fn run_rank(
         &self,
-        devices: &[Arc<dyn Device>],
+        d: usize,
         backends: &[Arc<dyn Backend>],
+        barrier: &RankBarrier,
     ) -> Result<()> {
         let n = self.kits.len();
         let p = if n.is_power_of_two() {
@@ -132,40 +160,113 @@ impl Doubling {
         } else {
             n.next_power_of_two() / 2
         };
-        // Fold ranks p.. into ranks 0..
-        for r in p..n {
-            self.run(backends, r, &self.kits[r].prepare)?;
-            self.copy(devices, backends, r, r - p)?;
-            self.run(backends, r - p, &self.kits[r - p].accumulate)?;
+        let kit = &self.kits[d];
+        let no = Transfer {
+            out: None,
+            into: None,
+            len: self.bytes,
+        };
+        // Fold ranks p.. into ranks 0..n - p.
+        if n > p {
+            let step = if d >= p {
+                Transfer {
+                    out: Some(&kit.send),
+                    ..no
+                }
+            } else if d + p < n {
+                Transfer {
+                    into: Some((d + p, &self.kits[d + p].send, &kit.scratch)),
+                    ..no
+                }
+            } else {
+                no
+            };
+            self.step(d, backends, barrier, step, true)?;
         }
         // Exchange with partner d ^ k: everyone sends its current value before anyone adds.
         let mut k = 1;
         while k < p {
-            for d in 0..p {
-                self.run(backends, d, &self.kits[d].prepare)?;
-            }
-            for d in 0..p {
-                self.copy(devices, backends, d ^ k, d)?;
-            }
-            for d in 0..p {
-                self.run(backends, d, &self.kits[d].accumulate)?;
-            }
+            let step = if d < p {
+                Transfer {
+                    out: Some(&kit.send),
+                    into: Some((d ^ k, &self.kits[d ^ k].send, &kit.scratch)),
+                    len: self.bytes,
+                }
+            } else {
+                no
+            };
+            self.step(d, backends, barrier, step, true)?;
             k *= 2;
         }
         // Give the folded ranks the result.
-        for r in p..n {
-            let src = &self.own[r - p];
-            let dst = &self.own[r];
+        if n > p {
             let len = self.own_bytes;
-            if devices[r].can_access(src.buffer.as_ref()) {
-                backends[r].copy_async(src, dst, len)?;
+            let step = if d >= p {
+                Transfer {
+                    out: None,
+                    into: Some((d - p, &self.own[d - p], &self.own[d])),
+                    len,
+                }
+            } else if d + p < n {
+                Transfer {
+                    out: Some(&self.own[d]),
+                    into: None,
+                    len,
+                }
             } else {
-                let mut staging = vec![0u8; len];
-                backends[r - p].get_async(src, &mut staging)?;
-                backends[r].set_async(dst, &staging)?;
+                Transfer { len, ..no }
+            };
+            self.step(d, backends, barrier, step, false)?;
+        }
+        barrier.wait()
+    }
+
+    /// One step of rank `d`: prepare and send its value, receive the partner's, and add it in when
+    /// `add`. Every rank takes the same barriers, whatever its part in the step.
+    fn step(
+        &self,
+        d: usize,
+        backends: &[Arc<dyn Backend>],
+        barrier: &RankBarrier,
+        step: Transfer,
+        add: bool,
+    ) -> Result<()> {
+        let kit = &self.kits[d];
+        let backend = &backends[d];
+        if add && step.out.is_some() {
+            self.run(backend, d, &kit.prepare)?;
+        }
+        barrier.wait()?;
+        if self.staged {
+            if let Some(src) = step.out {
+                let mut staging = kit.staging.lock();
+                staging.resize(step.len, 0);
+                backend.get_async(src, &mut staging)?;
             }
-            backends[r].synchronize()?;
+            barrier.wait()?;
+            if let Some((from, _, dst)) = step.into {
+                backend.set_async(dst, &self.kits[from].staging.lock())?;
+                backend.synchronize()?;
+            }
+        } else if let Some((_, src, dst)) = step.into {
+            backend.copy_async(src, dst, step.len)?;
+            backend.synchronize()?;
+        }
+        if add {
+            // Partners have read this rank's value before it changes.
+            barrier.wait()?;
+            if step.into.is_some() {
+                self.run(backend, d, &kit.accumulate)?;
+            }
         }
         Ok(())
+    }
+
+    fn run(&self, backend: &Arc<dyn Backend>, d: usize, nodes: &[TensorId]) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        backend.compute(&self.kits[d].graph, nodes)?;
+        backend.synchronize()
     }
 }

@@ -1,7 +1,16 @@
 //! `MetaBackend`: the stream of a meta device. Computing a graph builds (or finds in its cache) the
 //! graph's program, copies inputs, runs each stage on every device at once, joins partial and split
 //! results between stages, and writes outputs back whole.
+//!
+//! Each device has a driver thread for the whole program (inside the device's own workers where its
+//! stream offers that, [`Backend::drive`]): it issues the device's share of each stage and meets the
+//! other drivers at a spinning barrier for each join, so a join costs no hand-over of work between
+//! threads. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
+//! not synchronize their devices around the AllReduce: they only make sure that every device's
+//! `compute` call has returned; they synchronize where the host reads device data (gathers, the
+//! generic AllReduce, outputs).
 
+use crate::barrier::RankBarrier;
 use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
@@ -35,8 +44,11 @@ pub struct MetaBackend {
     comm: Option<Arc<dyn Communicator>>,
     program: Mutex<Option<Program>>,
     stats: Mutex<MetaStats>,
-    /// Threads that drive devices 1.. while this thread drives device 0.
+    /// Threads that drive devices 1.. (thread `i` drives device `i + 1`) while the calling thread
+    /// drives device 0.
     driver: rayon::ThreadPool,
+    /// Where the drivers meet (kept across runs: it learns how long to spin).
+    barrier: Mutex<RankBarrier>,
 }
 
 struct Done;
@@ -65,12 +77,14 @@ impl MetaBackend {
             Some(Err(e)) => return Err(e),
             None => None,
         };
+        // One thread per device beyond the first (a pool needs at least one).
         let driver = rayon::ThreadPoolBuilder::new()
             .num_threads(backends.len().saturating_sub(1).max(1))
             .thread_name(|i| format!("meta-driver-{i}"))
             .build()
             .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
         Ok(MetaBackend {
+            barrier: Mutex::new(RankBarrier::new(backends.len())),
             device,
             backends,
             comm,
@@ -117,34 +131,20 @@ impl MetaBackend {
                 }
             }
         }
-        for stage in &prog.stages {
-            self.run_stage(prog, &stage.nodes)?;
-            for b in &stage.after {
-                match b {
-                    Boundary::Reduce { locals, doubling } => {
-                        let bytes = match doubling {
-                            Some(dbl) => {
-                                dbl.all_reduce(self.device.devices(), &self.backends)?;
-                                dbl.transfer_bytes()
-                            }
-                            None => all_reduce(&prog.graphs, locals, self.comm.as_deref())?,
-                        };
-                        let mut s = self.stats.lock();
-                        s.reductions += 1;
-                        s.reduced_bytes += bytes as u64;
-                    }
-                    Boundary::Gather {
-                        layout,
-                        state,
-                        locals,
-                        targets,
-                    } => {
-                        all_gather(&prog.graphs, locals, targets, *layout, state)?;
-                        self.stats.lock().gathers += 1;
-                    }
-                }
-            }
+        let _exclusive = lock_devices(self.device.devices());
+        let mut barrier = self.barrier.lock();
+        barrier.reset();
+        let crew = Crew::new(&barrier);
+        if self.backends.len() == 1 {
+            self.drive(0, prog, &crew);
+        } else {
+            // Device 0's driver runs on this thread, each other one on a driver thread of its own.
+            self.driver.in_place_scope(|s| {
+                s.spawn_broadcast(|_, ctx| self.drive(ctx.index() + 1, prog, &crew));
+                self.drive(0, prog, &crew);
+            });
         }
+        crew.result()?;
         for o in &prog.outputs {
             let bytes = assemble(&prog.graphs, &o.locals, *meta.layout(o.meta), &o.state)?;
             let dst = meta.data(o.meta)?;
@@ -153,29 +153,153 @@ impl MetaBackend {
         Ok(())
     }
 
-    fn run_stage(&self, prog: &Program, nodes: &[Vec<TensorId>]) -> Result<()> {
-        let busy: Vec<usize> = (0..nodes.len()).filter(|&d| !nodes[d].is_empty()).collect();
-        let one = |d: usize| -> Result<()> {
-            self.backends[d].compute(&prog.graphs[d], &nodes[d])?;
-            self.backends[d].synchronize()
-        };
-        if busy.len() <= 1 {
-            return busy.into_iter().try_for_each(one);
-        }
-        // Device 0's share runs on this thread, the others on the driver pool's threads.
-        let results: Vec<parking_lot::Mutex<Result<()>>> = busy
-            .iter()
-            .map(|_| parking_lot::Mutex::new(Ok(())))
-            .collect();
-        self.driver.scope(|s| {
-            for (i, &d) in busy.iter().enumerate().skip(1) {
-                let slot = &results[i];
-                s.spawn(move |_| *slot.lock() = one(d));
+    /// Runs device `d`'s driver loop where its stream issues work best; failures go to `crew`.
+    fn drive(&self, d: usize, prog: &Program, crew: &Crew) {
+        let mut job = || {
+            let _guard = PanicGuard(crew);
+            if let Err(e) = self.run_device(d, prog, crew.barrier) {
+                crew.fail(e);
             }
-            *results[0].lock() = one(busy[0]);
-        });
-        results.into_iter().try_for_each(|r| r.into_inner())?;
+        };
+        self.backends[d].drive(&mut job);
+    }
+
+    /// Device `d`'s part of the program: its share of each stage, then the joins. Device 0's driver
+    /// performs the joins that act on every device at once (communicator, gathers) while the others
+    /// wait at the barrier; the generic AllReduce runs on every driver.
+    fn run_device(&self, d: usize, prog: &Program, barrier: &RankBarrier) -> Result<()> {
+        let backend = &self.backends[d];
+        let stream_ordered = self.comm.as_ref().is_some_and(|c| c.is_stream_ordered());
+        for stage in &prog.stages {
+            if !stage.nodes[d].is_empty() {
+                backend.compute(&prog.graphs[d], &stage.nodes[d])?;
+            }
+            if stage.after.is_empty() {
+                continue;
+            }
+            // The host (or a generic reduction) reads what the stage wrote, unless every join is an
+            // AllReduce ordered on the streams: then queued work is enough.
+            let queued_is_enough = stream_ordered
+                && stage
+                    .after
+                    .iter()
+                    .all(|b| matches!(b, Boundary::Reduce { doubling: None, .. }));
+            if !queued_is_enough {
+                backend.synchronize()?;
+            }
+            // Every device's compute call has returned.
+            barrier.wait()?;
+            // Device 0 performed joins that the others have not waited for yet.
+            let mut joined_by_leader = false;
+            for b in &stage.after {
+                match b {
+                    Boundary::Reduce {
+                        doubling: Some(dbl),
+                        ..
+                    } => {
+                        if joined_by_leader {
+                            barrier.wait()?;
+                            joined_by_leader = false;
+                        }
+                        dbl.run_rank(d, &self.backends, barrier)?;
+                        if d == 0 {
+                            self.count_reduction(dbl.transfer_bytes());
+                        }
+                    }
+                    other => {
+                        if d == 0 {
+                            self.join(prog, other)?;
+                        }
+                        joined_by_leader = true;
+                    }
+                }
+            }
+            if joined_by_leader {
+                barrier.wait()?;
+            }
+        }
+        backend.synchronize()
+    }
+
+    /// A join performed by one thread for every device: AllReduce through the communicator (or host
+    /// memory), or a gather through host memory.
+    fn join(&self, prog: &Program, boundary: &Boundary) -> Result<()> {
+        match boundary {
+            Boundary::Reduce { locals, .. } => {
+                let bytes = all_reduce(&prog.graphs, locals, self.comm.as_deref())?;
+                self.count_reduction(bytes);
+            }
+            Boundary::Gather {
+                layout,
+                state,
+                locals,
+                targets,
+            } => {
+                all_gather(&prog.graphs, locals, targets, *layout, state)?;
+                self.stats.lock().gathers += 1;
+            }
+        }
         Ok(())
+    }
+
+    fn count_reduction(&self, bytes: usize) {
+        let mut s = self.stats.lock();
+        s.reductions += 1;
+        s.reduced_bytes += bytes as u64;
+    }
+}
+
+/// Locks that keep two runs sharing a device from running at once, whatever meta device or stream
+/// they belong to: a driver may hold its device's only worker thread for a whole run while it waits
+/// for the other drivers at the barrier, so two runs that each held a device the other needs would
+/// wait for ever. Devices map (by address) to a fixed set of locks, always taken in index order.
+static DEVICE_LOCKS: [Mutex<()>; 64] = [const { Mutex::new(()) }; 64];
+
+/// Takes the locks of `devices` for one run.
+fn lock_devices(devices: &[Arc<dyn Device>]) -> Vec<parking_lot::MutexGuard<'static, ()>> {
+    let mut locks: Vec<usize> = devices
+        .iter()
+        .map(|d| (Arc::as_ptr(d) as *const () as usize >> 6) % DEVICE_LOCKS.len())
+        .collect();
+    locks.sort_unstable();
+    locks.dedup();
+    locks.into_iter().map(|i| DEVICE_LOCKS[i].lock()).collect()
+}
+
+/// What the drivers of one program run share: their barrier and the first failure.
+struct Crew<'a> {
+    barrier: &'a RankBarrier,
+    error: Mutex<Option<Error>>,
+}
+
+impl<'a> Crew<'a> {
+    fn new(barrier: &'a RankBarrier) -> Crew<'a> {
+        Crew {
+            barrier,
+            error: Mutex::new(None),
+        }
+    }
+
+    /// Records `e` (unless an earlier failure is recorded) and releases every driver.
+    fn fail(&self, e: Error) {
+        self.error.lock().get_or_insert(e);
+        self.barrier.break_all();
+    }
+
+    fn result(self) -> Result<()> {
+        self.error.into_inner().map_or(Ok(()), Err)
+    }
+}
+
+/// Releases the other drivers when this one panics (the panic then reaches the caller).
+struct PanicGuard<'a, 'b>(&'a Crew<'b>);
+
+impl Drop for PanicGuard<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .fail(Error::Other("meta: a device driver panicked".into()));
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! Weights and KV cache are split across the devices; partial sums are joined by AllReduce.
 //! The crate knows nothing about any vendor: it talks to devices only through the core traits.
 
+mod barrier;
 pub mod buffer;
 mod collective;
 pub mod device;

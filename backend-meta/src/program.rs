@@ -55,6 +55,11 @@ pub(crate) struct Program {
     pub outputs: Vec<Output>,
 }
 
+/// Mirrored weights from this size up are multiplied by rows shared out over the devices (when the
+/// activation is mirrored too): reading a mebibyte of weights takes longer than the join that then
+/// gathers the result's rows.
+const ROW_SPLIT_MIN_BYTES: usize = 1 << 20;
+
 struct Builder<'a> {
     meta: &'a Graph,
     device: &'a MetaDevice,
@@ -398,6 +403,39 @@ impl<'a> Builder<'a> {
         Ok(out)
     }
 
+    /// A split by rows for the weight of a product of a large mirrored weight with a mirrored
+    /// activation (a tied output head): each device multiplies its share of the rows, in place of
+    /// every device computing the whole product. The weight stays whole in memory; devices read
+    /// their rows through views.
+    fn row_split_of_mirrored_weight(
+        &self,
+        t: TensorId,
+        states: &[SplitState],
+    ) -> Result<Option<SplitState>> {
+        let tensor = self.meta.tensor(t);
+        if self.n() == 1
+            || tensor.op != Op::MulMat
+            || states.iter().any(|s| s != &SplitState::Mirrored)
+        {
+            return Ok(None);
+        }
+        let weight = self.meta.tensor(tensor.src[0]);
+        let [_, rows, d2, d3] = weight.ne();
+        if !weight.is_leaf()
+            || !weight.flags.weight
+            || weight.nbytes() < ROW_SPLIT_MIN_BYTES
+            || d2 * d3 != 1
+        {
+            return Ok(None);
+        }
+        let seg = crate::split::segment(rows, 1, self.device.ratios(), 0)
+            .map_err(|e| meta_err(e.to_string()))?;
+        Ok(Some(SplitState::Split {
+            axis: 1,
+            segments: vec![seg],
+        }))
+    }
+
     fn compute_op(&mut self, t: TensorId) -> Result<()> {
         let tensor = self.meta.tensor(t).clone();
         let states = tensor
@@ -405,7 +443,15 @@ impl<'a> Builder<'a> {
             .iter()
             .map(|&s| self.state_of(s))
             .collect::<Result<Vec<_>>>()?;
-        let r = rule(self.meta, t, &states).map_err(|e| meta_err(e.to_string()))?;
+        let mut states = states;
+        let row_split = self.row_split_of_mirrored_weight(t, &states)?;
+        if let Some(split) = &row_split {
+            states[0] = split.clone();
+        }
+        let mut r = rule(self.meta, t, &states).map_err(|e| meta_err(e.to_string()))?;
+        if let Some(split) = row_split {
+            r.srcs[0] = Want::State(split);
+        }
         let mut srcs: Vec<Vec<TensorId>> = Vec::with_capacity(tensor.src.len());
         for (i, &s) in tensor.src.iter().enumerate() {
             srcs.push(match &r.srcs[i] {

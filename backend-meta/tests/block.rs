@@ -2,7 +2,8 @@
 //! through flash attention and through mul_mat + softmax, SwiGLU FFN, and a MoE variant) computes the
 //! same output on meta(cpu x N) as on one CPU device, for several device counts and ratios; the MoE
 //! reduction is delayed past the expert sum; a repeated graph hits the program cache; the generic
-//! AllReduce works for any device count.
+//! AllReduce works for any device count; a large mirrored weight (a tied output head) is multiplied
+//! by rows shared out over the devices; runs over shared devices from several threads finish.
 
 mod common;
 
@@ -73,7 +74,7 @@ fn repeated_graph_hits_the_program_cache() {
 }
 
 #[test]
-fn mixed_families_and_bad_ratios_are_refused() {
+fn mixed_families_duplicates_and_bad_ratios_are_refused() {
     assert!(MetaDevice::new(vec![], None).is_err());
     let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2)
         .unwrap()
@@ -81,6 +82,11 @@ fn mixed_families_and_bad_ratios_are_refused() {
         .map(|d| d as Arc<dyn Device>)
         .collect();
     assert!(MetaDevice::new(devs.clone(), Some(vec![1.0])).is_err());
+    let twice = vec![devs[0].clone(), devs[0].clone()];
+    assert!(matches!(
+        MetaDevice::new(twice, None),
+        Err(backend_meta::MetaError::Duplicate(name)) if name == "cpu:0"
+    ));
     assert!(MetaDevice::new(devs, Some(vec![0.0, 0.0])).is_err());
 }
 
@@ -178,4 +184,111 @@ fn sixty_four_devices_hold_their_slices() {
     let rows: Vec<usize> = (0..64).map(|d| buf.local_layout(d).ne[1]).collect();
     assert_eq!(rows.iter().sum::<usize>(), 100);
     assert!(rows.iter().all(|&r| r == 1 || r == 2), "{rows:?}");
+}
+
+#[test]
+fn a_large_mirrored_weight_is_multiplied_by_rows_shared_out() {
+    use ggml_core::backend::Backend;
+    use ggml_core::sched::Scheduler;
+    use ggml_core::{DType, DataRef, Graph, Layout};
+    use rand::{Rng, SeedableRng};
+    // A tied output head: 2 MiB of F32 weights, mirrored, times a mirrored hidden state.
+    let (d, rows, t) = (64usize, 8192usize, 3usize);
+    let seed = rand::random::<u64>();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let head: Vec<f32> = (0..d * rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let x: Vec<f32> = (0..d * t).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let layout = Layout::contiguous(DType::F32, [d, rows, 1, 1]);
+    // Logits alone (a graph output), and their softmax (which needs every row on every device).
+    let run = |backend: Arc<dyn Backend>, head_buffer: Arc<dyn ggml_core::Buffer>, soft: bool| {
+        head_buffer.set(0, bytemuck::cast_slice(&head)).unwrap();
+        let mut g = Graph::new();
+        let w = g.new_bound(layout, DataRef::new(head_buffer, 0), "head", true);
+        let xi = g.new_input(DType::F32, &[d, t]).unwrap();
+        let h = g.rms_norm(xi, 1e-5).unwrap();
+        let mut out = g.mul_mat(w, h).unwrap();
+        if soft {
+            out = g.soft_max(out, None, None, 1.0, 0.0).unwrap();
+        }
+        g.output(out);
+        let mut sched = Scheduler::new(vec![backend]);
+        sched.alloc(&mut g).unwrap();
+        g.set_f32(xi, &x).unwrap();
+        sched.compute(&g).unwrap();
+        g.get_f32(out).unwrap()
+    };
+    for soft in [false, true] {
+        let cpu = common::cpu_device(1);
+        let want = run(
+            cpu.new_backend().unwrap(),
+            cpu.buffer_type().alloc(layout.nbytes()).unwrap(),
+            soft,
+        );
+        let meta = common::meta_device(2, None, None);
+        let backend = meta.new_meta_backend().unwrap();
+        let weight = meta
+            .alloc_tensor(layout, &backend_meta::WeightSplit::Mirrored, 0, "head")
+            .unwrap();
+        let got = run(backend.clone(), weight, soft);
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-10, "seed {seed} softmax {soft}: nmse {e}");
+        // Each device plans memory for its half of the logits, not for all of them (the softmax
+        // gathers them whole first).
+        let full = rows * t * 4;
+        for m in backend
+            .device_compute_memory()
+            .into_iter()
+            .filter(|_| !soft)
+        {
+            assert!(
+                m < full,
+                "a device plans {m} bytes, the whole product is {full}"
+            );
+        }
+        assert_eq!(
+            backend.stats().gathers,
+            u64::from(soft),
+            "{:?}",
+            backend.stats()
+        );
+    }
+}
+
+#[test]
+fn concurrent_runs_over_shared_devices_finish() {
+    use common::{Harness, Place};
+    // Two meta devices over the same two CPU devices (one worker thread each), in both orders,
+    // computing at once from two threads: each run's drivers need both devices' workers.
+    let devs: Vec<Arc<dyn Device>> = cpu_devices(2, 2)
+        .unwrap()
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
+    let seed = rand::random::<u64>();
+    let t = 2;
+    let want = single(seed, false, t);
+    let orders = [
+        vec![devs[0].clone(), devs[1].clone()],
+        vec![devs[1].clone(), devs[0].clone()],
+    ];
+    std::thread::scope(|s| {
+        for order in orders {
+            let want = &want;
+            s.spawn(move || {
+                let meta = MetaDevice::new(order, None).unwrap();
+                let mut h = Harness::new(
+                    meta.new_backend().unwrap(),
+                    Place::Meta(meta),
+                    Dims::TEST,
+                    seed,
+                    false,
+                    t,
+                );
+                for _ in 0..50 {
+                    let e = nmse(&h.step(), want);
+                    assert!(e <= 1e-6, "seed {seed}: nmse {e}");
+                }
+            });
+        }
+    });
 }

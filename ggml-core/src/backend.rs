@@ -162,6 +162,14 @@ pub trait Backend: Send + Sync {
     fn wait_event(&self, event: &dyn Event) -> Result<()>;
     /// Number of worker threads, where that applies.
     fn set_threads(&self, _n: usize) {}
+    /// Runs `job`, a loop that issues work to this stream (a meta device's driver of this device), on
+    /// the thread where issuing costs least, and returns when it has returned. A stream that computes
+    /// on worker threads of its own (the CPU's) runs the job on one of them, so that each `compute`
+    /// the job calls starts without handing work to another thread and waiting for it. The default
+    /// runs the job on the calling thread.
+    fn drive(&self, job: &mut (dyn FnMut() + Send)) {
+        job()
+    }
 }
 
 /// A point in a stream's work.

@@ -152,7 +152,7 @@ impl Generator {
         }
         // Keep the common prefix, but always run at least the last prompt token for its logits.
         let keep = common_prefix(&self.cached, prompt).min(prompt.len() - 1);
-        self.session.truncate(keep);
+        let keep = self.session.keep_prefix(keep);
         self.cached.truncate(keep);
 
         let mut timings = Timings {

@@ -1,21 +1,25 @@
-//! The KV cache: per layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by default; F32 or
-//! Q8_0 selectable) living with the layer's weights (its device in a layer split, split by KV heads
-//! on a meta device), and the host-built attention masks over the first `n_kv` slots. A layer that
+//! The KV cache: per attention layer a K and a V tensor `[head_dim, n_ctx, n_head_kv]` (F16 by
+//! default; F32 or Q8_0 selectable) living with the layer's weights (its device in a layer split,
+//! split by KV heads on a meta device), the recurrent state of the other (delta-net) layers
+//! ([`RecurrentState`]), and the host-built attention masks over the first `n_kv` slots. A layer that
 //! attends to an earlier layer's cache ([`ModelConfig::kv_source`](crate::model::config::ModelConfig::kv_source))
 //! has none of its own: its entry is that layer's tensors.
 
-use crate::arch::blocks::Layer;
+use crate::arch::blocks::Mixer;
 use crate::model::weights::{Alloc, Home, Weight};
 use crate::model::{Model, ModelError};
+use crate::state::RecurrentState;
+use backend_meta::WeightSplit;
 use ggml_core::{DType, Layout};
 
 /// Granularity of the attended cache length: graphs repeat their structure while the length stays
 /// inside one step.
 pub const KV_PAD: usize = 256;
 
-/// K and V tensors of every layer.
+/// K and V tensors of every attention layer, and the recurrent state of the others.
 pub struct KvCache {
-    layers: Vec<(Weight, Weight)>,
+    layers: Vec<Option<(Weight, Weight)>>,
+    recurrent: RecurrentState,
     n_ctx: usize,
     dtype: DType,
 }
@@ -36,16 +40,20 @@ impl KvCache {
             placement: &model.placement,
             layer_device: &model.layer_device,
         };
-        let mut layers: Vec<(Weight, Weight)> = Vec::with_capacity(model.layers.len());
+        let mut layers: Vec<Option<(Weight, Weight)>> = Vec::with_capacity(model.layers.len());
         for (l, layer) in model.layers.iter().enumerate() {
+            let Mixer::Attention(attn) = &layer.mixer else {
+                layers.push(None);
+                continue;
+            };
             let source = cfg.kv_source[l];
             if source != l {
-                let shared = layers.get(source).cloned().ok_or_else(|| {
+                let shared = layers.get(source).cloned().flatten().ok_or_else(|| {
                     ModelError::Unsupported(format!(
-                        "layer {l} reads the KV cache of the later layer {source}"
+                        "layer {l} reads the KV cache of layer {source}, which has none before it"
                     ))
                 })?;
-                layers.push(shared);
+                layers.push(Some(shared));
                 continue;
             }
             let shape = cfg.attn_shape(l);
@@ -56,22 +64,37 @@ impl KvCache {
                     )));
                 }
             }
-            let heads = shape.n_head_kv;
-            let k = cache_tensor(&alloc, layer, l, "k", shape.head_dim, n_ctx, dtype, heads)?;
-            let v = cache_tensor(&alloc, layer, l, "v", shape.head_dim_v, n_ctx, dtype, heads)?;
-            layers.push((k, v));
+            let (split, heads) = (&attn.splits.cache, shape.n_head_kv);
+            let k = cache_tensor(&alloc, split, l, "k", shape.head_dim, n_ctx, dtype, heads)?;
+            let v = cache_tensor(&alloc, split, l, "v", shape.head_dim_v, n_ctx, dtype, heads)?;
+            layers.push(Some((k, v)));
         }
         Ok(KvCache {
             layers,
+            recurrent: RecurrentState::new(model)?,
             n_ctx,
             dtype,
         })
     }
 
-    /// The K and V tensors of layer `l` (those of the layer it shares them with, if any).
-    pub fn layer(&self, l: usize) -> (&Weight, &Weight) {
-        let (k, v) = &self.layers[l];
-        (k, v)
+    /// The K and V tensors of layer `l` (those of the layer it shares them with, if any); an error for
+    /// a delta-net layer, which has none.
+    pub fn layer(&self, l: usize) -> Result<(&Weight, &Weight), ModelError> {
+        match self.layers.get(l) {
+            Some(Some((k, v))) => Ok((k, v)),
+            Some(None) => Err(ModelError::Unsupported(format!(
+                "layer {l} keeps a recurrent state, not a KV cache"
+            ))),
+            None => Err(ModelError::Input(format!(
+                "layer {l} of {}",
+                self.layers.len()
+            ))),
+        }
+    }
+
+    /// The recurrent state of the delta-net layers.
+    pub fn recurrent(&self) -> &RecurrentState {
+        &self.recurrent
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -92,7 +115,7 @@ impl KvCache {
 #[allow(clippy::too_many_arguments)]
 fn cache_tensor(
     alloc: &Alloc,
-    layer: &Layer,
+    split: &WeightSplit,
     l: usize,
     which: &str,
     d: usize,
@@ -102,7 +125,7 @@ fn cache_tensor(
 ) -> Result<Weight, ModelError> {
     let name = format!("cache_{which}_l{l}");
     let layout = Layout::contiguous(dtype, [d, n_ctx, heads, 1]);
-    let data = alloc.alloc(&name, layout, &layer.attn.splits.cache, Home::Layer(l))?;
+    let data = alloc.alloc(&name, layout, split, Home::Layer(l))?;
     data.buffer.fill(data.offset, layout.nbytes(), 0)?;
     Ok(Weight { name, layout, data })
 }

@@ -10,6 +10,7 @@ pub mod model;
 pub mod runtime;
 pub mod sampling;
 pub mod server;
+pub mod state;
 pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};

@@ -1,6 +1,6 @@
-//! Sessions: a model, its KV cache and a scheduler. [`Session::eval`] runs a batch of tokens (a whole
-//! prompt in one graph, or one token per decode step) at the next positions and returns the logits
-//! of the requested rows. Graphs are rebuilt per call; their structure repeats while the attended
+//! Sessions: a model, its KV cache (and recurrent state) and a scheduler. [`Session::eval`] runs a
+//! batch of tokens (a whole prompt in one graph, or one token per decode step) at the next positions
+//! and returns the logits of the requested rows. Graphs are rebuilt per call; their structure repeats while the attended
 //! cache length stays in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
 //! their plans.
 
@@ -98,8 +98,9 @@ impl Session {
         &self.kv
     }
 
-    /// Declares the first `n` cache positions valid, after their K and V were written into
-    /// [`Session::kv`]'s tensors from outside (a restored state).
+    /// Declares the first `n` cache positions valid, after their K and V (and, for a model with
+    /// delta-net layers, the recurrent state after them) were written into [`Session::kv`]'s
+    /// tensors from outside (a restored state).
     pub fn set_n_past(&mut self, n: usize) -> Result<(), ModelError> {
         if n > self.kv.n_ctx() {
             return Err(ModelError::Input(format!(
@@ -116,13 +117,41 @@ impl Session {
         self.n_past = 0;
     }
 
-    /// Keeps the first `n` positions (later ones are overwritten by the next batch).
-    pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+    /// Keeps the first `n` positions (later ones are overwritten by the next batch). A model with
+    /// delta-net layers keeps a recurrent state that summarises every position: it can only go back
+    /// to 0 or stay where it is, and any other `n` below [`Session::n_past`] is an error.
+    pub fn truncate(&mut self, n: usize) -> Result<(), ModelError> {
+        let want = self.n_past.min(n);
+        if self.reusable_prefix(n) != want {
+            return Err(ModelError::Input(format!(
+                "cannot truncate {} positions to {n}: the recurrent state of the delta-net layers \
+                 can only be cleared (truncate to 0) or kept whole",
+                self.n_past
+            )));
+        }
+        self.n_past = want;
+        Ok(())
+    }
+
+    /// The most of the first `n` positions that [`Session::truncate`] can keep: all of them for
+    /// attention-only models, else the whole cache when `n >= n_past` and none otherwise.
+    pub fn reusable_prefix(&self, n: usize) -> usize {
+        if n >= self.n_past || self.kv.recurrent().is_empty() {
+            self.n_past.min(n)
+        } else {
+            0
+        }
+    }
+
+    /// Keeps the longest reusable prefix of the first `n` positions and returns its length.
+    pub fn keep_prefix(&mut self, n: usize) -> usize {
+        self.n_past = self.reusable_prefix(n);
+        self.n_past
     }
 
     /// Runs `tokens` at positions `n_past..`, appends them to the cache and returns the logits of
-    /// the requested rows.
+    /// the requested rows. When the computation fails on a model with delta-net layers, their
+    /// recurrent state may be half updated: the session then holds no position.
     pub fn eval(&mut self, tokens: &[u32], which: Outputs) -> Result<Logits, ModelError> {
         let cfg = &self.model.config;
         let t = tokens.len();
@@ -141,6 +170,10 @@ impl Session {
                 "token {bad} outside the vocabulary of {}",
                 cfg.n_vocab
             )));
+        }
+        if self.n_past == 0 {
+            // A new sequence: its recurrent state starts from zero.
+            self.kv.recurrent().clear()?;
         }
         let n_kv = self.kv.n_kv_for(end);
         let mut g = Graph::new();
@@ -178,7 +211,13 @@ impl Session {
             let rows: Vec<i32> = out_rows.iter().map(|&r| r as i32).collect();
             g.set_i32(o, &rows)?;
         }
-        self.sched.compute(&g)?;
+        if let Err(e) = self.sched.compute(&g) {
+            if !self.kv.recurrent().is_empty() {
+                // The recurrent state may be half updated: the sequence starts over.
+                self.n_past = 0;
+            }
+            return Err(e.into());
+        }
         let data = g.get_f32(logits)?;
         let positions = out_rows.iter().map(|r| self.n_past + r).collect();
         self.n_past = end;

@@ -3,13 +3,15 @@
 //! over 2 devices, tensor parallel over 2 (even) and 3 (uneven, [3,1,1]) devices. Half of the runs feed
 //! the prompt in one batch, the others a 40-token batch then one token per decode step. Quantized
 //! variants are compared with llama.cpp's logits (tightly) and with those of the dequantized model
-//! (loosely).
+//! (loosely). The recurrent state of the hybrid (delta-net) models carries across calls, clears on
+//! reset and refuses partial truncation; their bad hyper-parameters are clear errors.
 
 #[path = "logits_util.rs"]
 mod util;
 
+use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
-use llama::{Model, Outputs, Session, SessionOptions};
+use llama::{Model, ModelError, Outputs, Session, SessionOptions};
 use std::sync::Arc;
 use util::{argmax, fixtures, nmse, Mode};
 
@@ -26,6 +28,9 @@ const MODELS: &[&str] = &[
     "gpt-oss",
     "gemma4-dense",
     "gemma4-moe",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
 ];
 
 fn modes() -> Vec<Mode> {
@@ -134,7 +139,13 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
                 // dequantized model exactly instead, and llama.cpp's logits only up to its 8-bit
                 // activations.
                 let full_precision = w <= 1e-6 && worst <= 5e-3 && top1 >= 0.95;
-                ok = (ok || full_precision) && w <= 5e-3 && t >= 0.9;
+                // A backend that rounds activations to 8 bits its own way (CUDA's GEMV with dp4a:
+                // per-32 scales and sums of the rounded values, where llama.cpp's CPU uses Q8_0)
+                // stays as close to the dequantized model as llama.cpp does (llama.cpp's own logits
+                // of qwen3moe-q8_0/-q4_0 are 1.2e-3 / 1.3e-3 worst NMSE and top-1 0.97 / 0.98 away
+                // from it), while the two roundings differ from each other by about twice that.
+                let own_rounding = w <= 1e-3 && t >= 0.98 && worst <= 2e-3 && top1 >= 0.95;
+                ok = (ok || full_precision || own_rounding) && w <= 5e-3 && t >= 0.9;
             }
             println!("{line}");
             if !ok {
@@ -173,4 +184,105 @@ fn f16_and_q8_0_kv_caches_stay_close() {
             );
         }
     }
+}
+
+#[test]
+fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let m = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "qwen35")
+        .unwrap();
+    let ids: Vec<u32> = m["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    let reference = util::read_f32(&dir.join("qwen35.logits.f32"));
+    let rows = |a: usize, b: usize| &reference[a * n_vocab..b * n_vocab];
+    let model = Model::load(dir.join("qwen35.gguf"), &Mode::None.placement()).unwrap();
+    let opts = SessionOptions {
+        n_ctx: 128,
+        kv_type: DType::F32,
+    };
+    let mut s = Session::new(Arc::new(model), opts).unwrap();
+    // Layer 0 is a delta-net layer: no KV cache to hand out (slot files refuse it).
+    assert!(matches!(s.kv().layer(0), Err(ModelError::Unsupported(_))));
+    assert!(s.kv().layer(3).is_ok());
+
+    s.eval(&ids[..40], Outputs::Last).unwrap();
+    // Slot files hold K/V rows only: saving a recurrent model's slot is refused, no file written.
+    let path = std::env::temp_dir().join(format!("qwen35-slot-{}.bin", std::process::id()));
+    let e = llama::server::slot_file::save(&s, &ids[..40], &path).unwrap_err();
+    assert!(e.to_string().contains("recurrent"), "{e}");
+    assert!(!path.exists());
+    let e = s.truncate(20).unwrap_err();
+    assert!(matches!(e, ModelError::Input(_)), "{e}");
+    assert!(e.to_string().contains("recurrent"), "{e}");
+    assert_eq!(s.n_past(), 40);
+    assert_eq!(s.reusable_prefix(20), 0);
+    assert_eq!(s.reusable_prefix(50), 40);
+    s.truncate(40).unwrap();
+    s.truncate(64).unwrap();
+    let rest = s.eval(&ids[40..], Outputs::All).unwrap().data;
+    let (worst, top1) = compare(&rest, rows(40, 64), n_vocab);
+    assert!(worst <= 1e-5 && top1 >= 0.95, "continued: {worst} {top1}");
+
+    // A reset clears the state: the same prompt gives the same logits again.
+    s.reset();
+    let again = s.eval(&ids, Outputs::All).unwrap().data;
+    let (worst, top1) = compare(&again, rows(0, 64), n_vocab);
+    assert!(worst <= 1e-5 && top1 >= 0.98, "after reset: {worst} {top1}");
+
+    // Keeping a strict prefix is impossible, so nothing is kept and the sequence starts over.
+    assert_eq!(s.keep_prefix(30), 0);
+    let first = s.eval(&ids[..10], Outputs::All).unwrap().data;
+    let (worst, _) = compare(&first, rows(0, 10), n_vocab);
+    assert!(worst <= 1e-5, "after keep_prefix: {worst}");
+    s.truncate(0).unwrap();
+    assert_eq!(s.n_past(), 0);
+}
+
+#[test]
+fn hybrid_models_refuse_bad_metadata_clearly() {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
+        return;
+    };
+    let dir = fx.join("arch");
+    let error = |name: &str, key: &str, value: Value| -> String {
+        let file = GgufFile::open(dir.join(format!("{name}.gguf"))).unwrap();
+        let mut w = GgufWriter::from_file(&file).unwrap();
+        w.set(format!("{name}.{key}"), value);
+        let edited = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        match Model::from_gguf(&edited, &Mode::None.placement()) {
+            Ok(_) => panic!("{name} with {key} changed loads"),
+            Err(e) => e.to_string(),
+        }
+    };
+    // Sections [2, 2, 2, 2] give rotary pairs 6 and 7 to the fourth (image-only) position.
+    let e = error(
+        "qwen35",
+        "rope.dimension_sections",
+        vec![2i32, 2, 2, 2].into(),
+    );
+    assert!(e.contains("M-RoPE") && e.contains("pair 6"), "{e}");
+    let e = error("qwen35", "ssm.inner_size", 100u32.into());
+    assert!(e.contains("qwen35.ssm.inner_size"), "{e}");
+    let e = error("qwen35moe", "ssm.conv_kernel", 1u32.into());
+    assert!(e.contains("qwen35moe.ssm.conv_kernel"), "{e}");
+    let e = error("qwen3next", "ssm.time_step_rank", 3u32.into());
+    assert!(e.contains("qwen3next.ssm.time_step_rank"), "{e}");
+    let e = error("qwen3next", "full_attention_interval", 0u32.into());
+    assert!(e.contains("full_attention_interval"), "{e}");
 }

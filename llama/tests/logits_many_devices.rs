@@ -1,5 +1,6 @@
 //! Tensor parallelism over 4 and 8 devices on the fixtures' tiny models: llama (4 query / 2 KV
-//! heads), qwen3moe (8 experts) and gpt-oss (sinks, MXFP4 experts) split evenly over 4 and 8 devices
+//! heads), qwen3moe (8 experts), gpt-oss (sinks, MXFP4 experts), gemma4 (dense and MoE) and the
+//! hybrid recurrent qwen35, qwen35moe and qwen3next split evenly over 4 and 8 devices
 //! — with 2 KV heads, 8 devices means most devices hold zero-size slices of the attention — and
 //! unevenly (5:1:1:1, 3:0:1:1: one device holds nothing), against llama.cpp's logits. Prompt in one
 //! batch for one ratio set, 40 tokens then one token per step for the next. Runs on virtual CPU
@@ -13,7 +14,16 @@ use llama::{Model, Outputs, Session, SessionOptions};
 use std::sync::Arc;
 use util::{argmax, fixtures, nmse, Mode};
 
-const MODELS: &[&str] = &["llama", "qwen3moe", "gpt-oss", "gemma4-dense", "gemma4-moe"];
+const MODELS: &[&str] = &[
+    "llama",
+    "qwen3moe",
+    "gpt-oss",
+    "gemma4-dense",
+    "gemma4-moe",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+];
 
 fn ratio_sets() -> Vec<Vec<f32>> {
     vec![

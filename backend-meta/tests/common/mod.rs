@@ -407,6 +407,11 @@ impl Harness {
 
     /// One forward pass over fresh inputs derived from the seed; returns the output.
     pub fn step(&mut self) -> Vec<f32> {
+        self.try_step().unwrap()
+    }
+
+    /// [`Harness::step`], with the computation's error returned.
+    pub fn try_step(&mut self) -> ggml_core::Result<Vec<f32>> {
         let t = self.t;
         let (mut g, inp, o) = block(&mut self.w, &self.place, t, self.moe);
         self.sched.alloc(&mut g).unwrap();
@@ -427,8 +432,8 @@ impl Harness {
             })
             .collect();
         g.set_f32(inp.mask, &mask).unwrap();
-        self.sched.compute(&g).unwrap();
-        g.get_f32(o).unwrap()
+        self.sched.compute(&g)?;
+        g.get_f32(o)
     }
 }
 

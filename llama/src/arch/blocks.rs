@@ -1,11 +1,13 @@
-//! The weights of the building blocks shared by the architectures (attention, dense FFN, mixture of
-//! experts, norms), how each is read from the file, and the split each weight declares for tensor
-//! parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN down projection by
-//! columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV heads, norms and
-//! routers mirrored. A block whose sizes cannot be cut that way (granularity larger than the axis)
-//! stays mirrored, and so does one that would be cut into a single unit (e.g. a layer whose query
-//! heads all share one KV head: a single GQA group).
+//! The weights of the building blocks shared by the architectures (attention, optionally with a gated
+//! query, dense FFN, mixture of experts with an optional shared expert, norms; the layer's token
+//! mixer is attention or a [`DeltaNet`]), how each is read from the file, and the split each weight
+//! declares for tensor parallelism: Q/K/V rows by whole GQA groups, the output projection and FFN
+//! down projection by columns (their partial sums are reduced), FFN gate/up rows, KV cache by KV
+//! heads, norms and routers mirrored. A block whose sizes cannot be cut that way (granularity larger
+//! than the axis) stays mirrored, and so does one that would be cut into a single unit (e.g. a layer
+//! whose query heads all share one KV head: a single GQA group).
 
+use super::delta_net::DeltaNet;
 use super::gemma4::{DenseAndMoe, PerLayerInput};
 use crate::model::config::{AttnShape, ModelConfig};
 use crate::model::weights::{Home, Loader, Weight};
@@ -99,12 +101,15 @@ pub struct AttnSpec {
     pub sinks: bool,
 }
 
-/// The Gemma 4 variations of an attention block (all off for the other architectures).
+/// Variations of an attention block (all off by default).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttnVariant {
-    /// Without `attn_v`, V is the K projection (before K's norm and rotation).
+    /// `attn_q` yields per head the query then an output gate; the two halves load as separate
+    /// projections (Qwen3.5, Qwen3-Next).
+    pub q_gate: bool,
+    /// Without `attn_v`, V is the K projection (before K's norm and rotation; Gemma 4).
     pub v_may_be_k: bool,
-    /// V is RMS-normalised per head, without a weight.
+    /// V is RMS-normalised per head, without a weight (Gemma 4).
     pub v_norm: bool,
     /// The layer rotates without the file's `rope_freqs` (Gemma 4's sliding-window layers).
     pub no_rope_freqs: bool,
@@ -131,6 +136,9 @@ pub struct Attention {
     /// Rotary frequency factors (Llama 3 long-context scaling, Gemma 4 partial rotation), per layer so
     /// that it lives with it.
     pub rope_freqs: Option<Weight>,
+    /// Output gate projection `[n_embd, n_head * head_dim]` (split like the queries): the attention
+    /// output is multiplied by its sigmoid (Qwen3.5, Qwen3-Next).
+    pub gate: Option<Weight>,
     pub splits: AttnSplits,
 }
 
@@ -148,8 +156,9 @@ impl Attention {
         Attention::load_variant(ld, cfg, l, spec, AttnVariant::default())
     }
 
-    /// Loads layer `l`'s attention of shape [`ModelConfig::attn_shape`]; a layer that reads another
-    /// layer's cache loads no K/V weights and cuts its heads like that layer.
+    /// Loads layer `l`'s attention of shape [`ModelConfig::attn_shape`] with the variations `variant`;
+    /// a layer that reads another layer's cache loads no K/V weights and cuts its heads like that
+    /// layer.
     pub fn load_variant(
         ld: &Loader,
         cfg: &ModelConfig,
@@ -183,6 +192,26 @@ impl Attention {
                 Ok(None)
             }
         };
+        let q_name = blk(l, "attn_q.weight");
+        let q_part = |start: usize| {
+            ld.get_row_groups(
+                &q_name,
+                [d, 2 * nh * hd],
+                2 * hd,
+                start,
+                hd,
+                s.q_rows.clone(),
+                home,
+            )
+        };
+        let (wq, gate) = if variant.q_gate {
+            (q_part(0)?, Some(q_part(hd)?))
+        } else {
+            (
+                ld.get(&q_name, &[d, nh * hd], s.q_rows.clone(), home)?,
+                None,
+            )
+        };
         let kv = |name: &str, width: usize| {
             ld.get(&blk(l, name), &[d, nkv * width], s.kv_rows.clone(), home)
         };
@@ -204,12 +233,7 @@ impl Attention {
             ld.opt("rope_freqs.weight", &[cfg.rope_of(l).n_dims / 2], m(), home)?
         };
         Ok(Attention {
-            wq: ld.get(
-                &blk(l, "attn_q.weight"),
-                &[d, nh * hd],
-                s.q_rows.clone(),
-                home,
-            )?,
+            wq,
             wk: own_kv.then(|| kv("attn_k.weight", hd)).transpose()?,
             wv,
             wo: ld.get(&o_name, &[nh * hv, d], s.o_cols.clone(), home)?,
@@ -226,6 +250,7 @@ impl Attention {
             },
             v_norm: variant.v_norm,
             rope_freqs,
+            gate,
             splits: s,
         })
     }
@@ -241,17 +266,62 @@ pub struct Dense {
 
 impl Dense {
     pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize, act: GluOp) -> Result<Dense, ModelError> {
-        let (d, f) = (cfg.n_embd, cfg.n_ff_of(l));
+        Dense::load_named(ld, cfg, l, "", cfg.n_ff_of(l), act)
+    }
+
+    /// `blk.<l>.ffn_{gate,up,down}<suffix>.weight` of width `f`.
+    fn load_named(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        suffix: &str,
+        f: usize,
+        act: GluOp,
+    ) -> Result<Dense, ModelError> {
+        let d = cfg.n_embd;
         let home = Home::Layer(l);
-        let down = blk(l, "ffn_down.weight");
+        let name = |part: &str| blk(l, &format!("ffn_{part}{suffix}.weight"));
+        let down = name("down");
         let down_type = ld.info(&down).map(|i| i.0).unwrap_or(DType::F32);
         let (rows, _, cols) = ffn_splits(f, down_type);
         Ok(Dense {
-            gate: ld.get(&blk(l, "ffn_gate.weight"), &[d, f], rows.clone(), home)?,
-            up: ld.get(&blk(l, "ffn_up.weight"), &[d, f], rows, home)?,
+            gate: ld.get(&name("gate"), &[d, f], rows.clone(), home)?,
+            up: ld.get(&name("up"), &[d, f], rows, home)?,
             down: ld.get(&down, &[f, d], cols, home)?,
             act,
         })
+    }
+}
+
+/// A shared expert: a dense FFN every token runs next to the routed experts, optionally scaled per
+/// token by the sigmoid of a learned gate (Qwen3-Next, Qwen3.5-MoE).
+pub struct SharedExpert {
+    pub ffn: Dense,
+    /// `[n_embd]` gate vector (mirrored).
+    pub gate: Option<Weight>,
+}
+
+impl SharedExpert {
+    /// The `*_shexp` tensors of layer `l`, if the file has them.
+    fn load(
+        ld: &Loader,
+        cfg: &ModelConfig,
+        l: usize,
+        n_ff: usize,
+        act: GluOp,
+    ) -> Result<Option<SharedExpert>, ModelError> {
+        if n_ff == 0 || ld.info(&blk(l, "ffn_up_shexp.weight")).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(SharedExpert {
+            ffn: Dense::load_named(ld, cfg, l, "_shexp", n_ff, act)?,
+            gate: ld.opt(
+                &blk(l, "ffn_gate_inp_shexp.weight"),
+                &[cfg.n_embd],
+                WeightSplit::Mirrored,
+                Home::Layer(l),
+            )?,
+        }))
     }
 }
 
@@ -288,6 +358,7 @@ pub struct Moe {
     pub gating: Gating,
     pub act: GluOp,
     pub n_used: usize,
+    pub shared: Option<SharedExpert>,
 }
 
 impl Moe {
@@ -343,6 +414,7 @@ impl Moe {
             gating,
             act,
             n_used: moe.n_expert_used,
+            shared: SharedExpert::load(ld, cfg, l, moe.n_ff_shexp, act)?,
         })
     }
 }
@@ -355,11 +427,19 @@ pub enum Ffn {
     DenseAndMoe(Box<DenseAndMoe>),
 }
 
-/// One transformer layer: pre-norms, attention, FFN, and the optional post-norms (Gemma), per-layer
+/// What mixes the tokens of a layer.
+pub enum Mixer {
+    /// Attention over the KV cache.
+    Attention(Box<Attention>),
+    /// A gated delta net carrying a recurrent state from call to call (no KV cache).
+    DeltaNet(Box<DeltaNet>),
+}
+
+/// One transformer layer: pre-norms, token mixer, FFN, and the optional post-norms (Gemma), per-layer
 /// input and output scale (Gemma 4).
 pub struct Layer {
     pub attn_norm: Weight,
-    pub attn: Attention,
+    pub mixer: Mixer,
     pub attn_post_norm: Option<Weight>,
     pub ffn_norm: Weight,
     pub ffn: Ffn,
@@ -396,7 +476,7 @@ impl Layer {
     ) -> Result<Layer, ModelError> {
         Ok(Layer {
             attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-            attn: Attention::load(ld, cfg, l, spec)?,
+            mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
             attn_post_norm: None,
             ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
             ffn,

@@ -1,12 +1,13 @@
 //! The forward graph shared by every architecture: embeddings, then per layer norm → attention (KV
 //! cache written with `set_rows` at the batch positions, flash attention over the first `n_kv` cache
-//! slots with a host-built causal / sliding-window mask) → residual → norm → dense FFN or mixture of
-//! experts → residual, then the output norm and head for the requested rows. The Gemma 4 parts
-//! (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
+//! slots with a host-built causal / sliding-window mask, optionally gated per head) or a gated delta
+//! net ([`super::delta_net`]) → residual → norm → dense FFN or mixture of experts (with an optional
+//! shared expert) → residual, then the output norm and head for the requested rows. The Gemma 4
+//! parts (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
 
 mod gemma4;
 
-use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Moe};
+use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Mixer, Moe};
 use crate::kv::KvCache;
 use crate::model::weights::Weight;
 use crate::model::{Model, ModelError};
@@ -27,11 +28,11 @@ pub struct Inputs {
 }
 
 /// Graph-building state of one forward pass.
-struct Fwd<'a> {
-    g: &'a mut Graph,
-    model: &'a Model,
+pub(super) struct Fwd<'a> {
+    pub(super) g: &'a mut Graph,
+    pub(super) model: &'a Model,
     inp: &'a Inputs,
-    n_tokens: usize,
+    pub(super) n_tokens: usize,
     n_kv: usize,
     /// Per layer with attention built so far: the views of the K and V cache it attends to
     /// (shared-KV layers reuse their source layer's, which orders them after its cache writes).
@@ -41,18 +42,18 @@ struct Fwd<'a> {
 }
 
 impl Fwd<'_> {
-    fn bind(&mut self, w: &Weight) -> TensorId {
+    pub(super) fn bind(&mut self, w: &Weight) -> TensorId {
         w.bind(self.g)
     }
 
-    fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
+    pub(super) fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
         let h = self.g.rms_norm(x, self.model.config.rms_eps)?;
         let w = self.bind(w);
         Ok(self.g.mul(h, w)?)
     }
 
     /// `w · x (+ b)`.
-    fn linear(
+    pub(super) fn linear(
         &mut self,
         w: &Weight,
         x: TensorId,
@@ -126,7 +127,7 @@ impl Fwd<'_> {
                 if a.v_norm {
                     v = self.g.rms_norm(v, cfg.rms_eps)?;
                 }
-                let (kc, vc) = kv.layer(l);
+                let (kc, vc) = kv.layer(l)?;
                 (self.cache(kc, k)?, self.cache(vc, v)?)
             }
             None => self.kv_views[cfg.kv_source[l]].ok_or_else(|| {
@@ -153,7 +154,12 @@ impl Fwd<'_> {
             0.0,
             0.0,
         )?;
-        let o = self.g.reshape(o, &[shape.head_dim_v * nh, t])?;
+        let mut o = self.g.reshape(o, &[shape.head_dim_v * nh, t])?;
+        if let Some(w) = &a.gate {
+            let gate = self.linear(w, x, None)?;
+            let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+            o = self.g.mul(o, gate)?;
+        }
         self.linear(&a.wo, o, a.bo.as_ref())
     }
 
@@ -189,7 +195,7 @@ impl Fwd<'_> {
     }
 
     /// The experts chosen by the router `scores` `[n_expert, n_tokens]` applied to `x`, weighted and
-    /// summed.
+    /// summed, plus the shared expert's output if there is one.
     fn experts_mix(
         &mut self,
         m: &Moe,
@@ -250,6 +256,15 @@ impl Fwd<'_> {
             let v = self.g.view(out, &[d, t], &[nb.nb[2]], e * nb.nb[1])?;
             sum = self.g.add(sum, v)?;
         }
+        if let Some(shared) = &m.shared {
+            let mut s = self.dense(&shared.ffn, x)?;
+            if let Some(w) = &shared.gate {
+                let gate = self.linear(w, x, None)?;
+                let gate = self.g.unary(gate, UnaryOp::Sigmoid)?;
+                s = self.g.mul(s, gate)?;
+            }
+            sum = self.g.add(sum, s)?;
+        }
         Ok(sum)
     }
 
@@ -261,7 +276,10 @@ impl Fwd<'_> {
         kv: &KvCache,
     ) -> Result<TensorId, ModelError> {
         let h = self.norm(x, &layer.attn_norm)?;
-        let mut a = self.attention(&layer.attn, l, h, kv)?;
+        let mut a = match &layer.mixer {
+            Mixer::Attention(attn) => self.attention(attn, l, h, kv)?,
+            Mixer::DeltaNet(dn) => self.delta_net(dn, l, h, kv.recurrent())?,
+        };
         if let Some(n) = &layer.attn_post_norm {
             a = self.norm(a, n)?;
         }

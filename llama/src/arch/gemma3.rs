@@ -2,7 +2,7 @@
 //! and FFN, GELU-gated FFN, NeoX RoPE, and interleaved sliding-window attention (by default five
 //! windowed layers, RoPE base 10 000, then one global layer with the file's base and scaling).
 
-use super::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Layer};
+use super::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Layer, Mixer};
 use crate::model::config::{Arch, Meta, ModelConfig};
 use crate::model::weights::Loader;
 use crate::model::ModelError;
@@ -40,7 +40,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
     };
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        attn: Attention::load(ld, cfg, l, spec)?,
+        mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
         attn_post_norm: Some(layer_norm(ld, cfg, l, "post_attention_norm")?),
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
         ffn: Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Geglu)?)),

@@ -17,7 +17,7 @@
 //! and splitting them would cost one more all-reduce per layer).
 
 use super::blocks::{
-    blk, layer_norm, Attention, AttnSpec, AttnVariant, Dense, Ffn, Gating, Layer, Moe,
+    blk, layer_norm, Attention, AttnSpec, AttnVariant, Dense, Ffn, Gating, Layer, Mixer, Moe,
 };
 use crate::model::config::{Arch, Meta, ModelConfig};
 use crate::model::weights::{Home, Loader, Weight};
@@ -175,6 +175,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         sinks: false,
     };
     let variant = AttnVariant {
+        q_gate: false,
         v_may_be_k: true,
         v_norm: true,
         no_rope_freqs: cfg.swa_layers[l],
@@ -215,7 +216,9 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
     )?;
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        attn: Attention::load_variant(ld, cfg, l, spec, variant)?,
+        mixer: Mixer::Attention(Box::new(Attention::load_variant(
+            ld, cfg, l, spec, variant,
+        )?)),
         attn_post_norm: Some(layer_norm(ld, cfg, l, "post_attention_norm")?),
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
         ffn,

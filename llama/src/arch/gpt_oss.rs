@@ -2,7 +2,7 @@
 //! RoPE; mixture of experts with a biased router (top-k of the raw scores, softmax over the chosen),
 //! biased experts (MXFP4 in the released files) and SwiGLU-OAI.
 
-use super::blocks::{layer_norm, Attention, AttnSpec, Ffn, Gating, Layer, Moe};
+use super::blocks::{layer_norm, Attention, AttnSpec, Ffn, Gating, Layer, Mixer, Moe};
 use crate::model::config::{Arch, Meta, ModelConfig};
 use crate::model::weights::Loader;
 use crate::model::ModelError;
@@ -31,7 +31,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
     };
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        attn: Attention::load(ld, cfg, l, spec)?,
+        mixer: Mixer::Attention(Box::new(Attention::load(ld, cfg, l, spec)?)),
         attn_post_norm: None,
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn: Ffn::Moe(Box::new(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?)),

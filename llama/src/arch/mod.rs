@@ -1,14 +1,16 @@
 //! The architectures: one module per family declares its hyper-parameters and how each layer's weights
-//! are named and split; [`blocks`] holds the shared weight blocks and [`forward`] the one graph builder
-//! they all use.
+//! are named and split; [`blocks`] holds the shared weight blocks, [`delta_net`] the recurrent mixer of
+//! hybrid models, and [`forward`] the one graph builder they all use.
 
 pub mod blocks;
+pub mod delta_net;
 pub mod forward;
 mod gemma3;
 pub mod gemma4;
 mod gpt_oss;
 mod llama;
 mod qwen;
+mod qwen35;
 
 use crate::model::config::{Arch, ModelConfig};
 use crate::model::weights::Loader;
@@ -24,6 +26,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
         Arch::Gemma3 => gemma3::config(file, n_vocab),
         Arch::GptOss => gpt_oss::config(file, n_vocab),
         Arch::Gemma4 => gemma4::config(file, n_vocab),
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35::config(file, arch, n_vocab),
     }
 }
 
@@ -35,5 +38,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         Arch::Gemma3 => gemma3::layer(ld, cfg, l),
         Arch::GptOss => gpt_oss::layer(ld, cfg, l),
         Arch::Gemma4 => gemma4::layer(ld, cfg, l),
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35::layer(ld, cfg, l),
     }
 }

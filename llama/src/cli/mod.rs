@@ -15,9 +15,11 @@ pub mod run;
 pub mod serve;
 pub mod synth;
 
-// Links the CUDA family into the registry (registered through `inventory`).
+// Links the CUDA and HIP families into the registry (registered through `inventory`).
 #[cfg(feature = "cuda")]
 use backend_cuda as _;
+#[cfg(feature = "hip")]
+use backend_hip as _;
 use clap::{Parser, Subcommand};
 use std::fmt;
 

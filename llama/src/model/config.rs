@@ -15,6 +15,9 @@ pub enum Arch {
     Qwen3Moe,
     Gemma3,
     GptOss,
+    Qwen35,
+    Qwen35Moe,
+    Qwen3Next,
     Gemma4,
 }
 
@@ -28,6 +31,9 @@ impl Arch {
             "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             "gpt-oss" => Arch::GptOss,
+            "qwen35" => Arch::Qwen35,
+            "qwen35moe" => Arch::Qwen35Moe,
+            "qwen3next" => Arch::Qwen3Next,
             "gemma4" => Arch::Gemma4,
             _ => return None,
         })
@@ -42,6 +48,9 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
+            Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
+            Arch::Qwen3Next => "qwen3next",
             Arch::Gemma4 => "gemma4",
         }
     }
@@ -96,6 +105,22 @@ impl Meta<'_> {
             .ok_or_else(|| ModelError::MissingKey(self.key(k)))
     }
 
+    /// An optional array of integers.
+    pub fn opt_ints(&self, k: &str) -> Result<Option<Vec<i64>>, ModelError> {
+        let key = self.key(k);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_array()
+                .and_then(|a| a.to_ints())
+                .map(Some)
+                .ok_or(ModelError::BadKey {
+                    key,
+                    msg: format!("expected an array of integers, found {}", v.describe()),
+                }),
+        }
+    }
+
     /// An optional string.
     pub fn opt_str(&self, k: &str) -> Option<&str> {
         self.file.get(&self.key(k)).and_then(|v| v.as_str())
@@ -140,6 +165,38 @@ pub struct MoeConfig {
     pub n_expert: usize,
     pub n_expert_used: usize,
     pub n_ff_exp: usize,
+    /// Width of the shared expert that runs next to the routed ones (0: none).
+    pub n_ff_shexp: usize,
+}
+
+/// How the value heads of a gated delta net share the key heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyHeadMap {
+    /// Value head `h` uses key head `h mod n_k_heads` (Qwen3.5).
+    Tiled,
+    /// Value head `h` uses key head `h / (n_v_heads / n_k_heads)` (Qwen3-Next).
+    Grouped,
+}
+
+/// Sizes of the gated delta net (linear attention) layers of hybrid models.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeltaNetConfig {
+    /// Length of the causal convolution over the Q/K/V channels.
+    pub conv_kernel: usize,
+    /// Size of every key and value head (the state of one head is `head_dim × head_dim`).
+    pub head_dim: usize,
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub key_heads: KeyHeadMap,
+    /// Per layer: true for a delta-net layer, false for a full-attention one.
+    pub layers: Vec<bool>,
+}
+
+impl DeltaNetConfig {
+    /// Channels of the convolution: queries, keys, then values.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.head_dim * self.n_k_heads + self.head_dim * self.n_v_heads
+    }
 }
 
 /// The attention shape of one layer.
@@ -185,6 +242,8 @@ pub struct ModelConfig {
     pub embd_scale: Option<f32>,
     /// Scale of attention scores.
     pub attn_scale: f32,
+    /// The delta-net layers of hybrid recurrent models (Qwen3.5, Qwen3-Next).
+    pub delta_net: Option<DeltaNetConfig>,
     /// Per-layer attention shapes where layers differ (Gemma 4's local and global layers); empty when
     /// every layer has the shape given by the fields above.
     pub layer_attn: Vec<AttnShape>,
@@ -300,6 +359,7 @@ impl ModelConfig {
             moe: None,
             embd_scale: None,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            delta_net: None,
             layer_attn,
             layer_n_ff: if varies(&ff_widths) {
                 ff_widths
@@ -327,6 +387,9 @@ impl ModelConfig {
             n_expert: m.usize("expert_count")?,
             n_expert_used: m.usize("expert_used_count")?,
             n_ff_exp: m.usize("expert_feed_forward_length")?,
+            n_ff_shexp: m
+                .opt_usize("expert_shared_feed_forward_length")?
+                .unwrap_or(0),
         };
         if moe.n_expert_used == 0 || moe.n_expert_used > moe.n_expert {
             return Err(ModelError::BadKey {

@@ -22,7 +22,7 @@ use weights::{Alloc, Home, Loader, Weight};
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error(
-        "unknown architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, gemma4)"
+        "unknown architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss, gemma4, qwen35, qwen35moe, qwen3next)"
     )]
     UnknownArch(String),
     #[error("metadata key {0:?} is missing")]

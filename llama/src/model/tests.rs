@@ -134,7 +134,7 @@ fn bad_placements_and_batches_are_refused() {
         s.eval(&[1, 2], Outputs::Last),
         Err(ModelError::Input(_))
     ));
-    s.truncate(2);
+    s.truncate(2).unwrap();
     let again = s.eval(&[3], Outputs::Last).unwrap();
     assert_eq!(again.positions, vec![2]);
     for (a, b) in again.last().iter().zip(l.row(2)) {

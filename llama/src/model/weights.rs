@@ -123,6 +123,51 @@ impl Loader<'_> {
         split: WeightSplit,
         home: Home,
     ) -> Result<Option<Weight>, ModelError> {
+        let Some((layout, bytes)) = self.checked(name, ne)? else {
+            return Ok(None);
+        };
+        self.upload(name, layout, bytes, split, home).map(Some)
+    }
+
+    /// Loads, of every group of `group` rows (axis 1) of the 2-D tensor `name` of shape `ne`, the
+    /// `len` rows from `start`: e.g. the query or the gate part of every head of a projection that
+    /// yields both per head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_row_groups(
+        &self,
+        name: &str,
+        ne: [usize; 2],
+        group: usize,
+        start: usize,
+        len: usize,
+        split: WeightSplit,
+        home: Home,
+    ) -> Result<Weight, ModelError> {
+        let (layout, bytes) = self
+            .checked(name, &ne)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if group == 0 || !ne[1].is_multiple_of(group) || start + len > group {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!(
+                    "rows {start}..{} of groups of {group} in {ne:?}",
+                    start + len
+                ),
+            });
+        }
+        let row = layout.nb[1];
+        let picked: Vec<u8> = bytes
+            .chunks_exact(group * row)
+            .flat_map(|g| &g[start * row..(start + len) * row])
+            .copied()
+            .collect();
+        let layout = Layout::contiguous(layout.dtype, [ne[0], ne[1] / group * len, 1, 1]);
+        let part = format!("{name}[{start}..{} of {group}]", start + len);
+        self.upload(&part, layout, &picked, split, home)
+    }
+
+    /// The layout and bytes of `name`, its shape checked against `ne` (trailing 1s may be left out).
+    fn checked(&self, name: &str, ne: &[usize]) -> Result<Option<(Layout, &[u8])>, ModelError> {
         let Some(info) = self.file.tensor(name) else {
             return Ok(None);
         };
@@ -147,6 +192,18 @@ impl Loader<'_> {
                 ),
             });
         }
+        Ok(Some((layout, bytes)))
+    }
+
+    /// Copies `bytes` of `layout` into device memory allocated for `split` at `home`.
+    fn upload(
+        &self,
+        name: &str,
+        layout: Layout,
+        bytes: &[u8],
+        split: WeightSplit,
+        home: Home,
+    ) -> Result<Weight, ModelError> {
         let split = if self.tensor_parallel() {
             split
         } else {
@@ -154,10 +211,10 @@ impl Loader<'_> {
         };
         let data = self.alloc.alloc(name, layout, &split, home)?;
         data.buffer.set(data.offset, bytes)?;
-        Ok(Some(Weight {
+        Ok(Weight {
             name: name.to_string(),
             layout,
             data,
-        }))
+        })
     }
 }

@@ -435,8 +435,9 @@ impl Worker {
         } else {
             0
         };
-        let keep = shared.min(job.req.prompt.len() - 1);
-        slot.session.truncate(keep);
+        let keep = slot
+            .session
+            .keep_prefix(shared.min(job.req.prompt.len() - 1));
         slot.tokens.truncate(keep);
         let usage = Usage {
             prompt_tokens: job.req.prompt.len(),

@@ -46,7 +46,7 @@ struct Header {
 impl Header {
     fn of(kv: &KvCache, n_layer: usize) -> Result<Header, SlotFileError> {
         let (k, v) = if n_layer > 0 {
-            kv.layer(0)
+            kv.layer(0)?
         } else {
             return Err(SlotFileError::Mismatch("a model without layers".into()));
         };
@@ -93,7 +93,7 @@ pub fn save(session: &Session, tokens: &[u32], path: &Path) -> Result<u64, SlotF
     }
     let mut buf = Vec::new();
     for l in 0..n_layer {
-        let (k, v) = kv.layer(l);
+        let (k, v) = kv.layer(l)?;
         for t in [k, v] {
             for head in 0..t.ne()[2] {
                 let (offset, len) = rows(t, head, tokens.len());
@@ -187,7 +187,7 @@ fn write_rows(
 ) -> Result<(), SlotFileError> {
     let mut buf = Vec::new();
     for l in 0..n_layer {
-        let (k, v) = kv.layer(l);
+        let (k, v) = kv.layer(l)?;
         for t in [k, v] {
             for head in 0..t.ne()[2] {
                 let (offset, len) = rows(t, head, n);

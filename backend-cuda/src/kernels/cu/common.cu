@@ -1,6 +1,7 @@
 // Shared device code of every kernel: the strided tensor descriptor `TD` (mirrors the Rust `TDesc`),
-// f16/bf16 conversions without CUDA headers, element loads for every supported type (block formats
-// decoded one element at a time), element stores for scalar types, and block reductions.
+// bf16 conversions (the f16 ones, h2f/f2h, are the vendor prelude's), element loads for every
+// supported type (block formats decoded one element at a time), element stores for scalar types,
+// and block reductions.
 typedef unsigned long long u64;
 typedef long long i64;
 typedef unsigned int u32;
@@ -31,16 +32,6 @@ struct TD {
     int pad;
 };
 
-__device__ __forceinline__ float h2f(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ u16 f2h(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
 __device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2bf(float f) {
     u32 u = __float_as_uint(f);
@@ -166,7 +157,7 @@ __device__ __forceinline__ i64 nelem(const TD& t) { return t.ne[0] * t.ne[1] * t
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 __device__ double block_sum(double v) {
     __shared__ double part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += WARP_SHFL_XOR(v, o);
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
     __syncthreads();
     if (l == 0) part[w] = v;
@@ -178,7 +169,7 @@ __device__ double block_sum(double v) {
 
 __device__ float block_max(float v) {
     __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, WARP_SHFL_XOR(v, o));
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
     __syncthreads();
     if (l == 0) part[w] = v;

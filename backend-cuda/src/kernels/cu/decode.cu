@@ -176,11 +176,11 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
         i64 i1 = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
         float v = load(b, k, i1, i2, i3);
         float amax = fabsf(v);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
         float d = amax / 127.0f;
         int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
         int qsum = q;
-        for (int o = 16; o > 0; o >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o);
+        for (int o = 16; o > 0; o >>= 1) qsum += WARP_SHFL_XOR(qsum, o);
         ((signed char*)xq)[w * 32 + lane] = (signed char)q;
         if (lane == 0) ((float2*)xd)[w] = make_float2(d, d * (float)qsum);
     }

@@ -37,7 +37,7 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             float v = acc[r][c];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            for (int o = 16; o > 0; o >>= 1) v += WARP_SHFL_XOR(v, o);
             if (lane == 0) part[warp][r * NC + c] = v;
         }
     }
@@ -108,14 +108,14 @@ __device__ void gemv(const GV& g) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const int* w = u[r].w;
-                    int lo = __dp4a(w[0], x0.x, 0);
-                    lo = __dp4a(w[1], x0.y, lo);
-                    lo = __dp4a(w[2], x0.z, lo);
-                    lo = __dp4a(w[3], x0.w, lo);
-                    int hi = __dp4a(w[4], x1.x, 0);
-                    hi = __dp4a(w[5], x1.y, hi);
-                    hi = __dp4a(w[6], x1.z, hi);
-                    hi = __dp4a(w[7], x1.w, hi);
+                    int lo = DOT4_I8(w[0], x0.x, 0);
+                    lo = DOT4_I8(w[1], x0.y, lo);
+                    lo = DOT4_I8(w[2], x0.z, lo);
+                    lo = DOT4_I8(w[3], x0.w, lo);
+                    int hi = DOT4_I8(w[4], x1.x, 0);
+                    hi = DOT4_I8(w[5], x1.y, hi);
+                    hi = DOT4_I8(w[6], x1.z, hi);
+                    hi = DOT4_I8(w[7], x1.w, hi);
                     acc[r][c] += (u[r].sa * (float)lo + u[r].sb * (float)hi) * ds.x + u[r].m * ds.y;
                 }
             }

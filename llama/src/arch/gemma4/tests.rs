@@ -3,6 +3,7 @@
 //! layers and tensor-split (where fused expert halves get cut differently), and clear errors for
 //! inconsistent files.
 
+use crate::arch::blocks::Mixer;
 use crate::model::config::AttnShape;
 use crate::model::{Model, ModelError, Placement};
 use crate::runtime::{Outputs, Session, SessionOptions};
@@ -241,16 +242,20 @@ fn reads_per_layer_shapes_shared_kv_and_rope() {
 #[test]
 fn heads_split_by_groups_and_single_group_layers_stay_mirrored() {
     let model = Model::from_gguf(&tiny(Flaw::None), &tensor(&[1.0, 1.0])).unwrap();
-    let split = |l: usize| model.layers[l].attn.splits.q_rows.clone();
+    let attn = |l: usize| match &model.layers[l].mixer {
+        Mixer::Attention(a) => a,
+        Mixer::DeltaNet(_) => panic!("layer {l} of a Gemma 4 model is a delta net"),
+    };
+    let split = |l: usize| attn(l).splits.q_rows.clone();
     // Local layers: 2 KV heads, 2 groups. Global layers: 1 KV head, a single group.
     assert!(matches!(split(0), WeightSplit::Axis { .. }));
     assert!(matches!(split(2), WeightSplit::Axis { .. }));
     assert_eq!(split(1), WeightSplit::Mirrored);
     assert_eq!(split(3), WeightSplit::Mirrored);
     // Shared-KV layers carry no K/V weights.
-    assert!(model.layers[2].attn.wk.is_none() && model.layers[3].attn.wv.is_none());
+    assert!(attn(2).wk.is_none() && attn(3).wv.is_none());
     // The global layer without `attn_v` takes V from K.
-    assert!(model.layers[1].attn.wk.is_some() && model.layers[1].attn.wv.is_none());
+    assert!(attn(1).wk.is_some() && attn(1).wv.is_none());
 }
 
 #[test]

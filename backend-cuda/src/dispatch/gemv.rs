@@ -4,11 +4,7 @@
 //! contiguous for float weights. Weights whose rows the kernels cannot read directly (not
 //! contiguous along the row, or not aligned as their loads need) are converted to F32 first.
 
-use super::ops::launch;
-use super::{grid_for, type_name, TDesc};
-use crate::stream::CudaBackend;
-use crate::{cu, err};
-use cudarc::driver::{DeviceRepr, LaunchConfig};
+use super::{args, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
 
 /// Weight types with GEMV kernels.
@@ -48,13 +44,13 @@ const SLOT_X: usize = 1;
 const SLOT_XQ: usize = 2;
 const SLOT_XD: usize = 3;
 
-pub fn kernel_name(type_name: &str, columns: usize) -> String {
+pub(super) fn kernel_name(type_name: &str, columns: usize) -> String {
     format!("k_gemv_{type_name}_{columns}")
 }
 
 /// Arguments of a GEMV launch; mirrors `struct GV` in gemv.cu (every field 8 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GemvArgs {
     pub w: u64,
     pub wnb1: i64,
@@ -79,9 +75,6 @@ pub struct GemvArgs {
     pub vec: i64,
     pub wpr: i64,
 }
-
-// SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV`.
-unsafe impl DeviceRepr for GemvArgs {}
 
 /// Alignment the kernels' loads of type `t` need of rows (and of the weights' start).
 fn load_alignment(t: DType) -> u64 {
@@ -108,20 +101,20 @@ fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
 }
 
 /// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
-fn weights(be: &CudaBackend, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
+fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
     if rows_readable(&a, la) {
         return Ok((a, *la));
     }
     let l = Layout::contiguous(DType::F32, la.ne);
-    let ptr = be.scratch(SLOT_WEIGHTS, l.nelements() * 4)?;
+    let ptr = r.scratch(SLOT_WEIGHTS, l.nelements() * 4)?;
     let d = TDesc::new(ptr, &l)?;
-    launch!(be, "k_cpy", grid_for(l.nelements()); a, d)?;
+    r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![a, d]))?;
     Ok((d, l))
 }
 
 /// The activations `b` as the kernels for weights of type `wt` take them; sets `x`, `xd`, `vec`.
 fn activations(
-    be: &CudaBackend,
+    r: &dyn Runner,
     b: TDesc,
     lb: &Layout,
     wt: DType,
@@ -129,17 +122,17 @@ fn activations(
 ) -> Result<()> {
     let n = lb.nelements();
     if wt.is_quantized() {
-        let xq = be.scratch(SLOT_XQ, n)?;
-        let xd = be.scratch(SLOT_XD, n / 32 * 8)?;
-        launch!(be, "k_quantize_q8", grid_for(n); b, xq, xd)?;
+        let xq = r.scratch(SLOT_XQ, n)?;
+        let xd = r.scratch(SLOT_XD, n / 32 * 8)?;
+        r.launch(&Launch::elementwise("k_quantize_q8", n, args![b, xq, xd]))?;
         args.x = xq;
         args.xd = xd;
     } else if lb.dtype == DType::F32 && lb.is_contiguous() {
         args.x = b.ptr;
     } else {
-        let ptr = be.scratch(SLOT_X, n * 4)?;
+        let ptr = r.scratch(SLOT_X, n * 4)?;
         let d = TDesc::contiguous(ptr, DType::F32, lb.ne)?;
-        launch!(be, "k_cpy", grid_for(n); b, d)?;
+        r.launch(&Launch::elementwise("k_cpy", n, args![b, d]))?;
         args.x = ptr;
     }
     Ok(())
@@ -161,11 +154,11 @@ fn warps_per_row(rows: usize, units: usize) -> usize {
 }
 
 /// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`.
-fn run(be: &CudaBackend, wt: DType, args: GemvArgs) -> Result<()> {
+fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
     let columns = COLUMN_VARIANTS
         .into_iter()
         .find(|&c| c >= args.ncols as usize)
-        .ok_or_else(|| err(format!("GEMV of {} columns", args.ncols)))?;
+        .ok_or_else(|| fail(r, format!("GEMV of {} columns", args.ncols)))?;
     let rows_per_group = if columns == 1 { 1 } else { 2 };
     let wpr = warps_per_row(
         args.m as usize * args.nz as usize,
@@ -173,37 +166,38 @@ fn run(be: &CudaBackend, wt: DType, args: GemvArgs) -> Result<()> {
     );
     let rows_per_block = rows_per_group * (THREADS as usize / 32) / wpr;
     let name = kernel_name(
-        type_name(wt).ok_or_else(|| err(format!("no GEMV kernel for {wt}")))?,
+        type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))?,
         columns,
     );
     let nz = args.nz as usize;
     let gy = nz.clamp(1, MAX_GRID_YZ);
-    let cfg = LaunchConfig {
-        grid_dim: (
-            (args.m as usize).div_ceil(rows_per_block) as u32,
-            gy as u32,
-            nz.div_ceil(gy) as u32,
-        ),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let args = GemvArgs {
         wpr: wpr as i64,
         ..args
     };
-    launch!(be, &name, cfg; args)
+    r.launch(&Launch {
+        kernel: name.into(),
+        grid: [
+            (args.m as usize).div_ceil(rows_per_block) as u32,
+            gy as u32,
+            nz.div_ceil(gy) as u32,
+        ],
+        threads: THREADS,
+        shared_bytes: 0,
+        args: args![args],
+    })
 }
 
 /// `dst[m, n] = dot(a row m, b column n)` per batch, for `b` of at most [`MAX_COLUMNS`] columns.
-pub fn mul_mat_vec(
-    be: &CudaBackend,
+pub(super) fn mul_mat_vec(
+    r: &dyn Runner,
     a: TDesc,
     la: &Layout,
     b: TDesc,
     lb: &Layout,
     d: TDesc,
 ) -> Result<()> {
-    let (a, la) = weights(be, a, la)?;
+    let (a, la) = weights(r, a, la)?;
     let [k, m, a2, a3] = la.ne;
     let [_, n, b2, b3] = lb.ne;
     let mut args = GemvArgs {
@@ -221,29 +215,32 @@ pub fn mul_mat_vec(
         nz: (b2 * b3) as i64,
         ..Default::default()
     };
-    activations(be, b, lb, la.dtype, &mut args)?;
+    activations(r, b, lb, la.dtype, &mut args)?;
     args.vec = i64::from(vector_loads(&a, &la, args.x));
-    run(be, la.dtype, args)
+    run(r, la.dtype, args)
 }
 
 /// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
 /// give NaN columns.
 pub fn mul_mat_id(
-    be: &CudaBackend,
+    r: &dyn Runner,
     (a, la): (TDesc, &Layout),
     (b, lb): (TDesc, &Layout),
     (ids, lids): (TDesc, &Layout),
     d: TDesc,
 ) -> Result<()> {
-    let (a, la) = weights(be, a, la)?;
+    let (a, la) = weights(r, a, la)?;
     let [k, m, n_exp, _] = la.ne;
     let [_, b1, n_tok, _] = lb.ne;
     let n_used = lids.ne[0];
     if b1 == 0 || lids.ne[1] != n_tok {
-        return Err(err(format!(
-            "mul_mat_id shapes {:?} x {:?} with ids {:?}",
-            la.ne, lb.ne, lids.ne
-        )));
+        return Err(fail(
+            r,
+            format!(
+                "mul_mat_id shapes {:?} x {:?} with ids {:?}",
+                la.ne, lb.ne, lids.ne
+            ),
+        ));
     }
     let mut args = GemvArgs {
         w: a.ptr,
@@ -263,9 +260,9 @@ pub fn mul_mat_id(
         nz: (n_used * n_tok) as i64,
         ..Default::default()
     };
-    activations(be, b, lb, la.dtype, &mut args)?;
+    activations(r, b, lb, la.dtype, &mut args)?;
     args.vec = i64::from(vector_loads(&a, &la, args.x));
-    run(be, la.dtype, args)
+    run(r, la.dtype, args)
 }
 
 #[cfg(test)]

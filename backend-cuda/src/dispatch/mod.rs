@@ -1,0 +1,158 @@
+//! Vendor-neutral kernel dispatch, shared by the CUDA and HIP backends (no CUDA type appears here):
+//! which kernel computes a graph node, its launch shape and its arguments in the order of the
+//! kernel's parameter list, the scratch it needs, and the BLAS calls of wide matrix products.
+//! [`compute_node`] drives a [`Runner`], which each backend implements by launching on its stream.
+
+mod gemm;
+mod gemv;
+mod ops;
+mod table;
+
+pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
+pub use gemv::{GemvArgs, COLUMN_VARIANTS, MAX_COLUMNS, WEIGHT_TYPES};
+pub use ops::compute_node;
+pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
+
+use ggml_core::{Error, Graph, Result, TensorId};
+use std::borrow::Cow;
+
+/// What a backend provides to run the dispatch on one stream.
+pub trait Runner {
+    /// The device's name, for errors (`cuda:0`).
+    fn device_name(&self) -> String;
+    /// The backend family, for errors (`cuda`).
+    fn family(&self) -> &'static str;
+    /// The descriptor of tensor `id` of `graph` in this device's memory (address checked).
+    fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc>;
+    /// A device address of at least `bytes` bytes in scratch slot `slot`, valid for work queued on
+    /// this stream until the next call for the same slot.
+    fn scratch(&self, slot: usize, bytes: usize) -> Result<u64>;
+    /// Queues one kernel launch.
+    fn launch(&self, launch: &Launch) -> Result<()>;
+    /// The operand types [`Runner::gemm`] takes.
+    fn gemm_types(&self) -> GemmTypes;
+    /// Queues one BLAS matrix product.
+    fn gemm(&self, call: &GemmCall) -> Result<()>;
+}
+
+/// An error of the dispatch on `runner`'s backend.
+fn fail(runner: &dyn Runner, msg: String) -> Error {
+    Error::Backend {
+        backend: runner.family().into(),
+        msg,
+    }
+}
+
+/// One kernel argument, passed by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    Tensor(TDesc),
+    I32(i32),
+    F32(f32),
+    U64(u64),
+    Gemv(GemvArgs),
+}
+
+macro_rules! kernel_arg_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KernelArg {
+            fn from(v: $t) -> Self {
+                KernelArg::$v(v)
+            }
+        }
+    )*};
+}
+kernel_arg_from!(TDesc => Tensor, i32 => I32, f32 => F32, u64 => U64, GemvArgs => Gemv);
+
+/// The arguments of a launch, from values (a `TDesc`, `i32`, `f32`, `u64` or `GemvArgs` each).
+macro_rules! args {
+    ($($arg:expr),* $(,)?) => { vec![$($crate::dispatch::KernelArg::from($arg)),*] };
+}
+use args;
+
+/// One kernel launch: blocks of `threads` threads (one-dimensional) on a grid of up to three axes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub kernel: Cow<'static, str>,
+    pub grid: [u32; 3],
+    pub threads: u32,
+    pub shared_bytes: u32,
+    pub args: Vec<KernelArg>,
+}
+
+impl Launch {
+    /// Blocks of [`THREADS`] threads covering `n` elements (grid-stride loops cover the rest).
+    pub fn elementwise(
+        kernel: impl Into<Cow<'static, str>>,
+        n: usize,
+        args: Vec<KernelArg>,
+    ) -> Launch {
+        Launch {
+            kernel: kernel.into(),
+            grid: [
+                n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32,
+                1,
+                1,
+            ],
+            threads: THREADS,
+            shared_bytes: 0,
+            args,
+        }
+    }
+
+    /// One block of `threads` threads per row (`rows` < 2^31, see [`supports`]).
+    pub fn rows(
+        kernel: impl Into<Cow<'static, str>>,
+        rows: usize,
+        threads: u32,
+        shared_bytes: u32,
+        args: Vec<KernelArg>,
+    ) -> Launch {
+        Launch {
+            kernel: kernel.into(),
+            grid: [rows as u32, 1, 1],
+            threads,
+            shared_bytes,
+            args,
+        }
+    }
+}
+
+/// The kernel entry points written out by name (the GEMV and dequantizer families are in
+/// [`kernel_names`]).
+pub const NAMED_KERNELS: [&str; 19] = [
+    "k_unary",
+    "k_binary",
+    "k_glu",
+    "k_add_id",
+    "k_norm",
+    "k_sum_rows",
+    "k_soft_max",
+    "k_rope",
+    "k_cpy",
+    "k_cpy_q",
+    "k_cpy_blocks",
+    "k_get_rows",
+    "k_set_rows",
+    "k_set_rows_q",
+    "k_concat",
+    "k_argsort",
+    "k_flash_attn",
+    "k_flash_attn_combine",
+    "k_quantize_q8",
+];
+
+/// Every kernel entry point of the program (the list both backends load).
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = NAMED_KERNELS.iter().map(|s| s.to_string()).collect();
+    for t in WEIGHT_TYPES {
+        let tn = type_name(t).expect("GEMV types have kernel names");
+        for nc in COLUMN_VARIANTS {
+            names.push(gemv::kernel_name(tn, nc));
+        }
+        if t.is_quantized() {
+            names.push(dequant_kernel(tn));
+        }
+    }
+    names
+}

@@ -1,0 +1,18 @@
+// Vendor prelude: CUDA (NVRTC). The shared kernel sources spell everything vendor-specific with
+// these names; prelude_hip.h defines the same names for AMD GPUs.
+#define GGML_TP_CUDA 1
+#define WARP_SIZE 32
+#define WARP_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
+#define WARP_SHFL_DOWN(v, o) __shfl_down_sync(0xffffffffu, (v), (o))
+#define WARP_SYNC() __syncwarp()
+#define DOT4_I8(a, b, c) __dp4a((int)(a), (int)(b), (int)(c))
+__device__ __forceinline__ float h2f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f2h(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}

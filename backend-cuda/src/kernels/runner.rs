@@ -1,0 +1,113 @@
+//! [`Runner`] on a CUDA stream: [`crate::dispatch`]'s launches through cudarc, its GEMMs through
+//! cuBLAS GemmEx (F32, F16 and BF16 operands, F32 accumulation, no TF32), descriptors of tensors
+//! in this device's buffers.
+
+use crate::dispatch::{GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc};
+use crate::memory::CudaBuffer;
+use crate::stream::CudaBackend;
+use crate::{cu, err};
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{LaunchConfig, PushKernelArg as _};
+use ggml_core::backend::check_range;
+use ggml_core::Buffer as _;
+use ggml_core::{DType, Device, Graph, Result, TensorId};
+
+fn cuda_type(t: DType) -> blas_sys::cudaDataType {
+    match t {
+        DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        _ => blas_sys::cudaDataType::CUDA_R_32F,
+    }
+}
+
+impl Runner for CudaBackend {
+    fn device_name(&self) -> String {
+        self.cuda_device().name()
+    }
+
+    fn family(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc> {
+        let t = graph.tensor(id);
+        let data = graph.data(id)?;
+        let buf = data
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|b| b.ordinal() == self.cuda_device().ordinal())
+            .ok_or_else(|| {
+                err(format!(
+                    "tensor {} lives in {}, not in memory of {}",
+                    t.name,
+                    data.buffer.name(),
+                    self.cuda_device().name()
+                ))
+            })?;
+        check_range(data.offset, t.nbytes(), buf.size())?;
+        TDesc::new(buf.device_ptr() + data.offset as u64, &t.layout)
+    }
+
+    fn scratch(&self, slot: usize, bytes: usize) -> Result<u64> {
+        CudaBackend::scratch(self, slot, bytes)
+    }
+
+    fn launch(&self, l: &Launch) -> Result<()> {
+        let f = self.kernels().get(&l.kernel)?;
+        let mut b = self.stream().launch_builder(f);
+        for a in &l.args {
+            match a {
+                KernelArg::Tensor(v) => b.arg(v),
+                KernelArg::I32(v) => b.arg(v),
+                KernelArg::F32(v) => b.arg(v),
+                KernelArg::U64(v) => b.arg(v),
+                KernelArg::Gemv(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+            block_dim: (l.threads, 1, 1),
+            shared_mem_bytes: l.shared_bytes,
+        };
+        // SAFETY: the dispatch passes arguments matching the kernel's parameter list in cu/*.cu
+        // (a tested property), and every tensor address was checked to lie inside a live buffer
+        // of this device or scratch allocated for the launch.
+        cu(&l.kernel, unsafe { b.launch(cfg) }).map(|_| ())
+    }
+
+    fn gemm_types(&self) -> GemmTypes {
+        GemmTypes::Mixed
+    }
+
+    fn gemm(&self, c: &GemmCall) -> Result<()> {
+        let handle = self.blas();
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the operands lie in live device memory with the leading dimensions and sizes
+        // given (from checked descriptors or scratch allocated by the dispatch); the handle is
+        // bound to this backend's stream.
+        cu("cublasGemmEx", unsafe {
+            blas::gemm_ex(
+                handle.0,
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                c.m,
+                c.n,
+                c.k,
+                (&alpha as *const f32).cast(),
+                c.a as *const _,
+                cuda_type(c.a_type),
+                c.lda,
+                c.b as *const _,
+                cuda_type(c.b_type),
+                c.ldb,
+                (&beta as *const f32).cast(),
+                c.d as *mut _,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                c.ldd,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+}

@@ -1,0 +1,85 @@
+//! The conformance suite on every HIP device and on a meta device over them (AllReduce through RCCL
+//! when it loads), then a direct check of the RCCL communicator. Prints `skipped: no HIP device`
+//! (with the reason) when there is none, as everywhere but on a ROCm machine.
+
+use backend_hip as _;
+use backend_meta::MetaDevice;
+use ggml_core::{Backend, DType, DataRef, Device};
+use ggml_tp_tests::{run_family, run_suite};
+use std::sync::Arc;
+
+/// The HIP devices, or `None` after printing why there are none.
+fn hip_devices() -> Option<Vec<Arc<dyn Device>>> {
+    let reg = ggml_core::registry::backend("hip").expect("hip family registered");
+    let devs = reg.devices();
+    if devs.is_empty() {
+        println!(
+            "skipped: no HIP device ({})",
+            reg.unavailable_reason().unwrap_or_default()
+        );
+        return None;
+    }
+    Some(devs)
+}
+
+#[test]
+fn hip_devices_conform() {
+    let Some(devs) = hip_devices() else { return };
+    for d in &devs {
+        println!("{}: {}, {:?}", d.name(), d.description(), d.memory());
+    }
+    for r in run_family("hip", devs) {
+        r.assert_ok();
+    }
+}
+
+#[test]
+fn meta_over_hip_devices_conforms() {
+    let Some(devs) = hip_devices() else { return };
+    let m = MetaDevice::new(devs.clone(), None).unwrap();
+    let report = run_suite(m.new_backend().unwrap());
+    println!(
+        "meta over {} HIP devices:\n{}",
+        devs.len(),
+        report.summary()
+    );
+    report.assert_ok();
+}
+
+#[test]
+fn rccl_all_reduce_sums() {
+    let Some(devs) = hip_devices() else { return };
+    let reg = ggml_core::registry::backend("hip").unwrap();
+    let count = 4096 + 3;
+    let parts: Vec<(Arc<dyn Backend>, DataRef)> = devs
+        .iter()
+        .map(|d| {
+            let buf = d.buffer_type().alloc(count * 4).unwrap();
+            (d.new_backend().unwrap(), DataRef::new(buf, 0))
+        })
+        .collect();
+    let backends: Vec<Arc<dyn Backend>> = parts.iter().map(|p| p.0.clone()).collect();
+    let Some(comm) = reg.new_communicator(&backends) else {
+        println!("skipped: no RCCL communicator (librccl.so missing)");
+        return;
+    };
+    let comm = comm.unwrap();
+    for (i, (_, d)) in parts.iter().enumerate() {
+        let v: Vec<f32> = (0..count)
+            .map(|k| (k % 97) as f32 + i as f32 * 0.5)
+            .collect();
+        d.buffer.set(0, bytemuck::cast_slice(&v)).unwrap();
+    }
+    let data: Vec<DataRef> = parts.iter().map(|p| p.1.clone()).collect();
+    comm.all_reduce(&data, DType::F32, count).unwrap();
+    let n = devs.len() as f32;
+    let half_sum: f32 = (0..devs.len()).map(|i| i as f32 * 0.5).sum();
+    for (_, d) in &parts {
+        let mut out = vec![0f32; count];
+        d.buffer.get(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+        for (k, &o) in out.iter().enumerate() {
+            assert_eq!(o, (k % 97) as f32 * n + half_sum, "element {k}");
+        }
+    }
+    assert!(comm.all_reduce(&data, DType::Q8_0, 32).is_err());
+}

@@ -1,0 +1,278 @@
+//! The shared dispatch (`backend_cuda::dispatch`) as both backends drive it, checked without a GPU
+//! through a recording [`Runner`]: every node of every conformance case is dispatched with the CUDA
+//! backend's BLAS types and with the HIP backend's, and each launch's arguments are checked against
+//! the kernel's parameter list parsed from the shared sources; the GEMM calls of wide products are
+//! replayed on the host against a direct mul_mat.
+
+use backend_cuda::dispatch::{
+    compute_node, kernel_names, supports, GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc,
+};
+use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+
+/// A runner that records what the dispatch asks for; tensor `id` lives at `(id + 1) << 32`,
+/// scratch slot `s` at `(1 << 48) + (s << 40)`.
+struct Recorder {
+    types: GemmTypes,
+    launches: RefCell<Vec<Launch>>,
+    gemms: RefCell<Vec<GemmCall>>,
+}
+
+impl Recorder {
+    fn new(types: GemmTypes) -> Recorder {
+        Recorder {
+            types,
+            launches: RefCell::default(),
+            gemms: RefCell::default(),
+        }
+    }
+}
+
+fn address(id: TensorId) -> u64 {
+    ((id.0 as u64) + 1) << 32
+}
+
+impl Runner for Recorder {
+    fn device_name(&self) -> String {
+        "test:0".into()
+    }
+    fn family(&self) -> &'static str {
+        "test"
+    }
+    fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc> {
+        TDesc::new(address(id), graph.layout(id))
+    }
+    fn scratch(&self, slot: usize, _bytes: usize) -> Result<u64> {
+        Ok((1 << 48) + ((slot as u64) << 40))
+    }
+    fn launch(&self, launch: &Launch) -> Result<()> {
+        self.launches.borrow_mut().push(launch.clone());
+        Ok(())
+    }
+    fn gemm_types(&self) -> GemmTypes {
+        self.types
+    }
+    fn gemm(&self, call: &GemmCall) -> Result<()> {
+        self.gemms.borrow_mut().push(*call);
+        Ok(())
+    }
+}
+
+/// The parameter kinds of every kernel, parsed from its declaration in the shared sources (the
+/// GEMV and dequantizer families from their macros).
+fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
+    let src = backend_cuda::kernels::shared_source();
+    let params_of = |decl: &str| -> Vec<&'static str> {
+        let at = src.find(decl).unwrap_or_else(|| panic!("no {decl}")) + decl.len();
+        src[at..at + src[at..].find(')').expect("closed")]
+            .split(',')
+            .map(|p| match p.split_whitespace().next() {
+                Some("TD") => "tensor",
+                Some("int") => "i32",
+                Some("float") => "f32",
+                Some("u64") => "u64",
+                Some("GV") => "gemv",
+                other => panic!("{decl}: parameter type {other:?} unknown to KernelArg"),
+            })
+            .collect()
+    };
+    kernel_names()
+        .into_iter()
+        .map(|name| {
+            let decl = if name.starts_with("k_gemv_") {
+                "k_gemv_##name##_##NC(".to_string()
+            } else if name.starts_with("k_dequant_f16_") {
+                "k_dequant_f16_##name(".to_string()
+            } else {
+                format!("extern \"C\" __global__ void {name}(")
+            };
+            let params = params_of(&decl);
+            (name, params)
+        })
+        .collect()
+}
+
+fn kind(a: &KernelArg) -> &'static str {
+    match a {
+        KernelArg::Tensor(_) => "tensor",
+        KernelArg::I32(_) => "i32",
+        KernelArg::F32(_) => "f32",
+        KernelArg::U64(_) => "u64",
+        KernelArg::Gemv(_) => "gemv",
+    }
+}
+
+/// Dispatches every supported compute node of `g` on `r`, checks each launch against its
+/// kernel's signature, and records the kernels launched.
+fn check_graph(
+    g: &Graph,
+    r: &Recorder,
+    signatures: &HashMap<String, Vec<&'static str>>,
+    used: &mut BTreeSet<String>,
+) {
+    for &node in g.nodes() {
+        let t = g.tensor(node);
+        let layouts: Vec<_> = t.src.iter().map(|&s| g.layout(s)).collect();
+        if t.op.is_view() || t.is_leaf() || !supports(&t.op, &layouts, &t.layout) {
+            continue;
+        }
+        compute_node(r, g, node).unwrap_or_else(|e| panic!("{}: {e}", t.op.name()));
+        for l in r.launches.borrow_mut().drain(..) {
+            let want = signatures
+                .get(l.kernel.as_ref())
+                .unwrap_or_else(|| panic!("no kernel {}", l.kernel));
+            let got: Vec<_> = l.args.iter().map(kind).collect();
+            assert_eq!(&got, want, "{} -> {}", t.op.name(), l.kernel);
+            assert!(
+                l.grid.iter().all(|&n| n >= 1),
+                "{} grid {:?}",
+                l.kernel,
+                l.grid
+            );
+            assert!(l.threads >= 32 && l.threads % 32 == 0);
+            used.insert(l.kernel.into_owned());
+        }
+        for c in r.gemms.borrow_mut().drain(..) {
+            if r.types == GemmTypes::F32 {
+                assert_eq!(
+                    (c.a_type, c.b_type),
+                    (DType::F32, DType::F32),
+                    "{}",
+                    t.op.name()
+                );
+            }
+            assert!(c.m >= 1 && c.n >= 1 && c.lda >= 1 && c.ldb >= 1 && c.ldd >= c.m);
+        }
+    }
+}
+
+/// What the suite does not build: a same-type copy of quantized rows, and attention over a long
+/// KV for one query (split over the keys, then combined).
+fn extra_graphs() -> Vec<Graph> {
+    let mut copy = Graph::new();
+    let a = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();
+    let b = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();
+    let c = copy.cpy(a, b).unwrap();
+    copy.output(c);
+    let mut attention = Graph::new();
+    let q = attention.new_input(DType::F32, &[64, 1, 2, 1]).unwrap();
+    let k = attention.new_input(DType::F16, &[64, 4096, 2, 1]).unwrap();
+    let v = attention.new_input(DType::F16, &[64, 4096, 2, 1]).unwrap();
+    let o = attention
+        .flash_attn_ext(q, k, v, None, None, 0.125, 0.0, 0.0)
+        .unwrap();
+    attention.output(o);
+    vec![copy, attention]
+}
+
+#[test]
+fn every_conformance_node_matches_its_kernel_signature() {
+    let signatures = kernel_signatures();
+    let mut used = BTreeSet::new();
+    let built: Vec<_> = ggml_tp_tests::cases::all_cases(7)
+        .iter()
+        .map(|case| ggml_tp_tests::runner::build(case).expect("case builds"))
+        .collect();
+    let extra = extra_graphs();
+    for types in [GemmTypes::Mixed, GemmTypes::F32] {
+        let r = Recorder::new(types);
+        for g in built.iter().map(|b| &b.graph).chain(&extra) {
+            check_graph(g, &r, &signatures, &mut used);
+        }
+    }
+    let unused: Vec<_> = backend_cuda::dispatch::NAMED_KERNELS
+        .iter()
+        .filter(|k| !used.contains(**k))
+        .collect();
+    assert!(unused.is_empty(), "kernels never launched: {unused:?}");
+    assert!(used.iter().any(|k| k.starts_with("k_gemv_")));
+    assert!(used.iter().any(|k| k.starts_with("k_dequant_f16_")));
+}
+
+#[test]
+fn unsupported_ops_are_errors_naming_the_device() {
+    let mut g = Graph::new();
+    let a = g.new_input(DType::Q8K, &[256, 2]).unwrap();
+    let b = g.new_input(DType::F32, &[256, 3]).unwrap();
+    let c = g.mul_mat(a, b).unwrap();
+    let e = compute_node(&Recorder::new(GemmTypes::F32), &g, c).unwrap_err();
+    assert!(matches!(e, Error::UnsupportedOp { ref backend, .. } if backend == "test:0"));
+}
+
+/// Replays `calls` (column-major `d = a^T b`, F32, addresses as recorded) on host arrays: `a` at
+/// the address of tensor `ia`, `b` at `ib`'s, `d` at `id`'s.
+fn replay(
+    calls: &[GemmCall],
+    (ia, a): (TensorId, &[f64]),
+    (ib, b): (TensorId, &[f64]),
+    id: TensorId,
+    d_len: usize,
+) -> Vec<f64> {
+    let mut d = vec![f64::NAN; d_len];
+    let at = |ptr: u64, base: TensorId| ((ptr - address(base)) / 4) as usize;
+    for c in calls {
+        let (a0, b0, d0) = (at(c.a, ia), at(c.b, ib), at(c.d, id));
+        for col in 0..c.n as usize {
+            for row in 0..c.m as usize {
+                let dot: f64 = (0..c.k as usize)
+                    .map(|kk| a[a0 + row * c.lda as usize + kk] * b[b0 + col * c.ldb as usize + kk])
+                    .sum();
+                d[d0 + col * c.ldd as usize + row] = dot;
+            }
+        }
+    }
+    d
+}
+
+/// ggml's mul_mat, directly.
+fn direct(la: &Layout, lb: &Layout, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let [k, m, a2, a3] = la.ne;
+    let [_, n, b2, b3] = lb.ne;
+    let (r2, r3) = (b2 / a2, b3 / a3);
+    let mut d = Vec::with_capacity(m * n * b2 * b3);
+    for i3 in 0..b3 {
+        for i2 in 0..b2 {
+            for j in 0..n {
+                for i in 0..m {
+                    let ab = ((i3 / r3) * a2 + i2 / r2) * m * k + i * k;
+                    let bb = (i3 * b2 + i2) * n * k + j * k;
+                    d.push((0..k).map(|kk| a[ab + kk] * b[bb + kk]).sum());
+                }
+            }
+        }
+    }
+    d
+}
+
+#[test]
+fn gemm_calls_compute_mul_mat_with_broadcasts() {
+    let shapes = [
+        ([5, 3, 1, 1], [5, 9, 1, 1]),
+        ([5, 3, 1, 1], [5, 10, 3, 2]),
+        ([7, 2, 2, 1], [7, 12, 4, 1]),
+        ([4, 3, 2, 3], [4, 9, 2, 6]),
+    ];
+    for (na, nb) in shapes {
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &na).unwrap();
+        let b = g.new_input(DType::F32, &nb).unwrap();
+        let c = g.mul_mat(a, b).unwrap();
+        let r = Recorder::new(GemmTypes::F32);
+        compute_node(&r, &g, c).unwrap();
+        assert!(
+            r.launches.borrow().is_empty(),
+            "contiguous F32 needs no conversion"
+        );
+        let (la, lb) = (*g.layout(a), *g.layout(b));
+        let fill = |len: usize, salt: usize| -> Vec<f64> {
+            (0..len)
+                .map(|i| ((i * 7 + salt * 13) % 17) as f64 - 8.0)
+                .collect()
+        };
+        let (av, bv) = (fill(la.nelements(), 1), fill(lb.nelements(), 2));
+        let want = direct(&la, &lb, &av, &bv);
+        let got = replay(&r.gemms.borrow(), (a, &av), (b, &bv), c, want.len());
+        assert_eq!(got, want, "{na:?} x {nb:?}");
+    }
+}

@@ -1,0 +1,228 @@
+//! [`RankBarrier`]: the meeting point of the threads that drive a meta device's devices (one per
+//! device) between stages. A join costs a few of these, so a waiter spins first (on an idle host the
+//! stages of a decode step end within microseconds of each other) and parks only when that fails.
+//! After a few microseconds the spinner also yields its core at each look at the clock, so that on a
+//! host busy with other work the thread it waits for (often ready but not running) can have it. The
+//! spin time adapts to how long waits take: it doubles after a wait that ended within the longest spin
+//! time (spinning longer would have avoided parking) and halves after a longer one, so that where
+//! waits are long the drivers park almost at once. The barrier can be broken: a driver that fails or
+//! panics releases every waiter, now and later, with an error.
+
+use ggml_core::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// Longest spin before parking, in nanoseconds.
+const SPIN_MAX_NS: u64 = 50_000;
+/// Shortest spin before parking, in nanoseconds.
+const SPIN_MIN_NS: u64 = 1_000;
+/// After this long spinning, the spinner also yields its core between looks at the clock.
+const YIELD_AFTER_NS: u128 = 5_000;
+/// Spins between two looks at the clock.
+const SPINS_PER_CHECK: u32 = 32;
+
+/// A reusable barrier for a fixed number of threads, spinning then parking, that can be broken.
+pub(crate) struct RankBarrier {
+    ranks: usize,
+    arrived: AtomicUsize,
+    /// Bumped each time every rank has arrived.
+    generation: AtomicUsize,
+    broken: AtomicBool,
+    /// Current spin time in nanoseconds.
+    spin_ns: AtomicU64,
+    /// Threads parked (or about to park) under `lock`.
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+/// The spin time after a wait of `waited_ns` with a spin time of `spin_ns`.
+fn adapt(spin_ns: u64, waited_ns: u64) -> u64 {
+    if waited_ns <= SPIN_MAX_NS {
+        (spin_ns * 2).min(SPIN_MAX_NS)
+    } else {
+        (spin_ns / 2).max(SPIN_MIN_NS)
+    }
+}
+
+fn broken_error() -> Error {
+    Error::Other("meta: another device's driver failed".into())
+}
+
+impl RankBarrier {
+    pub fn new(ranks: usize) -> RankBarrier {
+        RankBarrier {
+            ranks,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            broken: AtomicBool::new(false),
+            spin_ns: AtomicU64::new(SPIN_MAX_NS),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Makes a barrier that was broken (or left mid-round by failed ranks) whole again. Only while no
+    /// thread uses it.
+    pub fn reset(&mut self) {
+        *self.arrived.get_mut() = 0;
+        *self.broken.get_mut() = false;
+    }
+
+    /// Waits until every rank has arrived; an error once the barrier is broken.
+    pub fn wait(&self) -> Result<()> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.broken.load(Ordering::Acquire) {
+            return Err(broken_error());
+        }
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.ranks {
+            // Last to arrive: reset the count for the next round before anyone can leave this one.
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.wake_sleepers();
+            return Ok(());
+        }
+        let released = || {
+            self.generation.load(Ordering::Acquire) != generation
+                || self.broken.load(Ordering::Acquire)
+        };
+        let start = Instant::now();
+        let spin = self.spin_ns.load(Ordering::Relaxed);
+        if !self.spin(spin, start, &released) {
+            self.park(generation);
+        }
+        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
+        if self.generation.load(Ordering::Acquire) != generation {
+            Ok(())
+        } else {
+            Err(broken_error())
+        }
+    }
+
+    /// Spins until `released` or `spin_ns` after `start`; true when released.
+    fn spin(&self, spin_ns: u64, start: Instant, released: &dyn Fn() -> bool) -> bool {
+        let budget = spin_ns as u128;
+        loop {
+            for _ in 0..SPINS_PER_CHECK {
+                if released() {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            let elapsed = start.elapsed().as_nanos();
+            if elapsed >= budget {
+                return false;
+            }
+            if elapsed >= YIELD_AFTER_NS {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn park(&self, generation: usize) {
+        let mut guard = self.lock.lock();
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        while self.generation.load(Ordering::SeqCst) == generation
+            && !self.broken.load(Ordering::SeqCst)
+        {
+            self.wake.wait(&mut guard);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Releases every waiter with an error, and every later [`RankBarrier::wait`].
+    pub fn break_all(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+        self.wake_sleepers();
+    }
+
+    fn wake_sleepers(&self) {
+        // A sleeper registers under the lock before it checks the generation, and the generation (or
+        // `broken`) changed before this load: either it sees the change or it is counted here.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock();
+            self.wake.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn no_rank_leaves_a_round_before_all_arrived() {
+        for ranks in [1usize, 2, 3, 5] {
+            let barrier = RankBarrier::new(ranks);
+            let counters: Vec<AtomicU64> = (0..ranks).map(|_| AtomicU64::new(0)).collect();
+            let rounds = 2000u64;
+            std::thread::scope(|s| {
+                for r in 0..ranks {
+                    let (barrier, counters) = (&barrier, &counters);
+                    s.spawn(move || {
+                        for round in 0..rounds {
+                            counters[r].store(round + 1, Ordering::SeqCst);
+                            barrier.wait().unwrap();
+                            // Everyone finished this round's store before anyone passed the barrier.
+                            for c in counters {
+                                let seen = c.load(Ordering::SeqCst);
+                                assert!(seen == round + 1 || seen == round + 2, "{seen} {round}");
+                            }
+                            // Some rounds sleep past the spin time so that waiters park.
+                            if round % 500 == r as u64 {
+                                std::thread::sleep(Duration::from_nanos(SPIN_MAX_NS * 4));
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn spin_time_halves_after_long_waits_and_doubles_after_short_ones() {
+        let long = SPIN_MAX_NS * 10;
+        let mut spin = SPIN_MAX_NS;
+        let mut waits = 0;
+        while spin > SPIN_MIN_NS {
+            spin = adapt(spin, long);
+            waits += 1;
+        }
+        assert!(
+            waits <= 6,
+            "a busy host stops spinning after a few long waits"
+        );
+        assert_eq!(adapt(SPIN_MIN_NS, long), SPIN_MIN_NS);
+        // A wait that parked but would have ended while spinning longer grows the spin time.
+        assert_eq!(adapt(SPIN_MIN_NS, SPIN_MAX_NS / 2), SPIN_MIN_NS * 2);
+        let back = (0..8).fold(spin, |s, _| adapt(s, SPIN_MIN_NS / 2));
+        assert_eq!(back, SPIN_MAX_NS);
+        assert_eq!(adapt(SPIN_MAX_NS, 0), SPIN_MAX_NS);
+    }
+
+    #[test]
+    fn breaking_releases_parked_and_later_waiters_until_reset() {
+        let mut barrier = RankBarrier::new(3);
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2).map(|_| s.spawn(|| barrier.wait())).collect();
+            std::thread::sleep(Duration::from_nanos(SPIN_MAX_NS * 20));
+            barrier.break_all();
+            for w in waiters {
+                assert!(w.join().unwrap().is_err());
+            }
+        });
+        assert!(barrier.wait().is_err());
+        barrier.reset();
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2).map(|_| s.spawn(|| barrier.wait())).collect();
+            barrier.wait().unwrap();
+            for w in waiters {
+                w.join().unwrap().unwrap();
+            }
+        });
+    }
+}

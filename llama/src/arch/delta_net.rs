@@ -1,0 +1,389 @@
+//! The gated delta net (linear attention) of the hybrid Qwen3.5 / Qwen3-Next layers: its weights, how
+//! they load, and its graph, composed of ordinary ops only so that every backend runs it unchanged.
+//!
+//! Per token `t` and value head `h` (key head `kh` shared by several value heads):
+//! a causal convolution of kernel `K` (with the previous `K - 1` tokens kept in the recurrent state)
+//! and SiLU over the Q/K/V projections, L2-normalised queries and keys (queries also scaled by
+//! `1/√head_dim`), `β = σ(b)`, the decay `exp(softplus(a + dt_bias) · ssm_a)` (`ssm_a = -exp(A_log)`),
+//! then the delta rule on the state `S[key, value]` of the head:
+//! `S ← S·decay`, `S ← S + k ⊗ β (v - Sᵀk)`, `o = Sᵀq`. The output is RMS-normalised per head,
+//! gated by `silu(z)` and projected back to the model width.
+//!
+//! The recurrence runs one token after the other inside the graph (a handful of small ops per token),
+//! which is exact and simple; the final state and the last `K - 1` convolution inputs are copied back
+//! into the persistent tensors of [`crate::state`].
+//!
+//! Tensor parallelism: every delta-net weight is mirrored (whole on every device, computed whole on
+//! each), as is the recurrent state. Splitting by value heads would need Qwen3.5's value heads (which
+//! share key heads round-robin) regrouped at load time and the fused Q/K/V rows cut per segment; the
+//! full-attention and FFN/MoE layers of these models split as usual.
+
+use super::forward::Fwd;
+use crate::model::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
+use crate::model::weights::{Home, Loader, Weight};
+use crate::model::ModelError;
+use crate::state::RecurrentState;
+use backend_meta::WeightSplit;
+use ggml_core::{Graph, TensorId, UnaryOp};
+
+/// Bytes of an F32 element (every delta-net activation is F32).
+const F32: usize = 4;
+
+/// The β (update strength) and α (decay) projections.
+pub enum BetaAlpha {
+    /// `ssm_beta` and `ssm_alpha`, `[n_embd, n_v_heads]` each (Qwen3.5).
+    Separate { beta: Weight, alpha: Weight },
+    /// `ssm_ba` `[n_embd, 2 n_v_heads]`: per key head its value heads' β then their α (Qwen3-Next).
+    Fused(Weight),
+}
+
+/// The weights of one delta-net layer.
+pub struct DeltaNet {
+    /// `[n_embd, conv_channels]`: queries, keys, values.
+    pub qkv: Weight,
+    /// `[n_embd, value_dim]`: the output gate `z`.
+    pub gate: Weight,
+    pub beta_alpha: BetaAlpha,
+    /// `[conv_kernel, conv_channels]`.
+    pub conv: Weight,
+    /// `[n_v_heads]`.
+    pub dt_bias: Weight,
+    /// `[n_v_heads]`: `-exp(A_log)`.
+    pub a: Weight,
+    /// `[head_dim]`: the per-head output norm.
+    pub norm: Weight,
+    /// `[value_dim, n_embd]`.
+    pub out: Weight,
+}
+
+fn blk(l: usize, name: &str) -> String {
+    format!("blk.{l}.{name}")
+}
+
+impl DeltaNet {
+    /// Loads the delta-net weights of layer `l`, all mirrored.
+    pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<DeltaNet, ModelError> {
+        let c = cfg.delta_net.as_ref().ok_or_else(|| {
+            ModelError::Unsupported(format!("{} without delta-net sizes", cfg.arch.name()))
+        })?;
+        let (d, nv, vd) = (cfg.n_embd, c.n_v_heads, c.head_dim * c.n_v_heads);
+        let get = |name: &str, ne: &[usize]| {
+            ld.get(&blk(l, name), ne, WeightSplit::Mirrored, Home::Layer(l))
+        };
+        let beta_alpha = if ld.info(&blk(l, "ssm_ba.weight")).is_some() {
+            BetaAlpha::Fused(get("ssm_ba.weight", &[d, 2 * nv])?)
+        } else {
+            BetaAlpha::Separate {
+                beta: get("ssm_beta.weight", &[d, nv])?,
+                alpha: get("ssm_alpha.weight", &[d, nv])?,
+            }
+        };
+        Ok(DeltaNet {
+            qkv: get("attn_qkv.weight", &[d, c.conv_channels()])?,
+            gate: get("attn_gate.weight", &[d, vd])?,
+            beta_alpha,
+            conv: get("ssm_conv1d.weight", &[c.conv_kernel, c.conv_channels()])?,
+            dt_bias: get("ssm_dt.bias", &[nv])?,
+            a: get("ssm_a", &[nv])?,
+            norm: get("ssm_norm.weight", &[c.head_dim])?,
+            out: get("ssm_out.weight", &[vd, d])?,
+        })
+    }
+}
+
+/// `ln(1 + eˣ)` from exp, ReLU and division (ggml-core has no logarithm): `relu(x) + ln(1 + u)` with
+/// `u = e^-|x|` in (0, 1], the logarithm started at its Padé approximant `2u / (2 + u)` and refined
+/// by two Halley steps `z ← z + 2 (y - eᶻ) / (y + eᶻ)` for `y = 1 + u` (cubic convergence: an error
+/// of at most 3e-2, then 2e-6, then below F32 rounding).
+pub(crate) fn softplus(g: &mut Graph, x: TensorId) -> Result<TensorId, ggml_core::Error> {
+    let pos = g.unary(x, UnaryOp::Relu)?;
+    let minus = g.unary(x, UnaryOp::Neg)?;
+    let neg = g.unary(minus, UnaryOp::Relu)?;
+    let abs = g.add(pos, neg)?;
+    let minus_abs = g.scale(abs, -1.0)?;
+    let u = g.unary(minus_abs, UnaryOp::Exp)?;
+    let y = g.scale_bias(u, 1.0, 1.0)?;
+    let two_u = g.scale(u, 2.0)?;
+    let two_plus_u = g.scale_bias(u, 1.0, 2.0)?;
+    let mut z = g.div(two_u, two_plus_u)?;
+    for _ in 0..2 {
+        let ez = g.unary(z, UnaryOp::Exp)?;
+        let num = g.sub(y, ez)?;
+        let den = g.add(y, ez)?;
+        let step = g.div(num, den)?;
+        let step = g.scale(step, 2.0)?;
+        z = g.add(z, step)?;
+    }
+    g.add(pos, z)
+}
+
+/// Concatenates `parts` along `dim` in order, pairing neighbours so that each element is copied about
+/// `log2(parts.len())` times.
+fn concat_all(g: &mut Graph, mut parts: Vec<TensorId>, dim: usize) -> Result<TensorId, ModelError> {
+    while parts.len() > 1 {
+        let mut pairs = parts.into_iter();
+        let mut joined = Vec::new();
+        while let Some(a) = pairs.next() {
+            joined.push(match pairs.next() {
+                Some(b) => g.concat(a, b, dim)?,
+                None => a,
+            });
+        }
+        parts = joined;
+    }
+    parts
+        .pop()
+        .ok_or_else(|| ModelError::Input("an empty batch".into()))
+}
+
+/// One batch's inputs of the delta rule: `q`, `k`, `v` `[head_dim, n_v_heads, n_tokens]`
+/// contiguous, `beta` and `decay` `[n_v_heads, n_tokens]`.
+struct RuleInputs {
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    beta: TensorId,
+    decay: TensorId,
+}
+
+impl Fwd<'_> {
+    /// The delta-net mixer of layer `l` on the normalised input `x` `[n_embd, n_tokens]`; reads and
+    /// updates the layer's recurrent state.
+    pub(super) fn delta_net(
+        &mut self,
+        dn: &DeltaNet,
+        l: usize,
+        x: TensorId,
+        rs: &RecurrentState,
+    ) -> Result<TensorId, ModelError> {
+        let model = self.model;
+        let c = model.config.delta_net.as_ref().ok_or_else(|| {
+            ModelError::Unsupported(format!(
+                "{} without delta-net sizes",
+                model.config.arch.name()
+            ))
+        })?;
+        let state = rs
+            .layer(l)
+            .ok_or_else(|| ModelError::Unsupported(format!("layer {l} has no recurrent state")))?;
+        let (hd, nk, nv, t) = (c.head_dim, c.n_k_heads, c.n_v_heads, self.n_tokens);
+        let (kd, ch) = (hd * nk, c.conv_channels());
+        let qkv = self.linear(&dn.qkv, x, None)?;
+        let z = self.linear(&dn.gate, x, None)?;
+        let (b, alpha) = self.beta_alpha(&dn.beta_alpha, c, x)?;
+        let beta = self.g.unary(b, UnaryOp::Sigmoid)?;
+        let decay = self.decay(dn, alpha)?;
+        let conv = self.short_conv(&dn.conv, qkv, &state.conv, c.conv_kernel)?;
+
+        let eps = model.config.rms_eps;
+        let q = self.g.view(conv, &[hd, nk, t], &[hd * F32, ch * F32], 0)?;
+        // The L2 norm with the attention scale 1/√head_dim folded in.
+        let q = self.l2_normalize(q, hd, eps, 1.0 / (hd as f32).sqrt())?;
+        let q = self.value_heads(q, c)?;
+        let k = self
+            .g
+            .view(conv, &[hd, nk, t], &[hd * F32, ch * F32], kd * F32)?;
+        let k = self.l2_normalize(k, hd, eps, 1.0)?;
+        let k = self.value_heads(k, c)?;
+        let v = self
+            .g
+            .view(conv, &[hd, nv, t], &[hd * F32, ch * F32], 2 * kd * F32)?;
+        let v = self.g.cont(v)?;
+
+        let s0 = self.bind(&state.ssm);
+        let inputs = RuleInputs {
+            q,
+            k,
+            v,
+            beta,
+            decay,
+        };
+        let (o, s) = self.recurrence(&inputs, s0, hd, nv)?;
+        let written = self.g.cpy(s, s0)?;
+        self.g.expand(written);
+
+        let o = self.norm(o, &dn.norm)?;
+        let z = self.g.reshape(z, &[hd, nv, t])?;
+        let z = self.g.silu(z)?;
+        let o = self.g.mul(o, z)?;
+        let o = self.g.reshape(o, &[hd * nv, t])?;
+        self.linear(&dn.out, o, None)
+    }
+
+    /// The raw β and α `[n_v_heads, n_tokens]`, value heads in order.
+    fn beta_alpha(
+        &mut self,
+        ba: &BetaAlpha,
+        c: &DeltaNetConfig,
+        x: TensorId,
+    ) -> Result<(TensorId, TensorId), ModelError> {
+        let t = self.n_tokens;
+        match ba {
+            BetaAlpha::Separate { beta, alpha } => {
+                Ok((self.linear(beta, x, None)?, self.linear(alpha, x, None)?))
+            }
+            BetaAlpha::Fused(w) => {
+                let per_key = c.n_v_heads / c.n_k_heads;
+                let y = self.linear(w, x, None)?;
+                let y = self.g.reshape(y, &[2 * per_key, c.n_k_heads, t])?;
+                let nb = self.g.layout(y).nb;
+                let mut half = |offset: usize| -> Result<TensorId, ModelError> {
+                    let h = self
+                        .g
+                        .view(y, &[per_key, c.n_k_heads, t], &[nb[1], nb[2]], offset)?;
+                    let h = self.g.cont(h)?;
+                    Ok(self.g.reshape(h, &[c.n_v_heads, t])?)
+                };
+                Ok((half(0)?, half(per_key * F32)?))
+            }
+        }
+    }
+
+    /// `exp(softplus(α + dt_bias) · ssm_a)` `[n_v_heads, n_tokens]`: the per-token state decay.
+    fn decay(&mut self, dn: &DeltaNet, alpha: TensorId) -> Result<TensorId, ModelError> {
+        let dt = self.bind(&dn.dt_bias);
+        let biased = self.g.add(alpha, dt)?;
+        let sp = softplus(self.g, biased)?;
+        let a = self.bind(&dn.a);
+        let gate = self.g.mul(sp, a)?;
+        Ok(self.g.unary(gate, UnaryOp::Exp)?)
+    }
+
+    /// SiLU of the causal convolution of `qkv` `[channels, n_tokens]` over the stored inputs of the
+    /// previous `kernel - 1` tokens followed by the batch; stores the last `kernel - 1` inputs.
+    fn short_conv(
+        &mut self,
+        w: &Weight,
+        qkv: TensorId,
+        state: &Weight,
+        kernel: usize,
+    ) -> Result<TensorId, ModelError> {
+        let t = self.n_tokens;
+        let ch = self.g.layout(qkv).ne[0];
+        let row = ch * F32;
+        let past = self.bind(state);
+        let inputs = self.g.concat(past, qkv, 1)?;
+        let w = self.bind(w);
+        let wt = self.g.transpose(w)?;
+        let wt = self.g.cont(wt)?;
+        let mut acc: Option<TensorId> = None;
+        for j in 0..kernel {
+            let xj = self.g.view(inputs, &[ch, t], &[row], j * row)?;
+            let wj = self.g.view(wt, &[ch], &[], j * row)?;
+            let p = self.g.mul(xj, wj)?;
+            acc = Some(match acc {
+                Some(a) => self.g.add(a, p)?,
+                None => p,
+            });
+        }
+        let kept = self.g.view(inputs, &[ch, kernel - 1], &[row], t * row)?;
+        let written = self.g.cpy(kept, past)?;
+        self.g.expand(written);
+        let out = acc.ok_or_else(|| ModelError::Unsupported("a convolution kernel of 0".into()))?;
+        Ok(self.g.silu(out)?)
+    }
+
+    /// `scale · x / ‖x‖` per head of `x` `[head_dim, heads, n_tokens]` (contiguous result), as an RMS
+    /// norm: `x / ‖x‖ = rms_norm(x) / √head_dim`, with ε² spread over the elements.
+    fn l2_normalize(
+        &mut self,
+        x: TensorId,
+        hd: usize,
+        eps: f32,
+        scale: f32,
+    ) -> Result<TensorId, ModelError> {
+        let n = self.g.rms_norm(x, eps * eps / hd as f32)?;
+        Ok(self.g.scale(n, scale / (hd as f32).sqrt())?)
+    }
+
+    /// Query or key heads `[head_dim, n_k_heads, n_tokens]` repeated for every value head
+    /// `[head_dim, n_v_heads, n_tokens]` as the model maps value heads to key heads.
+    fn value_heads(&mut self, x: TensorId, c: &DeltaNetConfig) -> Result<TensorId, ModelError> {
+        let (hd, nk, t) = (c.head_dim, c.n_k_heads, self.n_tokens);
+        let per_key = c.n_v_heads / nk;
+        if per_key == 1 {
+            return Ok(x);
+        }
+        let unit = match c.key_heads {
+            // Value head h = i·n_k + kh: whole copies of the key heads side by side.
+            KeyHeadMap::Tiled => x,
+            // Value head h = kh·per_key + i: each key head repeated in place.
+            KeyHeadMap::Grouped => self.g.reshape(x, &[hd, 1, nk, t])?,
+        };
+        let all = concat_all(self.g, vec![unit; per_key], 1)?;
+        Ok(self.g.reshape(all, &[hd, c.n_v_heads, t])?)
+    }
+
+    /// The delta rule over the batch, token after token, from state `s0` `[head_dim, head_dim, n_v]`
+    /// (`S[key, value]` per value head). Returns the outputs `[head_dim, n_v, n_tokens]` and the
+    /// final state.
+    fn recurrence(
+        &mut self,
+        x: &RuleInputs,
+        s0: TensorId,
+        hd: usize,
+        nv: usize,
+    ) -> Result<(TensorId, TensorId), ModelError> {
+        let g = &mut *self.g;
+        let head = hd * F32;
+        let mut s = s0;
+        let mut outs = Vec::with_capacity(self.n_tokens);
+        for i in 0..self.n_tokens {
+            let tok = i * head * nv;
+            // One token's heads as columns `[head_dim, 1, n_v]` (and the key as rows `[1, head_dim, n_v]`).
+            let col = |g: &mut Graph, x: TensorId| g.view(x, &[hd, 1, nv], &[head, head], tok);
+            let per_head =
+                |g: &mut Graph, x: TensorId| g.view(x, &[1, 1, nv], &[F32, F32], i * nv * F32);
+            let (q_i, k_i, v_i) = (col(g, x.q)?, col(g, x.k)?, col(g, x.v)?);
+            let k_row = g.view(x.k, &[1, hd, nv], &[F32, head], tok)?;
+            let (beta_i, decay_i) = (per_head(g, x.beta)?, per_head(g, x.decay)?);
+            s = g.mul(s, decay_i)?;
+            let recalled = g.mul_mat(s, k_i)?;
+            let delta = g.sub(v_i, recalled)?;
+            let delta = g.mul(delta, beta_i)?;
+            let delta = g.reshape(delta, &[1, hd, nv])?;
+            let update = g.mul_mat(k_row, delta)?;
+            s = g.add(s, update)?;
+            outs.push(g.mul_mat(s, q_i)?);
+        }
+        let o = concat_all(g, outs, 1)?;
+        let o = g.permute(o, [0, 2, 1, 3])?;
+        Ok((o, s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::softplus;
+    use backend_cpu::device::cpu_devices;
+    use ggml_core::backend::Device;
+    use ggml_core::sched::Scheduler;
+    use ggml_core::{DType, Graph};
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn softplus_from_exp_matches_f64() {
+        let dev = cpu_devices(1, 1).unwrap().remove(0);
+        let mut sched = Scheduler::new(vec![dev.new_backend().unwrap()]);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut xs: Vec<f32> = (0..4096).map(|_| rng.gen_range(-30.0f32..30.0)).collect();
+        xs.extend([0.0, -88.0, 88.0, 1e-6, -1e-6, 20.0, -20.0]);
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[xs.len()]).unwrap();
+        let y = softplus(&mut g, x).unwrap();
+        g.output(y);
+        sched.alloc(&mut g).unwrap();
+        g.set_f32(x, &xs).unwrap();
+        sched.compute(&g).unwrap();
+        let got = g.get_f32(y).unwrap();
+        for (&x, &y) in xs.iter().zip(&got) {
+            let x = x as f64;
+            let want = x.max(0.0) + (-x.abs()).exp().ln_1p();
+            let err = (y as f64 - want).abs();
+            assert!(
+                err <= 2e-7 * want.max(1.0),
+                "softplus({x}) = {y}, want {want}"
+            );
+        }
+    }
+}
