@@ -1,6 +1,8 @@
 //! Compiles the compute shaders in `shaders/` (GLSL; `#include "x.glsl"` lines are replaced by
 //! `shaders/x.glsl`) to SPIR-V with glslang, in two variants: `fast` (16-bit storage and subgroup arithmetic) and `base`
-//! (32-bit words and shared-memory reductions only). Writes `$OUT_DIR/shaders.rs`, a table of
+//! (32-bit words and shared-memory reductions only). A shader with a `// @specialize WTYPE A B ...`
+//! line is also compiled once per listed type as `<name>_<type in lower case>` with `WTYPE` defined
+//! as `T_<type>` (weights of that type, F32 activations). Writes `$OUT_DIR/shaders.rs`, a table of
 //! `(name, fast SPIR-V, base SPIR-V)`.
 
 use glslang::{
@@ -10,8 +12,21 @@ use glslang::{
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-fn compile(compiler: &Compiler, name: &str, source: &str, fast: bool) -> Vec<u32> {
-    let defines: &[(&str, Option<&str>)] = if fast { &[("FAST", Some("1"))] } else { &[] };
+fn compile(
+    compiler: &Compiler,
+    name: &str,
+    source: &str,
+    fast: bool,
+    wtype: Option<&str>,
+) -> Vec<u32> {
+    let wtype = wtype.map(|t| format!("T_{t}"));
+    let mut defines: Vec<(&str, Option<&str>)> = Vec::new();
+    if fast {
+        defines.push(("FAST", Some("1")));
+    }
+    if let Some(t) = &wtype {
+        defines.push(("WTYPE", Some(t)));
+    }
     let source = ShaderSource::from(source.to_string());
     let options = CompilerOptions {
         target: Target::Vulkan {
@@ -20,14 +35,29 @@ fn compile(compiler: &Compiler, name: &str, source: &str, fast: bool) -> Vec<u32
         },
         ..CompilerOptions::default()
     };
-    let input = ShaderInput::new(&source, ShaderStage::Compute, &options, Some(defines), None)
-        .unwrap_or_else(|e| panic!("shader {name}: {e}"));
+    let input = ShaderInput::new(
+        &source,
+        ShaderStage::Compute,
+        &options,
+        Some(&defines),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("shader {name}: {e}"));
     let shader = compiler
         .create_shader(input)
         .unwrap_or_else(|e| panic!("shader {name} (fast: {fast}): {e}"));
     shader
         .compile()
         .unwrap_or_else(|e| panic!("shader {name} (fast: {fast}): {e}"))
+}
+
+/// The weight types a shader asks to be specialized for (`// @specialize WTYPE ...`).
+fn specializations(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// @specialize WTYPE "))
+        .map(|types| types.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// `source` with every `#include "file"` line replaced by that file of `dir` (expanded in turn).
@@ -61,19 +91,26 @@ fn main() {
     let compiler = Compiler::acquire().expect("glslang compiler");
     let mut table = String::from("/// (name, fast SPIR-V, base SPIR-V) of every shader.\npub const SHADERS: &[(&str, &[u8], &[u8])] = &[\n");
     for file in &names {
-        let name = file.trim_end_matches(".comp");
+        let base_name = file.trim_end_matches(".comp");
         let body = std::fs::read_to_string(dir.join(file)).expect("shader source");
         let source = format!("#version 450\n{}\n", expand(dir, &body));
-        let mut entry = format!("    (\"{name}\"");
-        for (fast, variant) in [(true, "fast"), (false, "base")] {
-            let words = compile(compiler, name, &source, fast);
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let path = out.join(format!("{name}_{variant}.spv"));
-            std::fs::write(&path, bytes).expect("write SPIR-V");
-            write!(entry, ", include_bytes!({:?})", path.display().to_string()).unwrap();
+        let variants = std::iter::once(None).chain(specializations(&body).into_iter().map(Some));
+        for wtype in variants {
+            let name = match &wtype {
+                Some(t) => format!("{base_name}_{}", t.to_lowercase()),
+                None => base_name.to_string(),
+            };
+            let mut entry = format!("    (\"{name}\"");
+            for (fast, variant) in [(true, "fast"), (false, "base")] {
+                let words = compile(compiler, &name, &source, fast, wtype.as_deref());
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                let path = out.join(format!("{name}_{variant}.spv"));
+                std::fs::write(&path, bytes).expect("write SPIR-V");
+                write!(entry, ", include_bytes!({:?})", path.display().to_string()).unwrap();
+            }
+            table += &entry;
+            table += "),\n";
         }
-        table += &entry;
-        table += "),\n";
     }
     table += "];\n";
     std::fs::write(out.join("shaders.rs"), table).expect("write shaders.rs");

@@ -34,11 +34,21 @@ layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer Params { uint p[]; };
 layout(std430, set = 0, binding = 1) buffer BufW { uint w[]; } bw[SLOTS];
+// The same buffers as 16-byte words, for aligned runs of scalar values.
+layout(std430, set = 0, binding = 1) readonly buffer BufQ { uvec4 q[]; } bq[SLOTS];
 #ifdef FAST
 layout(std430, set = 0, binding = 1) buffer BufH { uint16_t h[]; } bh[SLOTS];
 #endif
 
-uint ttype(uint t) { return p[t * 10u]; }
+// The type of slot t: from the parameters, or fixed at compile time for the weights (slot 1,
+// WTYPE) and activations (slot 2, F32) of the type-specialized matrix shaders.
+uint ttype(uint t) {
+#ifdef WTYPE
+    if (t == 1u) return WTYPE;
+    if (t == 2u) return T_F32;
+#endif
+    return p[t * 10u];
+}
 uint toff(uint t) { return p[t * 10u + 1u]; }
 uint ne(uint t, uint d) { return p[t * 10u + 2u + d]; }
 uint nb(uint t, uint d) { return p[t * 10u + 6u + d]; }

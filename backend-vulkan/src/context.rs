@@ -31,14 +31,22 @@ pub struct RawBuffer {
     pub mapped: Option<*mut u8>,
 }
 
+/// The parameter words of one compute call: written by the host into `upload` (host-visible) and
+/// copied at the start of the call into `device` (device-local), which the shaders read, so that
+/// their many small parameter reads do not cross the bus on discrete GPUs.
+pub struct ParamBuffers {
+    pub upload: RawBuffer,
+    pub device: RawBuffer,
+}
+
 /// Recording state, used under [`Ctx::lock`].
 pub struct Submitter {
     pool: vk::CommandPool,
     pub cb: vk::CommandBuffer,
     fence: vk::Fence,
     pub staging: RawBuffer,
-    /// Parameter words of dispatches (host-visible, grown on demand).
-    pub params: Option<RawBuffer>,
+    /// Parameter words of dispatches (grown on demand).
+    pub params: Option<ParamBuffers>,
     /// Descriptor pool for the sets of one compute call, and how many sets it holds.
     pub descriptors: Option<(vk::DescriptorPool, usize)>,
 }
@@ -273,6 +281,32 @@ impl Ctx {
         self.used.fetch_sub(raw.size, Ordering::AcqRel);
     }
 
+    /// Parameter buffers of at least `bytes` (see [`ParamBuffers`]).
+    pub fn alloc_params(&self, bytes: usize) -> Result<ParamBuffers> {
+        let upload = self.alloc_raw(
+            bytes,
+            vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC,
+            true,
+        )?;
+        match self.alloc_raw(
+            bytes,
+            vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST,
+            false,
+        ) {
+            Ok(device) => Ok(ParamBuffers { upload, device }),
+            Err(e) => {
+                self.free_raw(&upload);
+                Err(e)
+            }
+        }
+    }
+
+    /// Frees buffers from [`Ctx::alloc_params`]; no submitted work may use them any more.
+    pub fn free_params(&self, p: &ParamBuffers) {
+        self.free_raw(&p.upload);
+        self.free_raw(&p.device);
+    }
+
     /// Locks the device's submission state.
     pub fn lock(&self) -> Result<MutexGuard<'_, Option<Submitter>>> {
         let guard = self.submit.lock();
@@ -323,7 +357,7 @@ impl Ctx {
 }
 
 /// A full memory barrier from all earlier commands to `dst` (later commands, or the host).
-pub fn barrier(d: &ash::Device, cb: vk::CommandBuffer, dst: vk::PipelineStageFlags) {
+fn barrier(d: &ash::Device, cb: vk::CommandBuffer, dst: vk::PipelineStageFlags) {
     let mut access = vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE;
     if dst == vk::PipelineStageFlags::HOST {
         access |= vk::AccessFlags::HOST_READ;
@@ -345,6 +379,31 @@ pub fn barrier(d: &ash::Device, cb: vk::CommandBuffer, dst: vk::PipelineStageFla
     };
 }
 
+/// Makes the writes of earlier commands of `src` stage visible to the compute shaders recorded
+/// next (between dependent dispatches, `src` = compute; after a parameter upload, transfer).
+pub fn compute_barrier(d: &ash::Device, cb: vk::CommandBuffer, src: vk::PipelineStageFlags) {
+    let src_access = if src == vk::PipelineStageFlags::TRANSFER {
+        vk::AccessFlags::TRANSFER_WRITE
+    } else {
+        vk::AccessFlags::SHADER_WRITE
+    };
+    let mb = [vk::MemoryBarrier::default()
+        .src_access_mask(src_access)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+    // SAFETY: `cb` is in the recording state (callers record under the submission lock).
+    unsafe {
+        d.cmd_pipeline_barrier(
+            cb,
+            src,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::DependencyFlags::empty(),
+            &mb,
+            &[],
+            &[],
+        )
+    };
+}
+
 impl Drop for Ctx {
     fn drop(&mut self) {
         let d = &self.device;
@@ -354,7 +413,7 @@ impl Drop for Ctx {
             if let Some(s) = self.submit.lock().take() {
                 self.free_raw(&s.staging);
                 if let Some(p) = &s.params {
-                    self.free_raw(p);
+                    self.free_params(p);
                 }
                 if let Some((pool, _)) = s.descriptors {
                     d.destroy_descriptor_pool(pool, None);

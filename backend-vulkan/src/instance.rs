@@ -47,6 +47,8 @@ pub struct PhysicalInfo {
     pub handle: vk::PhysicalDevice,
     pub name: String,
     pub api_version: u32,
+    /// A CPU implementation (lavapipe): shared-memory tiles and barriers cost more than they save.
+    pub cpu: bool,
     pub queue_family: u32,
     /// 16-bit storage buffer access and subgroup arithmetic in compute shaders: the `fast` shaders.
     pub fast: bool,
@@ -129,6 +131,7 @@ fn probe(
             handle: pd,
             name,
             api_version: props.api_version,
+            cpu: props.device_type == vk::PhysicalDeviceType::CPU,
             queue_family,
             fast: storage16 && subgroups && variant == Variant::Auto,
             subgroup_size: sg.subgroup_size,

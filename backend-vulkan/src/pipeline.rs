@@ -13,6 +13,14 @@ include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 /// Data buffer slots of a dispatch: slot 0 is the destination, slots 1.. the sources.
 pub const SLOTS: usize = 6;
 
+/// The name of shader `name` as stored in [`SHADERS`], if there is one.
+pub fn shader_named(name: &str) -> Option<&'static str> {
+    SHADERS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(n, _, _)| *n)
+}
+
 /// The pipelines of one logical device.
 pub struct Pipelines {
     fast: bool,

@@ -1,9 +1,10 @@
 //! [`VulkanBackend`]: the stream of one Vulkan device. `compute` encodes the nodes into dispatches,
 //! writes their parameter words to a host-visible buffer, binds each dispatch's tensors through one
-//! descriptor set, records everything into one command buffer (a memory barrier between dispatches),
-//! submits it and waits for the fence. Work is complete when a call returns, so events are too.
+//! descriptor set, records everything into one command buffer (the parameters copied to
+//! device-local memory first, a compute-to-compute memory barrier between dispatches), submits it
+//! and waits for the fence. Work is complete when a call returns, so events are too.
 
-use crate::context::{barrier, vk_err, Ctx, RawBuffer, Submitter};
+use crate::context::{compute_barrier, vk_err, Ctx, Submitter};
 use crate::device::VulkanDevice;
 use crate::memory::{copy_buffers, VulkanBuffer};
 use crate::ops::{self, Dispatch, OP_WORDS};
@@ -103,16 +104,11 @@ impl VulkanBackend {
 
 /// Makes sure `s` has a parameter buffer of `bytes` and a descriptor pool of `sets` sets.
 fn reserve(ctx: &Ctx, s: &mut Submitter, bytes: usize, sets: usize) -> Result<()> {
-    if s.params.as_ref().is_none_or(|p| p.size < bytes) {
+    if s.params.as_ref().is_none_or(|p| p.upload.size < bytes) {
         if let Some(old) = s.params.take() {
-            ctx.free_raw(&old);
+            ctx.free_params(&old);
         }
-        let raw: RawBuffer = ctx.alloc_raw(
-            bytes.next_power_of_two(),
-            vk::BufferUsageFlags::STORAGE_BUFFER,
-            true,
-        )?;
-        s.params = Some(raw);
+        s.params = Some(ctx.alloc_params(bytes.next_power_of_two())?);
     }
     let d = &ctx.device;
     match s.descriptors {
@@ -185,13 +181,21 @@ impl Backend for VulkanBackend {
         }
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        let ctx = self.ctx();
+        let target = ops::Target {
+            subgroup: ctx
+                .pipelines
+                .fast()
+                .then_some(ctx.info.subgroup_size as usize),
+            cpu: ctx.info.cpu,
+        };
         let mut dispatches = Vec::new();
         for &n in nodes {
             let t = graph.tensor(n);
             if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
                 continue;
             }
-            dispatches.push(ops::encode(graph, n).map_err(|e| match e {
+            dispatches.push(ops::encode(graph, n, &target).map_err(|e| match e {
                 Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
                     op: format!("{op} at node {}", t.name),
                     backend,
@@ -202,7 +206,6 @@ impl Backend for VulkanBackend {
         if dispatches.is_empty() {
             return Ok(());
         }
-        let ctx = self.ctx();
         let dev = &ctx.device;
         let bound: Vec<_> = dispatches
             .iter()
@@ -221,7 +224,7 @@ impl Backend for VulkanBackend {
         reserve(ctx, s, n * stride, n)?;
         let params = s.params.as_ref().expect("reserved");
         let (pool, _) = s.descriptors.expect("reserved");
-        let base = params.mapped.expect("host-visible");
+        let base = params.upload.mapped.expect("host-visible");
         for (i, (p, _)) in bound.iter().enumerate() {
             // SAFETY: the parameter buffer holds n * stride bytes and no submitted work reads it.
             unsafe {
@@ -242,7 +245,7 @@ impl Backend for VulkanBackend {
             )
         }
         .map_err(|e| vk_err("vkAllocateDescriptorSets", e))?;
-        let params_buffer = params.buffer;
+        let (upload, params_buffer) = (params.upload.buffer, params.device.buffer);
         for (i, (_, buffers)) in bound.iter().enumerate() {
             let pinfo = [vk::DescriptorBufferInfo {
                 buffer: params_buffer,
@@ -273,6 +276,14 @@ impl Backend for VulkanBackend {
         }
         let layout = ctx.pipelines.layout;
         ctx.run(s, |d, cb| {
+            let region = [vk::BufferCopy {
+                src_offset: 0,
+                dst_offset: 0,
+                size: (n * stride) as u64,
+            }];
+            // SAFETY: both parameter buffers hold at least n * stride bytes; `cb` is recording.
+            unsafe { d.cmd_copy_buffer(cb, upload, params_buffer, &region) };
+            compute_barrier(d, cb, vk::PipelineStageFlags::TRANSFER);
             for (i, disp) in dispatches.iter().enumerate() {
                 if disp.groups == 0 {
                     continue;
@@ -288,7 +299,7 @@ impl Backend for VulkanBackend {
                 // SAFETY: `cb` is recording; pipeline, layout and set belong to this device.
                 unsafe {
                     if i > 0 {
-                        barrier(d, cb, vk::PipelineStageFlags::COMPUTE_SHADER);
+                        compute_barrier(d, cb, vk::PipelineStageFlags::COMPUTE_SHADER);
                     }
                     d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipelines[i]);
                     d.cmd_bind_descriptor_sets(

@@ -1,7 +1,7 @@
 //! The conformance suite on Vulkan: every device of the Vulkan backend with both shader variants
 //! (16-bit storage/subgroups where offered, and the base fallback), then meta devices over two
-//! logical devices opened on the first physical device (even and uneven ratios, inputs whole or
-//! split). Prints `skipped: no vulkan device` (and the reason) only when no device can be opened.
+//! Vulkan devices (even and uneven ratios, inputs whole or split): the first two physical devices,
+//! or the first one opened twice as two logical devices where there is only one. Prints `skipped: no vulkan device` (and the reason) only when no device can be opened.
 
 use backend_meta::MetaDevice;
 use backend_vulkan::{open_devices_with, Variant, VulkanDevice};
@@ -48,18 +48,31 @@ fn vulkan_base_shaders_conform() {
     every_device(Variant::Base);
 }
 
-/// The suite on a meta device over two logical devices of the first physical device. With split
-/// inputs, an in-place write into a destination split along the written axis has no split rule and
-/// must say so (the only failure allowed, as in `conformance_meta`).
-fn meta(ratios: Option<Vec<f32>>, input_axis: Option<usize>) {
-    let Some(devices) = vulkan_devices(2, Variant::Auto) else {
-        return;
-    };
+/// Two Vulkan devices: two physical devices where there are several, else two logical devices of
+/// the only one.
+fn two_devices() -> Option<Vec<Arc<dyn Device>>> {
+    let mut devices = vulkan_devices(1, Variant::Auto)?;
+    if devices.len() < 2 {
+        devices = vulkan_devices(2, Variant::Auto)?;
+    }
     let devs: Vec<Arc<dyn Device>> = devices
         .into_iter()
         .take(2)
         .map(|d| d as Arc<dyn Device>)
         .collect();
+    for d in &devs {
+        println!("{}: {}", d.name(), d.description());
+    }
+    Some(devs)
+}
+
+/// The suite on a meta device over two Vulkan devices. With split inputs, an in-place write into a
+/// destination split along the written axis has no split rule and must say so (the only failure
+/// allowed, as in `conformance_meta`).
+fn meta(ratios: Option<Vec<f32>>, input_axis: Option<usize>) {
+    let Some(devs) = two_devices() else {
+        return;
+    };
     let m = MetaDevice::new(devs, ratios.clone()).expect("meta device");
     m.set_input_split(input_axis);
     let mut report = run_suite(m.new_backend().expect("meta backend"));

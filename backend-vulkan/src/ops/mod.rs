@@ -15,6 +15,22 @@ pub const WG: usize = 64;
 /// Op parameter words (from word 60 of a dispatch's parameters).
 pub const OP_WORDS: usize = 36;
 
+/// What the encoders need to know of the device that runs the shaders.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The subgroup size, when the `fast` shaders (subgroup arithmetic) are in use.
+    pub subgroup: Option<usize>,
+    /// A CPU implementation of Vulkan (lavapipe), where barriers are costly.
+    pub cpu: bool,
+}
+
+impl Target {
+    /// Dot-product rows per workgroup of `matvec.comp`: one per subgroup, or one per workgroup.
+    pub fn matvec_rows(&self) -> usize {
+        self.subgroup.map_or(1, |s| WG / s.clamp(1, WG))
+    }
+}
+
 /// One tensor bound to a slot: where its bytes are and its layout.
 #[derive(Clone, Debug)]
 pub struct Slot {
@@ -127,8 +143,8 @@ fn slot(graph: &Graph, id: TensorId) -> Result<Slot> {
     })
 }
 
-/// The dispatch computing `node`: the result in slot 0, the sources from slot 1.
-pub fn encode(graph: &Graph, node: TensorId) -> Result<Dispatch> {
+/// The dispatch computing `node` on `target`: the result in slot 0, the sources from slot 1.
+pub fn encode(graph: &Graph, node: TensorId, target: &Target) -> Result<Dispatch> {
     let t = graph.tensor(node);
     let mut slots = vec![slot(graph, node)?];
     for &s in &t.src {
@@ -147,7 +163,7 @@ pub fn encode(graph: &Graph, node: TensorId) -> Result<Dispatch> {
         });
     }
     let (shader, op, groups) = match &t.op {
-        Op::MulMat | Op::MulMatId => matrix::encode(&t.op, &slots),
+        Op::MulMat | Op::MulMatId => matrix::encode(&t.op, &slots, target),
         Op::Rope(_) | Op::FlashAttnExt { .. } => attention::encode(&t.op, &slots),
         Op::RmsNorm { .. }
         | Op::Norm { .. }
