@@ -6,7 +6,10 @@
 
 use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
+use crate::model::Placement;
 use crate::runtime::{Outputs, Session};
+use ggml_core::backend::Device;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Options of `bench`.
@@ -20,6 +23,10 @@ pub struct Args {
     /// Generated tokens of the tg test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Micro-batch of prompt processing: the pp prompt goes through in forward passes of at most
+    /// this many tokens (0: the whole prompt in one pass), like llama-bench's `-ub`.
+    #[arg(long = "ubatch", short = 'u', default_value_t = 0)]
+    pub ubatch: usize,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     pub repetitions: usize,
@@ -38,11 +45,14 @@ fn bench_tokens(n: usize, n_vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Seconds of a pp run: the whole batch at once.
-fn time_pp(s: &mut Session, tokens: &[u32]) -> CliResult<f64> {
+/// Seconds of a pp run: the prompt in passes of at most `ubatch` tokens (0: all at once).
+fn time_pp(s: &mut Session, tokens: &[u32], ubatch: usize) -> CliResult<f64> {
     s.reset();
+    let step = if ubatch == 0 { tokens.len() } else { ubatch };
     let t = Instant::now();
-    s.eval(tokens, Outputs::Last)?;
+    for chunk in tokens.chunks(step.max(1)) {
+        s.eval(chunk, Outputs::Last)?;
+    }
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -54,6 +64,33 @@ fn time_tg(s: &mut Session, tokens: &[u32]) -> CliResult<f64> {
         s.eval(&[id], Outputs::Last)?;
     }
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// The devices a placement uses.
+fn placement_devices(p: &Placement) -> Vec<Arc<dyn Device>> {
+    match p {
+        Placement::Single(d) => vec![d.clone()],
+        Placement::Layers { devices, .. } => devices.clone(),
+        Placement::Tensor(m) => m.devices().to_vec(),
+    }
+}
+
+/// Memory in use on each device (total − free: for GPUs this includes the driver's context and
+/// anything else on the device), on stderr after a setup's tests, with the model, its cache and the
+/// compute buffers still allocated.
+fn report_memory(l: &Loaded) {
+    let used: Vec<String> = placement_devices(l.model.placement())
+        .iter()
+        .map(|d| {
+            let m = d.memory();
+            format!(
+                "{} {:.1} MiB",
+                d.name(),
+                (m.total - m.free.min(m.total)) as f64 / (1 << 20) as f64
+            )
+        })
+        .collect();
+    eprintln!("memory in use per device: {}", used.join(", "));
 }
 
 /// Mean and sample standard deviation.
@@ -112,11 +149,18 @@ pub fn run(args: &Args) -> CliResult {
         let mut session = Session::new(loaded.model.clone(), opts)?;
         if args.n_prompt > 0 {
             let tokens = bench_tokens(args.n_prompt, n_vocab);
-            time_pp(&mut session, &tokens)?;
+            time_pp(&mut session, &tokens, args.ubatch)?;
             let rates = (0..reps)
-                .map(|_| time_pp(&mut session, &tokens).map(|t| tokens.len() as f64 / t))
+                .map(|_| {
+                    time_pp(&mut session, &tokens, args.ubatch).map(|t| tokens.len() as f64 / t)
+                })
                 .collect::<CliResult<Vec<f64>>>()?;
-            row(&loaded, threads, &format!("pp{}", args.n_prompt), &rates);
+            let test = if args.ubatch > 0 && args.ubatch < args.n_prompt {
+                format!("pp{} ub{}", args.n_prompt, args.ubatch)
+            } else {
+                format!("pp{}", args.n_prompt)
+            };
+            row(&loaded, threads, &test, &rates);
         }
         if args.n_gen > 0 {
             let tokens = bench_tokens(args.n_gen, n_vocab);
@@ -126,6 +170,7 @@ pub fn run(args: &Args) -> CliResult {
                 .collect::<CliResult<Vec<f64>>>()?;
             row(&loaded, threads, &format!("tg{}", args.n_gen), &rates);
         }
+        report_memory(&loaded);
     }
     Ok(())
 }
