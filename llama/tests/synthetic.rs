@@ -2,7 +2,8 @@
 //! fixtures' tiny models of the same architecture, so their metadata and tensor names and shapes must
 //! equal those files' (which llama.cpp loads) — the check that the large presets follow the same
 //! conventions. A synthetic model loads and gives finite logits that agree between split mode none
-//! and tensor over two CPU devices, and `ggml-tp bench --synthetic` / `ggml-tp synth` run end to end.
+//! and tensor over two CPU devices, and `ggml-tp bench --synthetic` (with micro-batches) / `ggml-tp
+//! synth` run end to end.
 
 #[path = "logits_util.rs"]
 mod util;
@@ -82,6 +83,8 @@ fn bench_and_synth_commands_take_presets() {
             "tiny-llama-q8_0",
             "-p",
             "8",
+            "-u",
+            "4",
             "-n",
             "4",
             "-r",
@@ -92,7 +95,12 @@ fn bench_and_synth_commands_take_presets() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    for test in ["pp8", "tg4"] {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("memory in use per device: cpu:0"),
+        "{stderr}"
+    );
+    for test in ["pp8 ub4", "tg4"] {
         assert!(
             stdout
                 .lines()
