@@ -152,8 +152,6 @@ fn batched_sequences_match_each_sequence_alone() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let modes = [
         Mode::None,
         Mode::Layers(vec![1.0, 1.0]),
@@ -170,18 +168,7 @@ fn batched_sequences_match_each_sequence_alone() {
         ("gemma4-dense", false),
         ("gemma4-moe", false),
     ] {
-        let m = manifest["models"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["name"] == name)
-            .unwrap();
-        let ids: Vec<u32> = m["token_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
+        let ids = util::arch_fixture(&dir, name).ids;
         for mode in modes.iter().filter(|m| m.needs() <= util::available()) {
             let worst = check(&dir, name, &ids, mode, exact);
             println!("{name:10} {mode:?}: batched vs alone, worst NMSE of a row {worst:.2e}");
@@ -240,22 +227,9 @@ fn recurrent_model_keeps_one_state_per_sequence() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let m = manifest["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "qwen35")
-        .unwrap();
-    let ids: Vec<u32> = m["token_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
-    let reference = util::read_f32(&dir.join("qwen35.logits.f32"));
+    let m = util::arch_fixture(&dir, "qwen35");
+    let (ids, n_vocab) = (&m.ids, m.n_vocab);
+    let reference = m.reference(&dir);
     let rows = |a: usize, b: usize| &reference[a * n_vocab..b * n_vocab];
     let model = Arc::new(Model::load(dir.join("qwen35.gguf"), &Mode::None.placement()).unwrap());
     let mut bs = BatchSession::new(model, opts(), 2).unwrap();

@@ -13,7 +13,7 @@ use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
 use llama::{BatchSession, Model, ModelError, Outputs, SeqTokens, Session, SessionOptions};
 use std::sync::Arc;
-use util::{argmax, fixtures, nmse, Mode};
+use util::{argmax, fixtures, nmse, ArchFixture, Mode};
 
 const MODELS: &[&str] = &[
     "llama",
@@ -63,24 +63,18 @@ fn compare(got: &[f32], reference: &[f32], n_vocab: usize) -> (f64, f64) {
 }
 
 /// Runs one fixture in one mode with an F32 cache; returns its logits `[64, n_vocab]`.
-fn run(dir: &std::path::Path, m: &serde_json::Value, mode: &Mode, stepwise: bool) -> Vec<f32> {
+fn run(dir: &std::path::Path, m: &ArchFixture, mode: &Mode, stepwise: bool) -> Vec<f32> {
     run_kv(dir, m, mode, stepwise, DType::F32)
 }
 
 fn run_kv(
     dir: &std::path::Path,
-    m: &serde_json::Value,
+    m: &ArchFixture,
     mode: &Mode,
     stepwise: bool,
     kv_type: DType,
 ) -> Vec<f32> {
-    let name = m["name"].as_str().unwrap();
-    let ids: Vec<u32> = m["token_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let (name, ids) = (&m.name, &m.ids);
     let model = Model::load(dir.join(format!("{name}.gguf")), &mode.placement())
         .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
     let opts = SessionOptions {
@@ -89,7 +83,7 @@ fn run_kv(
     };
     let mut s = Session::new(Arc::new(model), opts).unwrap();
     if !stepwise {
-        return s.eval(&ids, Outputs::All).unwrap().data;
+        return s.eval(ids, Outputs::All).unwrap().data;
     }
     let mut got = s.eval(&ids[..40], Outputs::All).unwrap().data;
     for &t in &ids[40..] {
@@ -108,17 +102,14 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let only = std::env::var("GGML_TP_ARCH").ok();
     let mut failures = Vec::new();
-    for m in manifest["models"].as_array().unwrap() {
-        let name = m["name"].as_str().unwrap();
+    for m in util::arch_fixtures(&dir) {
+        let (name, n_vocab) = (m.name.as_str(), m.n_vocab);
         if !MODELS.contains(&name) || only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
-        let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
-        let reference = util::read_f32(&dir.join(format!("{name}.logits.f32")));
+        let reference = m.reference(&dir);
         let dequant = dir.join(format!("{name}.dequant.logits.f32"));
         let dequant = dequant.exists().then(|| util::read_f32(&dequant));
         // Like llama.cpp, quantized matmuls quantize their activations to 8 bits: those models follow
@@ -126,7 +117,7 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
         let limit = if dequant.is_some() { 1e-3 } else { 1e-5 };
         for (i, mode) in modes().iter().enumerate() {
             let stepwise = i % 2 == 1;
-            let got = run(&dir, m, mode, stepwise);
+            let got = run(&dir, &m, mode, stepwise);
             let (worst, top1) = compare(&got, &reference, n_vocab);
             let mut line = format!(
                 "{name:14} {mode:?} stepwise={stepwise}: max NMSE {worst:.2e}, top-1 {top1:.3}"
@@ -163,19 +154,11 @@ fn f16_and_q8_0_kv_caches_stay_close() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let m = manifest["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "llama")
-        .unwrap();
-    let reference = util::read_f32(&dir.join("llama.logits.f32"));
-    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    let m = util::arch_fixture(&dir, "llama");
+    let (reference, n_vocab) = (m.reference(&dir), m.n_vocab);
     for (kv, limit) in [(DType::F16, 1e-6), (DType::Q8_0, 2e-4)] {
         for (mode, stepwise) in [(Mode::None, false), (Mode::Tensor(vec![1.0, 1.0]), true)] {
-            let got = run_kv(&dir, m, &mode, stepwise, kv);
+            let got = run_kv(&dir, &m, &mode, stepwise, kv);
             let (worst, top1) = compare(&got, &reference, n_vocab);
             println!("llama KV {kv} {mode:?}: max NMSE {worst:.2e}, top-1 {top1:.3}");
             assert!(
@@ -193,22 +176,9 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let m = manifest["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "qwen35")
-        .unwrap();
-    let ids: Vec<u32> = m["token_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
-    let reference = util::read_f32(&dir.join("qwen35.logits.f32"));
+    let m = util::arch_fixture(&dir, "qwen35");
+    let (ids, n_vocab) = (&m.ids, m.n_vocab);
+    let reference = m.reference(&dir);
     let rows = |a: usize, b: usize| &reference[a * n_vocab..b * n_vocab];
     let model = Model::load(dir.join("qwen35.gguf"), &Mode::None.placement()).unwrap();
     let opts = SessionOptions {
@@ -248,7 +218,7 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
 
     // A reset clears the state: the same prompt gives the same logits again.
     s.reset();
-    let again = s.eval(&ids, Outputs::All).unwrap().data;
+    let again = s.eval(ids, Outputs::All).unwrap().data;
     let (worst, top1) = compare(&again, rows(0, 64), n_vocab);
     assert!(worst <= 1e-5 && top1 >= 0.98, "after reset: {worst} {top1}");
 

@@ -41,23 +41,14 @@ fn fixtures_match_over_four_and_eight_devices() {
         return;
     };
     let dir = fx.join("arch");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let mut failures = Vec::new();
     let mut ran = 0;
-    for m in manifest["models"].as_array().unwrap() {
-        let name = m["name"].as_str().unwrap();
+    for m in util::arch_fixtures(&dir) {
+        let (name, ids, n_vocab) = (m.name.as_str(), &m.ids, m.n_vocab);
         if !MODELS.contains(&name) {
             continue;
         }
-        let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
-        let ids: Vec<u32> = m["token_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
-        let reference = util::read_f32(&dir.join(format!("{name}.logits.f32")));
+        let reference = m.reference(&dir);
         // Quantized matmuls (gpt-oss's MXFP4 experts) quantize activations to 8 bits as llama.cpp
         // does, so they follow its logits less tightly (the limit of `logits_arch`).
         let quantized = dir.join(format!("{name}.dequant.logits.f32")).exists();
@@ -83,7 +74,7 @@ fn fixtures_match_over_four_and_eight_devices() {
                 }
                 got
             } else {
-                s.eval(&ids, Outputs::All).unwrap().data
+                s.eval(ids, Outputs::All).unwrap().data
             };
             let mut worst: f64 = 0.0;
             let mut agree = 0;

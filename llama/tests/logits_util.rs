@@ -101,6 +101,50 @@ impl Mode {
     }
 }
 
+/// A tiny model of `fixtures/arch` as its manifest describes it.
+pub struct ArchFixture {
+    pub name: String,
+    /// The 64 token ids llama.cpp was fed.
+    pub ids: Vec<u32>,
+    pub n_vocab: usize,
+}
+
+impl ArchFixture {
+    /// llama.cpp's logits `[64, n_vocab]` (`<name>.logits.f32` in `dir`).
+    pub fn reference(&self, dir: &std::path::Path) -> Vec<f32> {
+        read_f32(&dir.join(format!("{}.logits.f32", self.name)))
+    }
+}
+
+/// Every model of `dir/manifest.json` (the `fixtures/arch` folder), in manifest order.
+pub fn arch_fixtures(dir: &std::path::Path) -> Vec<ArchFixture> {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| ArchFixture {
+            name: m["name"].as_str().unwrap().to_string(),
+            ids: m["token_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect(),
+            n_vocab: m["hparams"]["n_vocab"].as_u64().unwrap() as usize,
+        })
+        .collect()
+}
+
+/// The model `name` of `dir/manifest.json`.
+pub fn arch_fixture(dir: &std::path::Path, name: &str) -> ArchFixture {
+    arch_fixtures(dir)
+        .into_iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("{name} is not in the fixtures manifest"))
+}
+
 pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     b.chunks_exact(4)
