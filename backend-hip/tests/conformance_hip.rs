@@ -5,21 +5,12 @@
 use backend_hip as _;
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device};
-use ggml_tp_tests::{run_family, run_suite};
+use ggml_tp_tests::{family_devices, run_family, run_suite};
 use std::sync::Arc;
 
 /// The HIP devices, or `None` after printing why there are none.
 fn hip_devices() -> Option<Vec<Arc<dyn Device>>> {
-    let reg = ggml_core::registry::backend("hip").expect("hip family registered");
-    let devs = reg.devices();
-    if devs.is_empty() {
-        println!(
-            "skipped: no HIP device ({})",
-            reg.unavailable_reason().unwrap_or_default()
-        );
-        return None;
-    }
-    Some(devs)
+    family_devices("hip", "HIP")
 }
 
 #[test]

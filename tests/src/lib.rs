@@ -159,6 +159,22 @@ pub fn run_cases(backend: Arc<dyn Backend>, seed: u64, cases: &[case::Case]) -> 
     report
 }
 
+/// The devices of the registered backend family `family`, or `None` after printing
+/// `skipped: no <label> device (<why>)` when it has none (no driver, as on CI).
+pub fn family_devices(family: &str, label: &str) -> Option<Vec<Arc<dyn ggml_core::Device>>> {
+    let reg = ggml_core::registry::backend(family)
+        .unwrap_or_else(|| panic!("{family} family registered"));
+    let devs = reg.devices();
+    if devs.is_empty() {
+        println!(
+            "skipped: no {label} device ({})",
+            reg.unavailable_reason().unwrap_or_default()
+        );
+        return None;
+    }
+    Some(devs)
+}
+
 /// Runs the suite on every device in `devices` of backend family `family`, printing each report;
 /// prints `skipped: no <family> device` when there is none. Returns the reports.
 pub fn run_family(family: &str, devices: Vec<Arc<dyn ggml_core::Device>>) -> Vec<Report> {

@@ -6,22 +6,13 @@
 use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device, Graph};
-use ggml_tp_tests::{run_family, run_suite};
+use ggml_tp_tests::{family_devices, run_family, run_suite};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The CUDA devices, or `None` after printing why there are none.
 fn cuda_devices() -> Option<Vec<Arc<dyn Device>>> {
-    let reg = ggml_core::registry::backend("cuda").expect("cuda family registered");
-    let devs = reg.devices();
-    if devs.is_empty() {
-        println!(
-            "skipped: no CUDA device ({})",
-            reg.unavailable_reason().unwrap_or_default()
-        );
-        return None;
-    }
-    Some(devs)
+    family_devices("cuda", "CUDA")
 }
 
 #[test]

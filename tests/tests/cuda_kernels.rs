@@ -13,20 +13,12 @@ use ggml_tp_tests::cases::{CaseSet, WEIGHTS};
 use ggml_tp_tests::check::{attn_bound, weight_bound};
 use ggml_tp_tests::reference::attention::{self as at, AttnParams};
 use ggml_tp_tests::reference::matrix as mx;
-use ggml_tp_tests::{run_cases, seed};
+use ggml_tp_tests::{family_devices, run_cases, seed};
 use std::sync::Arc;
 
 /// The first CUDA device, or `None` after printing why there is none.
 fn cuda0() -> Option<Arc<dyn Device>> {
-    let reg = ggml_core::registry::backend("cuda").expect("cuda family registered");
-    let dev = reg.devices().into_iter().next();
-    if dev.is_none() {
-        println!(
-            "skipped: no CUDA device ({})",
-            reg.unavailable_reason().unwrap_or_default()
-        );
-    }
-    dev
+    family_devices("cuda", "CUDA").map(|mut d| d.remove(0))
 }
 
 fn run(set: CaseSet, seed: u64) {
