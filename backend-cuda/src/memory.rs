@@ -1,15 +1,56 @@
 //! Memory of the CUDA devices: [`CudaBuffer`] (device memory from `cuMemAlloc`; `set`/`get`/`fill`
 //! wait for the device's queued work, then copy and wait for the copy, bounds-checked) with its allocator
 //! [`CudaBufferType`], and [`PinnedBuffer`] / [`PinnedBufferType`] (page-locked host memory for fast
-//! transfers).
+//! transfers). Context-wide waits are serialized with stream capture ([`CaptureGuard`]).
 
 use crate::{cu, err};
 use cudarc::driver::{result, sys, CudaContext};
 use ggml_core::backend::check_range;
 use ggml_core::host_buffer::HostSpan;
 use ggml_core::{Buffer, BufferType, Error, Result};
+use parking_lot::{Mutex, MutexGuard};
 use std::any::Any;
+use std::cell::Cell;
 use std::sync::Arc;
+
+/// Held while a stream captures a CUDA graph. `cuCtxSynchronize` fails while any stream of the
+/// context is capturing, even a stream captured by another thread (another session on the same
+/// device), so context-wide waits take this lock first and run between captures.
+static CAPTURE: Mutex<()> = parking_lot::const_mutex(());
+
+thread_local! {
+    /// Whether this thread is capturing (its own context-wide wait must not take [`CAPTURE`]: it
+    /// fails instead, and the capture falls back to eager launches).
+    static CAPTURING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The right to capture: no context-wide wait runs in another thread while it is held.
+pub(crate) struct CaptureGuard {
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl CaptureGuard {
+    pub(crate) fn enter() -> CaptureGuard {
+        let lock = CAPTURE.lock();
+        CAPTURING.with(|c| c.set(true));
+        CaptureGuard { _lock: lock }
+    }
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| c.set(false));
+    }
+}
+
+/// Waits for every stream of `ctx` (bound to this thread), never while another thread captures.
+fn synchronize_context(ctx: &CudaContext) -> Result<()> {
+    if CAPTURING.with(|c| c.get()) {
+        return cu("synchronize", ctx.synchronize());
+    }
+    let _no_capture = CAPTURE.lock();
+    cu("synchronize", ctx.synchronize())
+}
 
 /// Alignment of tensor offsets inside CUDA buffers.
 pub const CUDA_ALIGNMENT: usize = 256;
@@ -75,7 +116,7 @@ impl CudaBuffer {
     /// Binds the context and waits for every stream of the device, before a synchronous copy.
     fn quiesce(&self) -> Result<()> {
         cu("bind context", self.ctx.bind_to_thread())?;
-        cu("synchronize", self.ctx.synchronize())
+        synchronize_context(&self.ctx)
     }
 }
 
@@ -219,7 +260,7 @@ impl PinnedBuffer {
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         if self.size > 0 && self.ctx.bind_to_thread().is_ok() {
-            let _ = self.ctx.synchronize();
+            let _ = synchronize_context(&self.ctx);
             // SAFETY: allocated in `new`, freed once.
             let _ = unsafe { result::free_host(self.ptr as *mut _) };
         }

@@ -172,6 +172,7 @@ impl CudaBackend {
     /// failed or could not be captured.
     fn capture(&self, graph: &Graph, nodes: &[TensorId]) -> Option<CudaGraph> {
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        let _capturing = crate::memory::CaptureGuard::enter();
         self.stream.begin_capture(mode).ok()?;
         let launched = self.launch_nodes(graph, nodes);
         let flags = sys::CUgraphInstantiate_flags(0);
