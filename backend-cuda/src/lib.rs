@@ -14,6 +14,7 @@ pub mod memory;
 pub mod nccl;
 pub mod p2p;
 pub mod probe;
+pub mod profile;
 pub mod reg;
 pub mod rendezvous;
 pub mod stream;

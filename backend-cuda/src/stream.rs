@@ -8,13 +8,15 @@ use crate::dispatch;
 use crate::graph_cache::{self, GraphCache, GraphStats, Plan};
 use crate::kernels::Kernels;
 use crate::memory::CudaBuffer;
+use crate::profile::{self, Diagnostics};
 use crate::{cu, err};
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{result, sys, CudaEvent, CudaGraph, CudaStream};
+use cudarc::driver::{result, sys, CudaEvent, CudaGraph, CudaStream, PushKernelArg as _};
 use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
 use parking_lot::Mutex;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A cuBLAS handle bound to one stream.
 pub struct BlasHandle(pub blas_sys::cublasHandle_t);
@@ -48,6 +50,9 @@ pub struct CudaBackend {
     blas: Mutex<BlasHandle>,
     _blas_workspace: CudaBuffer,
     scratch: Mutex<Scratch>,
+    /// Per-node profile or counters, when the environment asks for them ([`profile`]).
+    diagnostics: Option<Mutex<Diagnostics>>,
+    profiling: bool,
 }
 
 impl CudaBackend {
@@ -87,6 +92,9 @@ impl CudaBackend {
             blas: Mutex::new(handle),
             _blas_workspace: workspace,
             scratch: Mutex::new(Scratch::default()),
+            diagnostics: (profile::profiling_by_env() || profile::stats_by_env())
+                .then(|| Mutex::new(Diagnostics::default())),
+            profiling: profile::profiling_by_env(),
         })
     }
 
@@ -181,6 +189,66 @@ impl CudaBackend {
             (Ok(()), Ok(g)) => g,
             _ => None,
         }
+    }
+
+    /// Queues `nodes` through the graph cache.
+    fn compute_through_graphs(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        let mut cache = self.graphs.lock();
+        let key = match graph_cache::key(graph, nodes) {
+            Some((_, 0)) => return Ok(()),
+            Some((key, _)) if cache.enabled() => key,
+            _ => return self.launch_nodes(graph, nodes),
+        };
+        match cache.plan(key) {
+            Plan::Eager => self.launch_nodes(graph, nodes),
+            Plan::Replay => cache.replay(key),
+            Plan::Capture => match self.capture(graph, nodes) {
+                Some(g) => {
+                    cache.store(key, g, self.scratch_buffers());
+                    cache.replay(key)
+                }
+                None => {
+                    cache.capture_failed(key);
+                    self.launch_nodes(graph, nodes)
+                }
+            },
+        }
+    }
+
+    /// Queues `nodes` behind a hold kernel with a timing event after each, waits, and adds each
+    /// node's GPU time to the profile.
+    fn launch_profiled(
+        &self,
+        graph: &Graph,
+        nodes: &[TensorId],
+        diagnostics: &Mutex<Diagnostics>,
+    ) -> Result<()> {
+        let launched: Vec<TensorId> = nodes
+            .iter()
+            .copied()
+            .filter(|&n| !graph_cache::is_skipped(graph, n))
+            .collect();
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let cycles = profile::hold_cycles(launched.len());
+        let mut hold = self.stream.launch_builder(self.kernels.get("k_hold")?);
+        hold.arg(&cycles);
+        // SAFETY: k_hold takes one u64 and touches no memory.
+        cu("k_hold", unsafe {
+            hold.launch(cudarc::driver::LaunchConfig::for_num_elems(1))
+        })?;
+        let mut events = vec![cu("record event", self.stream.record_event(timing))?];
+        for &node in &launched {
+            self.launch_nodes(graph, &[node])?;
+            events.push(cu("record event", self.stream.record_event(timing))?);
+        }
+        let mut d = diagnostics.lock();
+        for (i, &node) in launched.iter().enumerate() {
+            let ms = cu("event elapsed", events[i].elapsed_ms(&events[i + 1]))?;
+            let gpu = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+            d.add_node(profile::node_label(graph, node), gpu);
+        }
+        d.add_profiled_call();
+        Ok(())
     }
 
     fn bind(&self) -> Result<()> {
@@ -318,28 +386,19 @@ impl Backend for CudaBackend {
             }
         }
     }
-    /// Queues `nodes`: eagerly the first time, then as a captured CUDA graph (see `graph_cache`).
+    /// Queues `nodes`: eagerly the first time, then as a captured CUDA graph (see `graph_cache`);
+    /// profiled node by node when the environment asks for it (see `profile`).
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         self.bind()?;
-        let mut cache = self.graphs.lock();
-        let key = match graph_cache::key(graph, nodes) {
-            Some((_, 0)) => return Ok(()),
-            Some((key, _)) if cache.enabled() => key,
-            _ => return self.launch_nodes(graph, nodes),
-        };
-        match cache.plan(key) {
-            Plan::Eager => self.launch_nodes(graph, nodes),
-            Plan::Replay => cache.replay(key),
-            Plan::Capture => match self.capture(graph, nodes) {
-                Some(g) => {
-                    cache.store(key, g, self.scratch_buffers());
-                    cache.replay(key)
-                }
-                None => {
-                    cache.capture_failed(key);
-                    self.launch_nodes(graph, nodes)
-                }
-            },
+        match &self.diagnostics {
+            Some(d) if self.profiling => self.launch_profiled(graph, nodes, d),
+            Some(d) => {
+                let start = Instant::now();
+                let r = self.compute_through_graphs(graph, nodes);
+                d.lock().add_compute(start.elapsed());
+                r
+            }
+            None => self.compute_through_graphs(graph, nodes),
         }
     }
     fn synchronize(&self) -> Result<()> {
@@ -352,5 +411,19 @@ impl Backend for CudaBackend {
     /// Foreign events cannot be waited for on the device through the trait, so the host waits.
     fn wait_event(&self, event: &dyn Event) -> Result<()> {
         event.synchronize()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(d) = &self.diagnostics {
+            let d = d.lock();
+            let name = self.device.name();
+            if self.profiling {
+                eprint!("{}", d.profile_report(&name));
+            } else {
+                eprint!("{}", d.stats_report(&name, self.graphs.lock().stats()));
+            }
+        }
     }
 }

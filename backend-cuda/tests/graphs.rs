@@ -86,3 +86,56 @@ fn graphs_replay_with_the_results_of_eager_launches() {
     assert_eq!(s.eager, 1, "{s:?}");
     assert_eq!(without.graph_stats().replays, 0);
 }
+
+/// Buffer traffic on another thread (allocation, upload, download, release: each a context-wide
+/// wait) while this thread captures graphs: captures must not fail and results must not change.
+#[test]
+fn captures_survive_buffer_traffic_on_another_thread() {
+    use ggml_core::Device as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(devs) = devices(1) else { return };
+    let done = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let (dev, done) = (devs[0].clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let data = random(4096);
+                let buf = dev.buffer_type().alloc(4096 * 4).unwrap();
+                buf.set(0, bytemuck::cast_slice(&data)).unwrap();
+                let mut back = vec![0f32; 4096];
+                buf.get(0, bytemuck::cast_slice_mut(&mut back)).unwrap();
+                assert_eq!(back, data);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let without = devs[0].open_backend().unwrap();
+    without.set_graphs(false);
+    let mut reference = block(without);
+    let mut captures = 0;
+    for _ in 0..40 {
+        let with = devs[0].open_backend().unwrap();
+        with.set_graphs(true);
+        let mut b = block(with.clone());
+        for _ in 0..3 {
+            let w: Vec<bf16> = random(64 * 48).into_iter().map(bf16::from_f32).collect();
+            let x = random(64 * 5);
+            let got = b.run(bytemuck::cast_slice(&w), &x);
+            let want = reference.run(bytemuck::cast_slice(&w), &x);
+            assert!(got
+                .iter()
+                .zip(&want)
+                .all(|(p, q)| p.to_bits() == q.to_bits()));
+        }
+        let s = with.graph_stats();
+        assert_eq!(s.failed_captures, 0, "{s:?}");
+        captures += s.captures;
+    }
+    done.store(true, Ordering::Relaxed);
+    let rounds = traffic.join().expect("buffer traffic thread");
+    println!("{captures} captures next to {rounds} rounds of buffer traffic");
+    assert_eq!(captures, 40);
+    assert!(rounds > 0);
+}
