@@ -44,13 +44,14 @@ pub fn hold_cycles(nodes: usize) -> u64 {
 }
 
 /// The kind of a node, as the profile groups it: op, result type and shape, and each source's
-/// type and shape.
+/// type and shape (`~` after a shape marks a non-contiguous layout).
 pub fn node_label(graph: &Graph, node: TensorId) -> String {
     let t = graph.tensor(node);
     let shape = |id: TensorId| {
         let l = graph.layout(id);
         let dims: Vec<String> = l.ne.iter().map(|d| d.to_string()).collect();
-        format!("{}[{}]", l.dtype, dims.join("x"))
+        let strided = if l.is_contiguous() { "" } else { "~" };
+        format!("{}[{}]{strided}", l.dtype, dims.join("x"))
     };
     let mut s = format!("{} {}", t.op.name(), shape(node));
     for &src in &t.src {
@@ -97,7 +98,7 @@ impl Diagnostics {
     pub fn profile_report(&self, device: &str) -> String {
         let total: Duration = self.by_label.values().map(|t| t.gpu).sum();
         let mut rows: Vec<(&String, &Totals)> = self.by_label.iter().collect();
-        rows.sort_by(|a, b| b.1.gpu.cmp(&a.1.gpu));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1.gpu));
         let per_call = total.as_secs_f64() * 1e6 / self.profiled_calls.max(1) as f64;
         let mut s = format!(
             "{device} profile: {} calls, GPU {:.3} ms in all, {per_call:.1} us per call\n",
