@@ -5,17 +5,21 @@
 //! scratch memory reaches its size), the second is captured into a CUDA graph and launched, later
 //! ones replay it. A captured graph keeps the scratch buffers it uses alive; a capture that fails
 //! (a launch that cannot be captured) marks the key eager for good. `GGML_TP_CUDA_GRAPHS=0` turns
-//! capture off.
+//! capture off. Keys are remembered per graph state ([`GraphStamp`]) and node list, so a graph
+//! computed again unchanged is not hashed again.
 
 use crate::memory::CudaBuffer;
 use cudarc::driver::CudaGraph;
-use ggml_core::{Graph, TensorId};
+use ggml_core::{Graph, GraphStamp, TensorId};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Most keys remembered (captured or not); the least recently used is forgotten beyond.
 const MAX_ENTRIES: usize = 256;
+
+/// Most remembered keys of graph states; all are forgotten beyond.
+const MAX_MEMO: usize = 1024;
 
 /// Counters of a backend's graph cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +60,8 @@ struct Entry {
 pub struct GraphCache {
     enabled: bool,
     entries: HashMap<u64, Entry>,
+    /// [`key`] of a graph state and a node list (by the hash of its ids).
+    memo: HashMap<(GraphStamp, u64), Option<(u64, usize)>>,
     tick: u64,
     stats: GraphStats,
 }
@@ -76,6 +82,7 @@ impl GraphCache {
         GraphCache {
             enabled,
             entries: HashMap::new(),
+            memo: HashMap::new(),
             tick: 0,
             stats: GraphStats::default(),
         }
@@ -95,6 +102,22 @@ impl GraphCache {
 
     pub fn stats(&self) -> GraphStats {
         self.stats
+    }
+
+    /// [`key`] of computing `nodes` of `graph`, remembered for the graph's current state.
+    pub fn key_of(&mut self, graph: &Graph, nodes: &[TensorId]) -> Option<(u64, usize)> {
+        let mut h = WordHasher(0xcbf2_9ce4_8422_2325);
+        nodes.iter().for_each(|n| h.write_u32(n.0));
+        let memo_key = (graph.stamp(), h.finish());
+        if let Some(&k) = self.memo.get(&memo_key) {
+            return k;
+        }
+        if self.memo.len() >= MAX_MEMO {
+            self.memo.clear();
+        }
+        let k = key(graph, nodes);
+        self.memo.insert(memo_key, k);
+        k
     }
 
     /// Decides how to run the call of `key` and counts a sighting of it.
@@ -265,6 +288,23 @@ mod tests {
         assert_eq!(c.entries.len(), MAX_ENTRIES);
         assert!(c.entries.contains_key(&0), "recently used");
         assert!(!c.entries.contains_key(&1), "least recently used");
+    }
+
+    #[test]
+    fn keys_are_remembered_per_graph_state() {
+        use ggml_core::DType;
+        let mut c = GraphCache::new(true);
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[8]).unwrap();
+        assert_eq!(c.key_of(&g, &[a]), key(&g, &[a]));
+        assert_eq!(c.memo.len(), 1);
+        assert_eq!(c.key_of(&g, &[a]), key(&g, &[a]));
+        assert_eq!(c.memo.len(), 1, "same state, same nodes: remembered");
+        let s = g.silu(a).unwrap();
+        assert_eq!(c.key_of(&g, &[a]), key(&g, &[a]));
+        assert_eq!(c.memo.len(), 2, "a changed graph is keyed again");
+        assert_eq!(c.key_of(&g, &[a, s]), None, "unbound node");
+        assert_eq!(c.memo.len(), 3);
     }
 
     #[test]

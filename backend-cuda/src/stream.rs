@@ -194,7 +194,7 @@ impl CudaBackend {
     /// Queues `nodes` through the graph cache.
     fn compute_through_graphs(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let mut cache = self.graphs.lock();
-        let key = match graph_cache::key(graph, nodes) {
+        let key = match cache.key_of(graph, nodes) {
             Some((_, 0)) => return Ok(()),
             Some((key, _)) if cache.enabled() => key,
             _ => return self.launch_nodes(graph, nodes),

@@ -16,7 +16,7 @@ use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
 use ggml_core::backend::{Backend, Communicator, Device, Event};
 use ggml_core::sched::structure_key;
-use ggml_core::{DataRef, Error, Graph, Result, TensorId};
+use ggml_core::{DataRef, Error, Graph, GraphStamp, Result, TensorId};
 use parking_lot::Mutex;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -43,6 +43,9 @@ pub struct MetaBackend {
     backends: Vec<Arc<dyn Backend>>,
     comm: Option<Arc<dyn Communicator>>,
     program: Mutex<Option<Program>>,
+    /// The program key of the last computed graph state and node list (hashing a graph's structure
+    /// is skipped while it does not change).
+    last_key: Mutex<Option<(GraphStamp, u64, u64)>>,
     stats: Mutex<MetaStats>,
     /// Threads that drive devices 1.. (thread `i` drives device `i + 1`) while the calling thread
     /// drives device 0.
@@ -89,6 +92,7 @@ impl MetaBackend {
             backends,
             comm,
             program: Mutex::new(None),
+            last_key: Mutex::new(None),
             stats: Mutex::new(MetaStats::default()),
             driver,
         })
@@ -316,12 +320,25 @@ impl Backend for MetaBackend {
         dst.buffer.set(dst.offset, &staging)
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        let key = {
+        let nodes_hash = {
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            structure_key(graph).hash(&mut h);
             nodes.hash(&mut h);
             h.finish()
         };
+        let stamp = graph.stamp();
+        let mut last = self.last_key.lock();
+        let key = match *last {
+            Some((s, n, key)) if s == stamp && n == nodes_hash => key,
+            _ => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                structure_key(graph).hash(&mut h);
+                nodes_hash.hash(&mut h);
+                let key = h.finish();
+                *last = Some((stamp, nodes_hash, key));
+                key
+            }
+        };
+        drop(last);
         let mut slot = self.program.lock();
         if slot.as_ref().is_some_and(|p| p.key == key) {
             self.stats.lock().hits += 1;

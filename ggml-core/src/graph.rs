@@ -6,13 +6,56 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op::{GluOp, Op, RopeParams, SortOrder, UnaryOp};
 use crate::tensor::{DataRef, Layout, Tensor, TensorFlags, TensorId, ViewOf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An arena of tensors plus the ordered nodes to compute.
-#[derive(Clone, Default)]
 pub struct Graph {
     tensors: Vec<Tensor>,
     nodes: Vec<TensorId>,
     visited: Vec<bool>,
+    stamp: GraphStamp,
+}
+
+/// One state of one graph: equal stamps mean the same graph object with no change in between (no
+/// tensor, node, layout or data binding added or altered; the contents of the bound memory are not
+/// tracked). Backends key caches of per-graph work (plans, hashes) on it. A clone has a stamp of
+/// its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GraphStamp {
+    graph: u64,
+    revision: u64,
+}
+
+impl GraphStamp {
+    fn fresh() -> GraphStamp {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        GraphStamp {
+            graph: NEXT.fetch_add(1, Ordering::Relaxed),
+            revision: 0,
+        }
+    }
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph {
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            visited: Vec::new(),
+            stamp: GraphStamp::fresh(),
+        }
+    }
+}
+
+impl Clone for Graph {
+    fn clone(&self) -> Self {
+        Graph {
+            tensors: self.tensors.clone(),
+            nodes: self.nodes.clone(),
+            visited: self.visited.clone(),
+            stamp: GraphStamp::fresh(),
+        }
+    }
 }
 
 fn layout_err(op: &'static str, msg: String) -> Error {
@@ -29,7 +72,18 @@ impl Graph {
     }
 
     pub fn tensor_mut(&mut self, id: TensorId) -> &mut Tensor {
+        self.changed();
         &mut self.tensors[id.index()]
+    }
+
+    /// The graph's current state (see [`GraphStamp`]).
+    pub fn stamp(&self) -> GraphStamp {
+        self.stamp
+    }
+
+    /// Moves the stamp on: called by every method that alters the graph.
+    fn changed(&mut self) {
+        self.stamp.revision += 1;
     }
 
     pub fn tensors(&self) -> &[Tensor] {
@@ -55,6 +109,7 @@ impl Graph {
 
     /// Adds `id` and everything it depends on to the nodes, sources first (once each).
     pub fn expand(&mut self, id: TensorId) {
+        self.changed();
         self.visited.resize(self.tensors.len(), false);
         let mut stack = vec![(id, false)];
         while let Some((t, children_done)) = stack.pop() {
@@ -79,6 +134,7 @@ impl Graph {
 
     /// Marks `id` as an output (its memory is kept) and expands it.
     pub fn output(&mut self, id: TensorId) {
+        self.changed();
         self.tensors[id.index()].flags.output = true;
         self.expand(id);
     }
@@ -160,6 +216,7 @@ impl Graph {
     }
 
     pub fn set_name(&mut self, id: TensorId, name: impl Into<String>) {
+        self.changed();
         self.tensors[id.index()].name = name.into();
     }
 
@@ -169,6 +226,7 @@ impl Graph {
     }
 
     fn push(&mut self, t: Tensor) -> TensorId {
+        self.changed();
         let id = TensorId(self.tensors.len() as u32);
         self.tensors.push(t);
         id
@@ -583,4 +641,30 @@ fn optional_tail(
         (None, None) => {}
     }
     Ok(srcs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_moves_on_every_change_and_clones_get_their_own() {
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[4]).unwrap();
+        let before = g.stamp();
+        assert_eq!(g.stamp(), before, "reading changes nothing");
+        let _ = g.layout(a);
+        assert_eq!(g.stamp(), before);
+        let s = g.silu(a).unwrap();
+        let built = g.stamp();
+        assert_ne!(built, before, "a new node");
+        g.expand(s);
+        let expanded = g.stamp();
+        assert_ne!(expanded, built, "nodes changed");
+        g.tensor_mut(a).flags.input = true;
+        assert_ne!(g.stamp(), expanded, "mutable access");
+        let c = g.clone();
+        assert_ne!(c.stamp(), g.stamp(), "a clone is another graph");
+        assert_ne!(Graph::new().stamp(), Graph::new().stamp());
+    }
 }

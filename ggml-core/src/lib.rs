@@ -18,6 +18,6 @@ pub use backend::{
 };
 pub use dtype::{DType, QK_K};
 pub use error::{Error, Result};
-pub use graph::Graph;
+pub use graph::{Graph, GraphStamp};
 pub use op::{GluOp, Op, RopeMode, RopeParams, SortOrder, UnaryOp};
 pub use tensor::{DataRef, Layout, Tensor, TensorFlags, TensorId, ViewOf};

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod generate;
 pub mod kv;
 pub mod model;
+mod pass;
 pub mod runtime;
 pub mod sampling;
 pub mod server;
@@ -15,4 +16,5 @@ pub mod tokenizer;
 
 pub use model::config::{Arch, ModelConfig};
 pub use model::{Model, ModelError, Placement};
+pub use pass::PassStats;
 pub use runtime::{BatchSession, Logits, Outputs, SeqTokens, Session, SessionOptions};

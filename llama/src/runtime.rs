@@ -4,16 +4,14 @@
 //! next to decode tokens of others), so the weights are read once for all; a model with delta-net
 //! layers runs one sequence per pass. [`Session`] is a batch session of one sequence:
 //! [`Session::eval`] runs a batch of its tokens (a whole prompt in one graph, or one token per
-//! decode step) at its next positions and returns the logits of the requested rows. Graphs are
-//! rebuilt per call; their structure repeats while the batch's make-up and each attended cache
-//! length stay in one [`crate::kv::KV_PAD`] step, so the scheduler and the meta backend reuse
-//! their plans.
+//! decode step) at its next positions and returns the logits of the requested rows. A batch of
+//! the previous one's make-up runs the previous graph again (see `pass.rs`).
 
-use crate::arch::forward::{self, Inputs, SeqInputs};
-use crate::kv::{self, KvCache};
+use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
+use crate::pass::{Part, PassStats, Passes};
 use ggml_core::sched::Scheduler;
-use ggml_core::{DType, Graph};
+use ggml_core::DType;
 use std::sync::Arc;
 
 /// Options of a session.
@@ -88,9 +86,14 @@ impl Session {
         self.batch.n_past[ONE]
     }
 
-    /// The scheduler (its statistics show plan reuse).
+    /// The scheduler.
     pub fn scheduler(&self) -> &Scheduler {
         self.batch.scheduler()
+    }
+
+    /// Forward passes run, and how many ran the previous pass's graph again.
+    pub fn pass_stats(&self) -> PassStats {
+        self.batch.pass_stats()
     }
 
     /// The KV cache.
@@ -154,6 +157,7 @@ pub struct BatchSession {
     kv: KvCache,
     sched: Scheduler,
     n_past: Vec<usize>,
+    passes: Passes,
 }
 
 impl BatchSession {
@@ -170,6 +174,7 @@ impl BatchSession {
             kv,
             sched,
             n_past: vec![0; n_seq],
+            passes: Passes::new(),
         })
     }
 
@@ -177,9 +182,14 @@ impl BatchSession {
         &self.model
     }
 
-    /// The scheduler (its statistics show plan reuse).
+    /// The scheduler.
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
+    }
+
+    /// Forward passes run, and how many ran the previous pass's graph again.
+    pub fn pass_stats(&self) -> PassStats {
+        self.passes.stats()
     }
 
     /// The KV cache of every sequence (e.g. to save and restore one sequence's state).
@@ -300,7 +310,10 @@ impl BatchSession {
         for p in parts.iter().filter(|p| p.n_past == 0) {
             self.kv.recurrent().clear(p.seq)?;
         }
-        match forward_pass(&self.model, &self.kv, &mut self.sched, &parts) {
+        match self
+            .passes
+            .run(&self.model, &self.kv, &mut self.sched, &parts)
+        {
             Ok(logits) => {
                 for b in batch {
                     self.n_past[b.seq] += b.tokens.len();
@@ -330,30 +343,6 @@ fn check_len(kv: &KvCache, n: usize) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// One sequence's tokens in a forward pass, at positions `n_past..`.
-struct Part<'a> {
-    seq: usize,
-    n_past: usize,
-    tokens: &'a [u32],
-    outputs: Outputs,
-}
-
-impl Part<'_> {
-    /// The positions of its tokens.
-    fn positions(&self) -> std::ops::Range<usize> {
-        self.n_past..self.n_past + self.tokens.len()
-    }
-
-    /// The positions whose logits are wanted.
-    fn out_positions(&self) -> Vec<usize> {
-        let all = self.positions();
-        match self.outputs {
-            Outputs::All => all.collect(),
-            Outputs::Last => vec![all.end - 1],
-        }
-    }
-}
-
 /// Refuses parts with no tokens, past the context or outside the vocabulary.
 fn check_parts(model: &Model, kv: &KvCache, parts: &[Part]) -> Result<(), ModelError> {
     let n_vocab = model.config.n_vocab;
@@ -375,102 +364,4 @@ fn check_parts(model: &Model, kv: &KvCache, parts: &[Part]) -> Result<(), ModelE
         }
     }
     Ok(())
-}
-
-/// Builds and runs one forward graph over `parts` (distinct sequences of `kv`, checked by
-/// [`check_parts`]), each sequence's tokens a contiguous run of the batch; returns each part's
-/// logits.
-fn forward_pass(
-    model: &Model,
-    kv: &KvCache,
-    sched: &mut Scheduler,
-    parts: &[Part],
-) -> Result<Vec<Logits>, ModelError> {
-    let cfg = &model.config;
-    let t: usize = parts.iter().map(|p| p.tokens.len()).sum();
-    let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
-    let mut g = Graph::new();
-    let mut seqs = Vec::with_capacity(parts.len());
-    // Batch rows whose logits are wanted.
-    let mut out_rows: Vec<i32> = Vec::new();
-    let mut first = 0;
-    for p in parts {
-        let n = p.tokens.len();
-        let n_kv = kv.n_kv_for(p.positions().end);
-        seqs.push(SeqInputs {
-            seq: p.seq,
-            first,
-            n_tokens: n,
-            kv_start: kv.row(p.seq, 0),
-            n_kv,
-            mask: g.new_input(DType::F32, &[n_kv, n])?,
-            mask_swa: if has_swa {
-                Some(g.new_input(DType::F32, &[n_kv, n])?)
-            } else {
-                None
-            },
-        });
-        out_rows.extend(
-            p.out_positions()
-                .into_iter()
-                .map(|x| (first + x - p.n_past) as i32),
-        );
-        first += n;
-    }
-    let inp = Inputs {
-        tokens: g.new_input(DType::I32, &[t])?,
-        pos: g.new_input(DType::I32, &[t])?,
-        kv_rows: g.new_input(DType::I32, &[t])?,
-        seqs,
-        out_ids: if out_rows.len() < t {
-            Some(g.new_input(DType::I32, &[out_rows.len()])?)
-        } else {
-            None
-        },
-    };
-    let logits = forward::build(&mut g, model, kv, &inp, t)?;
-    sched.alloc(&mut g)?;
-    let per_token = |f: &dyn Fn(&Part, usize, usize) -> i32| -> Vec<i32> {
-        parts
-            .iter()
-            .flat_map(|p| {
-                p.positions()
-                    .zip(p.tokens)
-                    .map(move |(x, &tok)| f(p, x, tok as usize))
-            })
-            .collect()
-    };
-    g.set_i32(inp.tokens, &per_token(&|_, _, tok| tok as i32))?;
-    g.set_i32(inp.pos, &per_token(&|_, x, _| x as i32))?;
-    g.set_i32(inp.kv_rows, &per_token(&|p, x, _| kv.row(p.seq, x) as i32))?;
-    for (p, s) in parts.iter().zip(&inp.seqs) {
-        g.set_f32(s.mask, &kv::mask(p.n_past, s.n_tokens, s.n_kv, 0))?;
-        if let Some(m) = s.mask_swa {
-            g.set_f32(m, &kv::mask(p.n_past, s.n_tokens, s.n_kv, cfg.n_swa))?;
-        }
-    }
-    if let Some(o) = inp.out_ids {
-        g.set_i32(o, &out_rows)?;
-    }
-    sched.compute(&g)?;
-    let data = g.get_f32(logits)?;
-    let n_vocab = cfg.n_vocab;
-    let mut rows = data.chunks_exact(n_vocab);
-    Ok(parts
-        .iter()
-        .map(|p| {
-            let positions = p.out_positions();
-            let data = rows
-                .by_ref()
-                .take(positions.len())
-                .flatten()
-                .copied()
-                .collect();
-            Logits {
-                n_vocab,
-                positions,
-                data,
-            }
-        })
-        .collect())
 }

@@ -88,6 +88,30 @@ impl Fwd<'_> {
         }
     }
 
+    /// `w · x (+ b)` for several weights of one input, the products next to each other in the
+    /// graph's node order (a backend can then run them together; the biases come after).
+    fn linears<const N: usize>(
+        &mut self,
+        ws: [(&Weight, Option<&Weight>); N],
+        x: TensorId,
+    ) -> Result<[TensorId; N], ModelError> {
+        let mut ys = [x; N];
+        for (y, (w, _)) in ys.iter_mut().zip(&ws) {
+            let w = self.bind(w);
+            *y = self.g.mul_mat(w, x)?;
+        }
+        for &y in &ys {
+            self.g.expand(y);
+        }
+        for (y, (_, b)) in ys.iter_mut().zip(&ws) {
+            if let Some(b) = b {
+                let b = self.bind(b);
+                *y = self.g.add(*y, b)?;
+            }
+        }
+        Ok(ys)
+    }
+
     /// Splits a Q or K projection into heads `[head_dim, n_heads, n_tokens]`, normalises and rotates
     /// them.
     fn heads(
@@ -164,15 +188,27 @@ impl Fwd<'_> {
         let cfg = &self.model.config;
         let shape = cfg.attn_shape(l);
         let (nh, nkv, t) = (shape.n_head, shape.n_head_kv, self.n_tokens);
-        let q = self.linear(&a.wq, x, a.bq.as_ref())?;
-        let q = self.heads(a, q, shape.head_dim, nh, a.q_norm.as_ref(), l)?;
-        let (k_all, v_all) = match &a.wk {
-            Some(wk) => {
-                let k_proj = self.linear(wk, x, a.bk.as_ref())?;
-                let v = match &a.wv {
-                    Some(wv) => self.linear(wv, x, a.bv.as_ref())?,
-                    None => k_proj,
-                };
+        let projections = match (&a.wk, &a.wv) {
+            (Some(wk), Some(wv)) => {
+                let [q, k, v] = self.linears(
+                    [
+                        (&a.wq, a.bq.as_ref()),
+                        (wk, a.bk.as_ref()),
+                        (wv, a.bv.as_ref()),
+                    ],
+                    x,
+                )?;
+                (q, Some((k, v)))
+            }
+            (Some(wk), None) => {
+                let [q, k] = self.linears([(&a.wq, a.bq.as_ref()), (wk, a.bk.as_ref())], x)?;
+                (q, Some((k, k)))
+            }
+            (None, _) => (self.linear(&a.wq, x, a.bq.as_ref())?, None),
+        };
+        let q = self.heads(a, projections.0, shape.head_dim, nh, a.q_norm.as_ref(), l)?;
+        let (k_all, v_all) = match projections.1 {
+            Some((k_proj, v)) => {
                 let k = self.heads(a, k_proj, shape.head_dim, nkv, a.k_norm.as_ref(), l)?;
                 let mut v = self.g.reshape(v, &[shape.head_dim_v, nkv, t])?;
                 if a.v_norm {
@@ -228,8 +264,7 @@ impl Fwd<'_> {
     }
 
     fn dense(&mut self, f: &Dense, x: TensorId) -> Result<TensorId, ModelError> {
-        let gate = self.linear(&f.gate, x, None)?;
-        let up = self.linear(&f.up, x, None)?;
+        let [gate, up] = self.linears([(&f.gate, None), (&f.up, None)], x)?;
         let h = self.g.glu(f.act, gate, up)?;
         self.linear(&f.down, h, None)
     }

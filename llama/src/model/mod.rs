@@ -137,7 +137,15 @@ impl Model {
         };
         let (d, v) = (config.n_embd, config.n_vocab);
         let m = || WeightSplit::Mirrored;
-        let tok_embd = ld.get("token_embd.weight", &[d, v], m(), Home::First)?;
+        // With a head of its own, the table is only read by row lookups: in tensor parallelism each
+        // device keeps a slice of every row (the lookup's result is gathered); a tied table stays
+        // whole for the head.
+        let embd_split = if file.tensor("output.weight").is_some() {
+            WeightSplit::axis(0, d, embd.dtype.block_size())
+        } else {
+            m()
+        };
+        let tok_embd = ld.get("token_embd.weight", &[d, v], embd_split, Home::First)?;
         let output_norm = ld.get("output_norm.weight", &[d], m(), Home::Last)?;
         let output = match ld.opt(
             "output.weight",

@@ -1,0 +1,292 @@
+//! One forward pass of a batch session: the graph of a batch (its input tensors and logits),
+//! built by [`crate::arch::forward`] and planned by the scheduler, then run with the batch's
+//! token ids, positions, cache rows and masks written into its inputs. A [`Passes`] keeps the last
+//! graph: a batch of the same make-up (sequences, their token counts, attended cache lengths and
+//! outputs; typically every decode step while the cache length stays in one
+//! [`crate::kv::KV_PAD`] step) runs it again with new inputs, without building or planning, which
+//! saves the host that work per token. `GGML_TP_TIMING=1` keeps the host time of each phase and
+//! prints it when the session drops.
+
+use crate::arch::forward::{self, Inputs, SeqInputs};
+use crate::kv::{self, KvCache};
+use crate::model::{Model, ModelError};
+use crate::runtime::{Logits, Outputs};
+use ggml_core::sched::Scheduler;
+use ggml_core::{DType, Graph, TensorId};
+use std::time::{Duration, Instant};
+
+/// One sequence's tokens in a forward pass, at positions `n_past..`.
+pub(crate) struct Part<'a> {
+    pub seq: usize,
+    pub n_past: usize,
+    pub tokens: &'a [u32],
+    pub outputs: Outputs,
+}
+
+impl Part<'_> {
+    /// The positions of its tokens.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.n_past..self.n_past + self.tokens.len()
+    }
+
+    /// The positions whose logits are wanted.
+    fn out_positions(&self) -> Vec<usize> {
+        let all = self.positions();
+        match self.outputs {
+            Outputs::All => all.collect(),
+            Outputs::Last => vec![all.end - 1],
+        }
+    }
+}
+
+/// What a pass's graph depends on: per part its sequence, token count, attended cache length and
+/// number of outputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape(Vec<[usize; 4]>);
+
+impl Shape {
+    fn of(kv: &KvCache, parts: &[Part]) -> Shape {
+        Shape(
+            parts
+                .iter()
+                .map(|p| {
+                    [
+                        p.seq,
+                        p.tokens.len(),
+                        kv.n_kv_for(p.positions().end),
+                        p.out_positions().len(),
+                    ]
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A planned graph and its inputs.
+struct Built {
+    shape: Shape,
+    graph: Graph,
+    inputs: Inputs,
+    logits: TensorId,
+}
+
+/// How many forward passes a session ran, and how many of them ran the previous pass's graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    pub passes: u64,
+    pub reused_graphs: u64,
+}
+
+/// Host time spent in each phase of the forward passes of a session.
+#[derive(Default)]
+struct PassTiming {
+    phases: [Duration; 5],
+}
+
+const PHASES: [&str; 5] = ["build", "alloc", "inputs", "compute", "read"];
+
+impl PassTiming {
+    fn report(&self, stats: PassStats) -> String {
+        let n = stats.passes.max(1) as f64;
+        let parts: Vec<String> = PHASES
+            .iter()
+            .zip(&self.phases)
+            .map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64() * 1e6 / n))
+            .collect();
+        format!(
+            "{} passes ({} reused a graph), host us per pass: {}",
+            stats.passes,
+            stats.reused_graphs,
+            parts.join(", ")
+        )
+    }
+}
+
+/// The forward passes of one session: the last graph, kept for reuse.
+pub(crate) struct Passes {
+    last: Option<Built>,
+    stats: PassStats,
+    timing: Option<PassTiming>,
+}
+
+impl Passes {
+    pub fn new() -> Passes {
+        let timing = std::env::var("GGML_TP_TIMING")
+            .is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"))
+            .then(PassTiming::default);
+        Passes {
+            last: None,
+            stats: PassStats::default(),
+            timing,
+        }
+    }
+
+    pub fn stats(&self) -> PassStats {
+        self.stats
+    }
+
+    /// Runs one forward pass over `parts` (distinct sequences of `kv`, checked by the caller), each
+    /// sequence's tokens a contiguous run of the batch; returns each part's logits. The graph of
+    /// the previous pass is run again when the batch has its shape; `sched` must not have planned
+    /// another graph since (the session owns both).
+    pub fn run(
+        &mut self,
+        model: &Model,
+        kv: &KvCache,
+        sched: &mut Scheduler,
+        parts: &[Part],
+    ) -> Result<Vec<Logits>, ModelError> {
+        let mut clock = Instant::now();
+        let timing = &mut self.timing;
+        let mut lap = |phase: usize| {
+            if let Some(t) = timing.as_mut() {
+                let now = Instant::now();
+                t.phases[phase] += now - clock;
+                clock = now;
+            }
+        };
+        let shape = Shape::of(kv, parts);
+        let reuse = self.last.as_ref().is_some_and(|b| b.shape == shape);
+        if !reuse {
+            // A failed build or plan leaves no graph to reuse (the scheduler may hold a partial plan).
+            self.last = None;
+            let mut built = build(model, kv, parts, shape)?;
+            lap(0);
+            sched.alloc(&mut built.graph)?;
+            lap(1);
+            self.last = Some(built);
+        }
+        let built = self.last.as_ref().expect("built above or reused");
+        let result = run(model, kv, sched, parts, built, &mut lap);
+        if result.is_err() {
+            self.last = None;
+        }
+        self.stats.passes += 1;
+        self.stats.reused_graphs += u64::from(reuse);
+        result
+    }
+}
+
+impl Drop for Passes {
+    fn drop(&mut self) {
+        if let Some(t) = &self.timing {
+            eprintln!("session timing: {}", t.report(self.stats));
+        }
+    }
+}
+
+/// The graph of a batch of `parts` with the given shape.
+fn build(model: &Model, kv: &KvCache, parts: &[Part], shape: Shape) -> Result<Built, ModelError> {
+    let cfg = &model.config;
+    let t: usize = parts.iter().map(|p| p.tokens.len()).sum();
+    let n_out: usize = shape.0.iter().map(|s| s[3]).sum();
+    let has_swa = cfg.n_swa > 0 && cfg.swa_layers.iter().any(|&s| s);
+    let mut g = Graph::new();
+    let mut seqs = Vec::with_capacity(parts.len());
+    let mut first = 0;
+    for (p, s) in parts.iter().zip(&shape.0) {
+        let (n, n_kv) = (p.tokens.len(), s[2]);
+        seqs.push(SeqInputs {
+            seq: p.seq,
+            first,
+            n_tokens: n,
+            kv_start: kv.row(p.seq, 0),
+            n_kv,
+            mask: g.new_input(DType::F32, &[n_kv, n])?,
+            mask_swa: if has_swa {
+                Some(g.new_input(DType::F32, &[n_kv, n])?)
+            } else {
+                None
+            },
+        });
+        first += n;
+    }
+    let inputs = Inputs {
+        tokens: g.new_input(DType::I32, &[t])?,
+        pos: g.new_input(DType::I32, &[t])?,
+        kv_rows: g.new_input(DType::I32, &[t])?,
+        seqs,
+        out_ids: if n_out < t {
+            Some(g.new_input(DType::I32, &[n_out])?)
+        } else {
+            None
+        },
+    };
+    let logits = forward::build(&mut g, model, kv, &inputs, t)?;
+    Ok(Built {
+        shape,
+        graph: g,
+        inputs,
+        logits,
+    })
+}
+
+/// Writes the batch into the inputs of `built`, computes it and reads the logits.
+fn run(
+    model: &Model,
+    kv: &KvCache,
+    sched: &mut Scheduler,
+    parts: &[Part],
+    built: &Built,
+    lap: &mut dyn FnMut(usize),
+) -> Result<Vec<Logits>, ModelError> {
+    let (g, inp) = (&built.graph, &built.inputs);
+    let per_token = |f: &dyn Fn(&Part, usize, usize) -> i32| -> Vec<i32> {
+        parts
+            .iter()
+            .flat_map(|p| {
+                p.positions()
+                    .zip(p.tokens)
+                    .map(move |(x, &tok)| f(p, x, tok as usize))
+            })
+            .collect()
+    };
+    g.set_i32(inp.tokens, &per_token(&|_, _, tok| tok as i32))?;
+    g.set_i32(inp.pos, &per_token(&|_, x, _| x as i32))?;
+    g.set_i32(inp.kv_rows, &per_token(&|p, x, _| kv.row(p.seq, x) as i32))?;
+    let n_swa = model.config.n_swa;
+    for (p, s) in parts.iter().zip(&inp.seqs) {
+        g.set_f32(s.mask, &kv::mask(p.n_past, s.n_tokens, s.n_kv, 0))?;
+        if let Some(m) = s.mask_swa {
+            g.set_f32(m, &kv::mask(p.n_past, s.n_tokens, s.n_kv, n_swa))?;
+        }
+    }
+    if let Some(o) = inp.out_ids {
+        // Batch rows whose logits are wanted.
+        let mut out_rows: Vec<i32> = Vec::new();
+        let mut first = 0;
+        for p in parts {
+            out_rows.extend(
+                p.out_positions()
+                    .into_iter()
+                    .map(|x| (first + x - p.n_past) as i32),
+            );
+            first += p.tokens.len();
+        }
+        g.set_i32(o, &out_rows)?;
+    }
+    lap(2);
+    sched.compute(g)?;
+    lap(3);
+    let data = g.get_f32(built.logits)?;
+    lap(4);
+    let n_vocab = model.config.n_vocab;
+    let mut rows = data.chunks_exact(n_vocab);
+    Ok(parts
+        .iter()
+        .map(|p| {
+            let positions = p.out_positions();
+            let data = rows
+                .by_ref()
+                .take(positions.len())
+                .flatten()
+                .copied()
+                .collect();
+            Logits {
+                n_vocab,
+                positions,
+                data,
+            }
+        })
+        .collect())
+}
