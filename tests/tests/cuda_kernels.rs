@@ -373,12 +373,13 @@ fn run_chain(
     }
     let mut sched = Scheduler::new(vec![dev.new_backend().unwrap()]);
     sched.alloc(&mut g).unwrap();
-    for (leaf, (_, bytes)) in leaves.iter().zip(inputs) {
-        g.set_bytes(*leaf, bytes).unwrap();
-    }
+    // Poison first: the planner may place a later result over an input the chain no longer needs.
     for &t in &results {
         let d = g.data(t).unwrap();
         d.buffer.fill(d.offset, g.layout(t).nbytes(), 0xFF).unwrap();
+    }
+    for (leaf, (_, bytes)) in leaves.iter().zip(inputs) {
+        g.set_bytes(*leaf, bytes).unwrap();
     }
     sched.compute(&g).unwrap();
     results
