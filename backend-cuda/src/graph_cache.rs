@@ -224,11 +224,7 @@ impl Hasher for WordHasher {
     }
 }
 
-/// True for nodes `compute` launches nothing for.
-pub fn is_skipped(graph: &Graph, node: TensorId) -> bool {
-    let t = graph.tensor(node);
-    t.op.is_view() || t.is_leaf() || t.nelements() == 0
-}
+pub use crate::dispatch::is_skipped;
 
 /// The device address of tensor `id`, or `None` when it is not in CUDA memory.
 fn device_address(graph: &Graph, id: TensorId) -> Option<u64> {

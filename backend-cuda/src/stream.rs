@@ -160,20 +160,7 @@ impl CudaBackend {
 
     /// Launches the kernels of `nodes` one by one.
     fn launch_nodes(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        for &node in nodes {
-            if graph_cache::is_skipped(graph, node) {
-                continue;
-            }
-            let t = graph.tensor(node);
-            dispatch::compute_node(self, graph, node).map_err(|e| match e {
-                ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
-                    backend,
-                    msg: format!("{} at node {}: {msg}", t.op.name(), t.name),
-                },
-                other => other,
-            })?;
-        }
-        Ok(())
+        dispatch::compute_nodes(self, graph, nodes)
     }
 
     /// Captures the launches of `nodes` into a CUDA graph (nothing runs). `None` when a launch
@@ -215,19 +202,15 @@ impl CudaBackend {
         }
     }
 
-    /// Queues `nodes` behind a hold kernel with a timing event after each, waits, and adds each
-    /// node's GPU time to the profile.
+    /// Queues `nodes` behind a hold kernel with a timing event after each launch (a node or a fused
+    /// chain), waits, and adds each launch's GPU time to the profile.
     fn launch_profiled(
         &self,
         graph: &Graph,
         nodes: &[TensorId],
         diagnostics: &Mutex<Diagnostics>,
     ) -> Result<()> {
-        let launched: Vec<TensorId> = nodes
-            .iter()
-            .copied()
-            .filter(|&n| !graph_cache::is_skipped(graph, n))
-            .collect();
+        let launched = dispatch::fusion_groups(graph, nodes);
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let cycles = profile::hold_cycles(launched.len());
         let mut hold = self.stream.launch_builder(self.kernels.get("k_hold")?);
@@ -237,15 +220,19 @@ impl CudaBackend {
             hold.launch(cudarc::driver::LaunchConfig::for_num_elems(1))
         })?;
         let mut events = vec![cu("record event", self.stream.record_event(timing))?];
-        for &node in &launched {
-            self.launch_nodes(graph, &[node])?;
+        for group in &launched {
+            self.launch_nodes(graph, group)?;
             events.push(cu("record event", self.stream.record_event(timing))?);
         }
         let mut d = diagnostics.lock();
-        for (i, &node) in launched.iter().enumerate() {
+        for (i, group) in launched.iter().enumerate() {
             let ms = cu("event elapsed", events[i].elapsed_ms(&events[i + 1]))?;
             let gpu = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
-            d.add_node(profile::node_label(graph, node), gpu);
+            let labels: Vec<String> = group
+                .iter()
+                .map(|&n| profile::node_label(graph, n))
+                .collect();
+            d.add_node(labels.join(" + "), gpu);
         }
         d.add_profiled_call();
         Ok(())

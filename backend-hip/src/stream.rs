@@ -281,20 +281,7 @@ impl Backend for HipBackend {
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         self.ctx().bind()?;
-        for &node in nodes {
-            let t = graph.tensor(node);
-            if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
-                continue;
-            }
-            dispatch::compute_node(self, graph, node).map_err(|e| match e {
-                ggml_core::Error::Backend { backend, msg } => ggml_core::Error::Backend {
-                    backend,
-                    msg: format!("{} at node {}: {msg}", t.op.name(), t.name),
-                },
-                other => other,
-            })?;
-        }
-        Ok(())
+        dispatch::compute_nodes(self, graph, nodes)
     }
     fn synchronize(&self) -> Result<()> {
         self.ctx().bind()?;

@@ -1,13 +1,17 @@
 //! Vendor-neutral kernel dispatch, shared by the CUDA and HIP backends (no CUDA type appears here):
 //! which kernel computes a graph node, its launch shape and its arguments in the order of the
 //! kernel's parameter list, the scratch it needs, and the BLAS calls of wide matrix products.
-//! [`compute_node`] drives a [`Runner`], which each backend implements by launching on its stream.
+//! [`compute_nodes`] (with its fusions) and [`compute_node`] drive a [`Runner`], which each backend
+//! implements by launching on its stream.
 
+mod fuse;
 mod gemm;
 mod gemv;
 mod ops;
+mod rows;
 mod table;
 
+pub use fuse::{compute_nodes, fusion_groups, is_skipped};
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
 pub use gemv::{GemvArgs, COLUMN_VARIANTS, MAX_COLUMNS, WEIGHT_TYPES};
 pub use ops::compute_node;
@@ -120,20 +124,28 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 20] = [
+pub const NAMED_KERNELS: [&str; 28] = [
     "k_unary",
+    "k_unary_rows",
     "k_binary",
+    "k_binary_rows",
     "k_glu",
+    "k_glu_rows",
     "k_add_id",
     "k_norm",
+    "k_norm_rows",
     "k_sum_rows",
     "k_soft_max",
     "k_rope",
+    "k_rope_rows",
     "k_cpy",
     "k_cpy_q",
     "k_cpy_blocks",
+    "k_cpy_rows",
     "k_get_rows",
+    "k_get_rows_rows",
     "k_set_rows",
+    "k_set_rows_rows",
     "k_set_rows_q",
     "k_concat",
     "k_argsort",

@@ -1,9 +1,13 @@
 //! Dispatch of one graph node to its kernel: operand descriptors, the op's parameters as kernel
-//! arguments, and the launch shape; matrix products go to [`super::gemv`] and [`super::gemm`].
+//! arguments, and the launch shape; the fast `_rows` kernels where [`super::rows`] takes the
+//! operands, the strided generic kernels otherwise; matrix products go to [`super::gemv`] and
+//! [`super::gemm`].
 
+use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
 use super::{args, gemm, gemv, supports, Launch, Runner, TDesc};
 use ggml_core::{
-    Error, GluOp, Graph, Op, Result, RopeMode, RopeParams, SortOrder, TensorId, UnaryOp,
+    DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
+    UnaryOp,
 };
 
 fn unary_code(u: UnaryOp) -> i32 {
@@ -55,6 +59,25 @@ fn attention_splits(rows: usize, n_kv: usize) -> (usize, usize) {
     (n_kv.div_ceil(per).max(1), per)
 }
 
+/// The operands of `k_cpy_rows` for a float copy from `s` (layout `sl`) to `d` (layout `dl`), if it
+/// takes them: rows of one shape, or both contiguous (then seen as one row each). Same-type copies
+/// of 16-bit floats stay byte copies (the generic kernel keeps NaN payloads).
+fn rows_copy(sl: &Layout, s: TDesc, dl: &Layout, d: TDesc) -> Option<(TDesc, TDesc)> {
+    if !all_rows(&[sl, dl]) || (sl.dtype == dl.dtype && sl.dtype != DType::F32) {
+        return None;
+    }
+    if sl.ne == dl.ne {
+        return Some((s, d));
+    }
+    if !(sl.is_contiguous() && dl.is_contiguous()) {
+        return None;
+    }
+    let n = dl.nelements();
+    let flat =
+        |x: TDesc, t: DType| -> Option<TDesc> { TDesc::contiguous(x.ptr, t, [n, 1, 1, 1]).ok() };
+    Some((flat(s, sl.dtype)?, flat(d, dl.dtype)?))
+}
+
 /// Computes `node` of `graph` through `r` (layout ops and leaves are skipped by the caller).
 pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()> {
     let t = graph.tensor(node);
@@ -78,6 +101,9 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
     let d = r.desc(graph, node)?;
     let n = t.nelements();
     let nrows = t.layout.nrows();
+    let dl = &t.layout;
+    let ne0 = dl.ne[0];
+    let same_shape = |i: usize| layouts[i].ne == dl.ne;
     let launch = match &t.op {
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
             return Ok(())
@@ -89,7 +115,13 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                 Op::Clamp { min, max } => (11, *min, *max),
                 _ => unreachable!("matched above"),
             };
-            Launch::elementwise("k_unary", n, args![src(0)?, d, op, p0, p1])
+            let a = src(0)?;
+            if all_rows(&[layouts[0], dl]) && same_shape(0) {
+                let v = vec_width(ne0, &[a, d]);
+                chunked("k_unary_rows", n, v, args![a, d, op, p0, p1])
+            } else {
+                Launch::elementwise("k_unary", n, args![a, d, op, p0, p1])
+            }
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             let op: i32 = match t.op {
@@ -98,7 +130,16 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                 Op::Mul => 2,
                 _ => 3,
             };
-            Launch::elementwise("k_binary", n, args![src(0)?, src(1)?, d, op])
+            let (a, b) = (src(0)?, src(1)?);
+            if all_rows(&[layouts[0], layouts[1], dl])
+                && same_shape(0)
+                && broadcasts_rows(layouts[1], dl)
+            {
+                let v = vec_width(ne0, &[a, b, d]);
+                chunked("k_binary_rows", n, v, args![a, b, d, op])
+            } else {
+                Launch::elementwise("k_binary", n, args![a, b, d, op])
+            }
         }
         Op::Glu { op, swapped } => {
             let fused = i32::from(t.src.len() == 1);
@@ -109,13 +150,35 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                 GluOp::GegluErf => (2, 0.0, 0.0),
                 GluOp::SwigluOai { alpha, limit } => (3, alpha, limit),
             };
-            let a = args![src(0)?, src(1)?, d, code, fused, swapped, alpha, limit];
-            Launch::elementwise("k_glu", n, a)
+            let (a, b) = (src(0)?, src(1)?);
+            let fast = if fused == 1 {
+                let l = layouts[0];
+                all_rows(&[l, dl]) && l.ne[0] == 2 * ne0 && l.ne[1..] == dl.ne[1..]
+            } else {
+                all_rows(&[layouts[0], layouts[1], dl]) && same_shape(0) && same_shape(1)
+            };
+            let ar = args![a, b, d, code, fused, swapped, alpha, limit];
+            if fast {
+                let v = vec_width(ne0, &[a, b, d]);
+                chunked("k_glu_rows", n, v, ar)
+            } else {
+                Launch::elementwise("k_glu", n, ar)
+            }
         }
         Op::AddId => Launch::elementwise("k_add_id", n, args![src(0)?, src(1)?, src(2)?, d]),
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let rms = i32::from(matches!(t.op, Op::RmsNorm { .. }));
-            Launch::rows("k_norm", nrows, 256, 0, args![src(0)?, d, *eps, rms])
+            let a = src(0)?;
+            if all_rows(&[layouts[0], dl])
+                && layouts[0].dtype == DType::F32
+                && dl.dtype == DType::F32
+            {
+                let v = vec_width(ne0, &[a, d]);
+                let x = TDesc::absent();
+                norm_launch(ne0, nrows, v, args![a, x, x, d, x, x, *eps, rms, 0i32])
+            } else {
+                Launch::rows("k_norm", nrows, 256, 0, args![a, d, *eps, rms])
+            }
         }
         Op::SumRows => Launch::rows("k_sum_rows", nrows, 256, 0, args![src(0)?, d]),
         Op::SoftMax { scale, max_bias } => {
@@ -154,7 +217,12 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                 corr0,
                 corr1
             ];
-            Launch::elementwise("k_rope", n, a)
+            if all_rows(&[layouts[0], dl]) && same_shape(0) && p.n_dims % 2 == 0 && p.n_dims <= ne0
+            {
+                Launch::elementwise("k_rope_rows", n - nrows * (p.n_dims / 2), a)
+            } else {
+                Launch::elementwise("k_rope", n, a)
+            }
         }
         Op::Cpy | Op::Cont => {
             let s = src(0)?;
@@ -164,15 +232,30 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                 Launch::elementwise("k_cpy_blocks", n / st.block_size(), args![s, d, ts])
             } else if t.layout.dtype.is_quantized() {
                 Launch::elementwise("k_cpy_q", n / 32, args![s, d])
+            } else if let Some((s, d)) = rows_copy(graph.layout(t.src[0]), s, dl, d) {
+                let v = vec_width(s.ne[0] as usize, &[s, d]);
+                chunked("k_cpy_rows", n, v, args![s, d])
             } else {
                 Launch::elementwise("k_cpy", n, args![s, d])
             }
         }
-        Op::GetRows => Launch::elementwise("k_get_rows", n, args![src(0)?, src(1)?, d]),
+        Op::GetRows => {
+            let (a, ids) = (src(0)?, src(1)?);
+            if all_rows(&[layouts[0], dl]) && dl.dtype == DType::F32 {
+                let v = vec_width(ne0, &[a, d]);
+                chunked("k_get_rows_rows", n, v, args![a, ids, d])
+            } else {
+                Launch::elementwise("k_get_rows", n, args![a, ids, d])
+            }
+        }
         Op::SetRows => {
             let sn = graph.layout(t.src[1]).nelements();
-            let a = args![d, src(1)?, src(2)?];
-            if t.layout.dtype.is_quantized() {
+            let (s, ids) = (src(1)?, src(2)?);
+            let a = args![d, s, ids];
+            if all_rows(&[layouts[1], dl]) {
+                let v = vec_width(ne0, &[s, d]);
+                chunked("k_set_rows_rows", sn, v, a)
+            } else if t.layout.dtype.is_quantized() {
                 Launch::elementwise("k_set_rows_q", sn / 32, a)
             } else {
                 Launch::elementwise("k_set_rows", sn, a)

@@ -1,8 +1,8 @@
 // Stand-in for what hiprtc provides to every program without headers, on top of clang's own
 // hiprtc-mode wrapper (`-D__HIPCC_RTC__ -include __clang_hip_runtime_wrapper.h`, which brings the
-// attributes and the math functions): built-in variables, barriers, shuffles, bit casts, atomics,
-// launch bounds and vector types. Used only by the clang syntax check (tests/clang_syntax.rs);
-// ROCm's real definitions differ in detail, not in what they accept.
+// attributes and the math functions): built-in variables, barriers, shuffles, bit casts, the
+// cycle counter, atomics, launch bounds and vector types. Used only by the clang syntax check
+// (tests/clang_syntax.rs); ROCm's real definitions differ in detail, not in what they accept.
 #define __forceinline__ inline __attribute__((always_inline))
 static constexpr int warpSize = __AMDGCN_WAVEFRONT_SIZE;
 
@@ -33,6 +33,8 @@ __device__ inline int __float_as_int(float x) { return __builtin_bit_cast(int, x
 __device__ inline unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
 
 __device__ inline int __float2int_rn(float x) { return (int)__builtin_rintf(x); }
+
+__device__ inline long long clock64() { return (long long)__builtin_readcyclecounter(); }
 
 __device__ inline int __lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 

@@ -195,3 +195,91 @@ extern "C" __global__ void k_hold(u64 cycles) {
     while ((u64)(clock64() - t0) < cycles) {
     }
 }
+
+// Row-contiguous access for the fast paths (the host checks that every row is contiguous, that
+// the element counts fit 32 bits, and for V = 4 that rows start 4-element aligned): V elements
+// k..k+V-1 of a row of a float type, loaded or stored with one vector access.
+template <int V> __device__ __forceinline__ void ld_row(const u8* row, int type, u32 k, float* v) {
+    if (type == T_F32) {
+        if constexpr (V == 4) {
+            float4 t = *(const float4*)(row + 4 * (u64)k);
+            v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+        } else {
+            v[0] = *(const float*)(row + 4 * (u64)k);
+        }
+        return;
+    }
+    u16 h[V];
+    if constexpr (V == 4) {
+        uint2 t = *(const uint2*)(row + 2 * (u64)k);
+        h[0] = (u16)t.x; h[1] = (u16)(t.x >> 16); h[2] = (u16)t.y; h[3] = (u16)(t.y >> 16);
+    } else {
+        h[0] = ld16(row + 2 * (u64)k);
+    }
+    for (int j = 0; j < V; j++) v[j] = type == T_F16 ? h2f(h[j]) : bf2f(h[j]);
+}
+
+template <int V> __device__ __forceinline__ void st_row(u8* row, int type, u32 k, const float* v) {
+    if (type == T_F32) {
+        if constexpr (V == 4) {
+            *(float4*)(row + 4 * (u64)k) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            *(float*)(row + 4 * (u64)k) = v[0];
+        }
+        return;
+    }
+    u16 h[V];
+    for (int j = 0; j < V; j++) h[j] = type == T_F16 ? f2h(v[j]) : f2bf(v[j]);
+    if constexpr (V == 4) {
+        *(uint2*)(row + 2 * (u64)k) = make_uint2(h[0] | ((u32)h[1] << 16), h[2] | ((u32)h[3] << 16));
+    } else {
+        *(u16*)(row + 2 * (u64)k) = h[0];
+    }
+}
+
+// Start of row i = (i1, i2, i3) of t.
+__device__ __forceinline__ u8* row_at(const TD& t, const u32* i) {
+    return (u8*)t.ptr + (i64)i[0] * t.nb[1] + (i64)i[1] * t.nb[2] + (i64)i[2] * t.nb[3];
+}
+
+// Start of row i of t broadcast over the axes where t is shorter (ggml's repeat rule).
+__device__ __forceinline__ u8* row_bcast(const TD& t, const u32* i) {
+    return (u8*)t.ptr + (i64)(i[0] % (u32)t.ne[1]) * t.nb[1] + (i64)(i[1] % (u32)t.ne[2]) * t.nb[2] +
+           (i64)(i[2] % (u32)t.ne[3]) * t.nb[3];
+}
+
+// Row r of the rows of shape (ne1, ne2, ...) as its three indices, in 32-bit arithmetic.
+__device__ __forceinline__ void row_index(u32 r, u32 ne1, u32 ne2, u32* i) {
+    i[0] = r % ne1;
+    r /= ne1;
+    i[1] = r % ne2;
+    i[2] = r / ne2;
+}
+
+// Rows of t (fewer than 2^31 on the fast paths).
+__device__ __forceinline__ u32 nrows32(const TD& t) { return (u32)(t.ne[1] * t.ne[2] * t.ne[3]); }
+
+// The fast paths' grid-stride loop over chunks (fewer than 2^31; the grid has at most 2^28 threads).
+#define CHUNK_LOOP(c, n) for (u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < (n); c += gridDim.x * blockDim.x)
+
+// Chunk c of the rows of d cut into `cpr` chunks each: sets its row i, returns its index in the row.
+__device__ __forceinline__ u32 chunk_row(u32 c, u32 cpr, const TD& d, u32* i) {
+    u32 r = c / cpr;
+    row_index(r, (u32)d.ne[1], (u32)d.ne[2], i);
+    return c - r * cpr;
+}
+
+// Sum over the threads of one row: `tpr` consecutive threads of the block (a power of two, at
+// least 32 and at most blockDim.x); every thread of the row gets the result.
+__device__ double row_sum(double v, int tpr) {
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += WARP_SHFL_XOR(v, o);
+    if (tpr == 32) return v;
+    int w = threadIdx.x / 32, first = (threadIdx.x / tpr) * (tpr / 32);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) part[w] = v;
+    __syncthreads();
+    double t = 0;
+    for (int k = 0; k < tpr / 32; k++) t += part[first + k];
+    return t;
+}

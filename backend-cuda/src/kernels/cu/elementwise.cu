@@ -1,6 +1,8 @@
 // Element-wise kernels: unary functions, scale and clamp (k_unary), broadcasting binary ops
 // (k_binary), gated linear units (k_glu) and per-expert bias (k_add_id). One thread per result
-// element; every operand is read through its strides, so non-contiguous views work.
+// element; every operand is read through its strides, so non-contiguous views work. The `_rows`
+// variants are the fast paths for row-contiguous float operands: one thread per chunk of 1 or 4
+// elements of a row (`vec`), 32-bit index arithmetic, vector loads and stores.
 
 #define U_SILU 0
 #define U_GELU 1
@@ -48,6 +50,10 @@ extern "C" __global__ void k_unary(TD a, TD d, int op, float p0, float p1) {
     }
 }
 
+__device__ __forceinline__ float binary_fn(int op, float x, float y) {
+    return op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
+}
+
 extern "C" __global__ void k_binary(TD a, TD b, TD d, int op) {
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
@@ -55,8 +61,7 @@ extern "C" __global__ void k_binary(TD a, TD b, TD d, int op) {
         unravel(l, d.ne, i);
         float x = load(a, i[0], i[1], i[2], i[3]);
         float y = load(b, i[0] % b.ne[0], i[1] % b.ne[1], i[2] % b.ne[2], i[3] % b.ne[3]);
-        float r = op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
-        store(d, i[0], i[1], i[2], i[3], r);
+        store(d, i[0], i[1], i[2], i[3], binary_fn(op, x, y));
     }
 }
 
@@ -64,6 +69,17 @@ extern "C" __global__ void k_binary(TD a, TD b, TD d, int op) {
 #define G_GEGLU 1
 #define G_GEGLU_ERF 2
 #define G_SWIGLU_OAI 3
+
+__device__ __forceinline__ float glu_fn(int op, float g, float u, float alpha, float limit) {
+    switch (op) {
+    case G_SWIGLU: return g / (1.0f + expf(-g)) * u;
+    case G_GEGLU: return gelu_tanh(g) * u;
+    case G_GEGLU_ERF: return gelu_erf(g) * u;
+    }
+    float gg = fminf(g, limit);
+    float uu = fminf(fmaxf(u, -limit), limit);
+    return gg * sigmoid(alpha * gg) * (uu + 1.0f);
+}
 
 extern "C" __global__ void k_glu(TD a, TD b, TD d, int op, int fused, int swapped, float alpha, float limit) {
     i64 n = nelem(d);
@@ -81,18 +97,7 @@ extern "C" __global__ void k_glu(TD a, TD b, TD d, int op, int fused, int swappe
             g = load(a, i[0], i[1], i[2], i[3]);
             u = load(b, i[0], i[1], i[2], i[3]);
         }
-        float r;
-        switch (op) {
-        case G_SWIGLU: r = g / (1.0f + expf(-g)) * u; break;
-        case G_GEGLU: r = gelu_tanh(g) * u; break;
-        case G_GEGLU_ERF: r = gelu_erf(g) * u; break;
-        default: {
-            float gg = fminf(g, limit);
-            float uu = fminf(fmaxf(u, -limit), limit);
-            r = gg * sigmoid(alpha * gg) * (uu + 1.0f);
-        }
-        }
-        store(d, i[0], i[1], i[2], i[3], r);
+        store(d, i[0], i[1], i[2], i[3], glu_fn(op, g, u, alpha, limit));
     }
 }
 
@@ -105,4 +110,67 @@ extern "C" __global__ void k_add_id(TD a, TD b, TD ids, TD d) {
         float y = (e >= 0 && e < b.ne[1]) ? load(b, i[0], e, 0, 0) : __int_as_float(0x7fc00000);
         store(d, i[0], i[1], i[2], i[3], load(a, i[0], i[1], i[2], i[3]) + y);
     }
+}
+
+template <int V> __device__ void unary_rows(const TD& a, const TD& d, int op, float p0, float p1) {
+    const u32 cpr = (u32)d.ne[0] / V;
+    CHUNK_LOOP(c, cpr * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, d, i) * V;
+        float v[V];
+        ld_row<V>(row_at(a, i), a.type, k, v);
+        for (int j = 0; j < V; j++) v[j] = unary_fn(op, v[j], p0, p1);
+        st_row<V>(row_at(d, i), d.type, k, v);
+    }
+}
+
+extern "C" __global__ void k_unary_rows(TD a, TD d, int op, float p0, float p1, int vec) {
+    if (vec == 4) unary_rows<4>(a, d, op, p0, p1);
+    else unary_rows<1>(a, d, op, p0, p1);
+}
+
+// b's rows are as long as d's and broadcast over d's rows.
+template <int V> __device__ void binary_rows(const TD& a, const TD& b, const TD& d, int op) {
+    const u32 cpr = (u32)d.ne[0] / V;
+    CHUNK_LOOP(c, cpr * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, d, i) * V;
+        float x[V], y[V];
+        ld_row<V>(row_at(a, i), a.type, k, x);
+        ld_row<V>(row_bcast(b, i), b.type, k, y);
+        for (int j = 0; j < V; j++) x[j] = binary_fn(op, x[j], y[j]);
+        st_row<V>(row_at(d, i), d.type, k, x);
+    }
+}
+
+extern "C" __global__ void k_binary_rows(TD a, TD b, TD d, int op, int vec) {
+    if (vec == 4) binary_rows<4>(a, b, d, op);
+    else binary_rows<1>(a, b, d, op);
+}
+
+template <int V>
+__device__ void glu_rows(const TD& a, const TD& b, const TD& d, int op, int fused, int swapped, float alpha,
+                         float limit) {
+    const u32 n0 = (u32)d.ne[0], cpr = n0 / V;
+    CHUNK_LOOP(c, cpr * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, d, i) * V;
+        float g[V], u[V];
+        if (fused) {
+            const u8* row = row_at(a, i);
+            ld_row<V>(row, a.type, swapped ? k + n0 : k, g);
+            ld_row<V>(row, a.type, swapped ? k : k + n0, u);
+        } else {
+            ld_row<V>(row_at(a, i), a.type, k, g);
+            ld_row<V>(row_at(b, i), b.type, k, u);
+        }
+        for (int j = 0; j < V; j++) g[j] = glu_fn(op, g[j], u[j], alpha, limit);
+        st_row<V>(row_at(d, i), d.type, k, g);
+    }
+}
+
+extern "C" __global__ void k_glu_rows(TD a, TD b, TD d, int op, int fused, int swapped, float alpha, float limit,
+                                      int vec) {
+    if (vec == 4) glu_rows<4>(a, b, d, op, fused, swapped, alpha, limit);
+    else glu_rows<1>(a, b, d, op, fused, swapped, alpha, limit);
 }

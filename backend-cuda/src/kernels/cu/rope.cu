@@ -1,10 +1,36 @@
 // Rotary embedding (ggml's rope_ext): Normal (adjacent pairs) and NeoX (halves) layouts, partial
-// rotation, frequency factors and YaRN (ramp mix and magnitude scaling). One thread per element;
-// the YaRN correction dims are computed on the host.
+// rotation, frequency factors and YaRN (ramp mix and magnitude scaling). k_rope: one thread per
+// element through the strides; k_rope_rows, the fast path for row-contiguous float rows: one thread
+// per rotated pair (or per element past n_dims), 32-bit index arithmetic. The YaRN correction dims
+// are computed on the host.
+
+struct RopeArgs {
+    int n_dims, neox, has_ff;
+    float freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1;
+};
+
+// Cosine and sine (scaled) of the rotation of pair k at position p.
+__device__ __forceinline__ void rope_cs(const RopeArgs& ra, const TD& ff, i64 k, float p, float* c, float* s) {
+    float theta_scale = powf(ra.freq_base, -2.0f / ra.n_dims);
+    float theta_extrap = p * powf(theta_scale, (float)k);
+    if (ra.has_ff) theta_extrap /= *(const float*)(ff.ptr + k * ff.nb[0]);
+    float theta_interp = ra.freq_scale * theta_extrap;
+    float theta = theta_interp;
+    float mscale = ra.attn_factor;
+    if (ra.ext_factor != 0.0f) {
+        float y = ((float)k - ra.corr0) / fmaxf(0.001f, ra.corr1 - ra.corr0);
+        float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ra.ext_factor;
+        theta = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
+        mscale *= 1.0f + 0.1f * logf(1.0f / ra.freq_scale);
+    }
+    *c = cosf(theta) * mscale;
+    *s = sinf(theta) * mscale;
+}
 
 extern "C" __global__ void k_rope(TD a, TD pos, TD ff, TD d, int n_dims, int neox, int has_ff,
                                   float freq_base, float freq_scale, float ext_factor, float attn_factor,
                                   float corr0, float corr1) {
+    const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -25,22 +51,37 @@ extern "C" __global__ void k_rope(TD a, TD pos, TD ff, TD d, int n_dims, int neo
             first = 2 * k;
             second = 2 * k + 1;
         }
-        float p = (float)load_i32(pos, i[2], 0, 0, 0);
-        float theta_scale = powf(freq_base, -2.0f / n_dims);
-        float theta_extrap = p * powf(theta_scale, (float)k);
-        if (has_ff) theta_extrap /= load(ff, k, 0, 0, 0);
-        float theta_interp = freq_scale * theta_extrap;
-        float theta = theta_interp;
-        float mscale = attn_factor;
-        if (ext_factor != 0.0f) {
-            float y = ((float)k - corr0) / fmaxf(0.001f, corr1 - corr0);
-            float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
-            theta = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
-            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
-        }
-        float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
+        float c, s;
+        rope_cs(ra, ff, k, (float)load_i32(pos, i[2], 0, 0, 0), &c, &s);
         float x0 = load(a, first, i[1], i[2], i[3]);
         float x1 = load(a, second, i[1], i[2], i[3]);
         store(d, i0, i[1], i[2], i[3], i0 == first ? x0 * c - x1 * s : x0 * s + x1 * c);
+    }
+}
+
+extern "C" __global__ void k_rope_rows(TD a, TD pos, TD ff, TD d, int n_dims, int neox, int has_ff,
+                                       float freq_base, float freq_scale, float ext_factor, float attn_factor,
+                                       float corr0, float corr1) {
+    const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
+    const u32 h = (u32)n_dims / 2, per_row = (u32)d.ne[0] - h;
+    CHUNK_LOOP(c, per_row * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, per_row, d, i);
+        const u8* src = row_at(a, i);
+        u8* dst = row_at(d, i);
+        float x[2];
+        if (k >= h) {
+            ld_row<1>(src, a.type, k + h, x);
+            st_row<1>(dst, d.type, k + h, x);
+            continue;
+        }
+        u32 first = neox ? k : 2 * k, second = neox ? k + h : 2 * k + 1;
+        float cs, sn;
+        rope_cs(ra, ff, k, (float)*(const int*)(pos.ptr + (i64)i[1] * pos.nb[0]), &cs, &sn);
+        ld_row<1>(src, a.type, first, x);
+        ld_row<1>(src, a.type, second, x + 1);
+        float y[2] = {x[0] * cs - x[1] * sn, x[0] * sn + x[1] * cs};
+        st_row<1>(dst, d.type, first, y);
+        st_row<1>(dst, d.type, second, y + 1);
     }
 }

@@ -1,6 +1,8 @@
 // Copies and row gathers: cpy/cont between any layouts and types (k_cpy; k_cpy_q quantizes to
 // Q8_0/Q4_0 with ggml's reference quantizers), get_rows, set_rows (k_set_rows, k_set_rows_q) and
 // concat. Element order follows ggml: the i-th element of the source goes to the i-th of the result.
+// The `_rows` kernels are the fast paths for row-contiguous float rows (see ld_row): one thread per
+// chunk of 1 or 4 elements (`vec`), 32-bit index arithmetic.
 
 // Quantizes 32 values into the block at b (Q8_0 or Q4_0), as quantize_row_*_ref.
 __device__ void quantize_block(const float* x, u8* b, int type) {
@@ -129,4 +131,68 @@ extern "C" __global__ void k_concat(TD a, TD b, TD d, int dim) {
             xfer(b, j[0], j[1], j[2], j[3], d, i[0], i[1], i[2], i[3]);
         }
     }
+}
+
+// Float copy between row-contiguous tensors of one shape.
+template <int V> __device__ void cpy_rows(const TD& s, const TD& d) {
+    const u32 cpr = (u32)d.ne[0] / V;
+    CHUNK_LOOP(c, cpr * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, d, i) * V;
+        float v[V];
+        ld_row<V>(row_at(s, i), s.type, k, v);
+        st_row<V>(row_at(d, i), d.type, k, v);
+    }
+}
+
+extern "C" __global__ void k_cpy_rows(TD s, TD d, int vec) {
+    if (vec == 4) cpy_rows<4>(s, d);
+    else cpy_rows<1>(s, d);
+}
+
+// Element (i0, i1, i2) of an I32 tensor, broadcast over its axes 1 and 2.
+__device__ __forceinline__ int id_at(const TD& ids, u32 i0, u32 i1, u32 i2) {
+    return *(const int*)(ids.ptr + (i64)i0 * ids.nb[0] + (i64)(i1 % (u32)ids.ne[1]) * ids.nb[1] +
+                         (i64)(i2 % (u32)ids.ne[2]) * ids.nb[2]);
+}
+
+template <int V> __device__ void get_rows_rows(const TD& t, const TD& ids, const TD& d) {
+    const u32 cpr = (u32)d.ne[0] / V;
+    CHUNK_LOOP(c, cpr * nrows32(d)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, d, i) * V;
+        int row = id_at(ids, i[0], i[1], i[2]);
+        float v[V];
+        if (row < 0 || row >= t.ne[1]) {
+            for (int j = 0; j < V; j++) v[j] = __int_as_float(0x7fc00000);
+        } else {
+            u32 at[3] = {(u32)row, i[1], i[2]};
+            ld_row<V>(row_at(t, at), t.type, k, v);
+        }
+        st_row<V>(row_at(d, i), d.type, k, v);
+    }
+}
+
+extern "C" __global__ void k_get_rows_rows(TD t, TD ids, TD d, int vec) {
+    if (vec == 4) get_rows_rows<4>(t, ids, d);
+    else get_rows_rows<1>(t, ids, d);
+}
+
+template <int V> __device__ void set_rows_rows(const TD& d, const TD& s, const TD& ids) {
+    const u32 cpr = (u32)s.ne[0] / V;
+    CHUNK_LOOP(c, cpr * nrows32(s)) {
+        u32 i[3];
+        u32 k = chunk_row(c, cpr, s, i) * V;
+        int row = id_at(ids, i[0], i[1], i[2]);
+        if (row < 0 || row >= d.ne[1]) continue;
+        float v[V];
+        ld_row<V>(row_at(s, i), s.type, k, v);
+        u32 at[3] = {(u32)row, i[1], i[2]};
+        st_row<V>(row_at(d, at), d.type, k, v);
+    }
+}
+
+extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
+    if (vec == 4) set_rows_rows<4>(d, s, ids);
+    else set_rows_rows<1>(d, s, ids);
 }
