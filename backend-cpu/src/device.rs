@@ -134,6 +134,7 @@ impl Device for CpuDevice {
         MemoryInfo {
             free: total.saturating_sub(self.account.used()),
             total,
+            allocated: Some(self.account.used()),
         }
     }
     fn caps(&self) -> DeviceCaps {

@@ -132,7 +132,11 @@ impl Device for CudaDevice {
             .bind_to_thread()
             .and_then(|_| cudarc::driver::result::mem_get_info());
         match info {
-            Ok((free, total)) => MemoryInfo { free, total },
+            Ok((free, total)) => MemoryInfo {
+                free,
+                total,
+                allocated: Some(crate::memory::allocated_on(self.ordinal())),
+            },
             Err(_) => MemoryInfo::default(),
         }
     }

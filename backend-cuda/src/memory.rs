@@ -11,7 +11,28 @@ use ggml_core::{Buffer, BufferType, Error, Result};
 use parking_lot::{Mutex, MutexGuard};
 use std::any::Any;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Bytes of live [`CudaBuffer`]s per device ordinal (devices past the table are not counted).
+static ALLOCATED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+
+/// Bytes of live [`CudaBuffer`]s on device `ordinal`.
+pub fn allocated_on(ordinal: usize) -> usize {
+    ALLOCATED
+        .get(ordinal)
+        .map_or(0, |a| a.load(Ordering::Relaxed))
+}
+
+fn count_allocation(ordinal: usize, bytes: isize) {
+    if let Some(a) = ALLOCATED.get(ordinal) {
+        if bytes >= 0 {
+            a.fetch_add(bytes as usize, Ordering::Relaxed);
+        } else {
+            a.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+}
 
 /// Held while a stream captures a CUDA graph. `cuCtxSynchronize` fails while any stream of the
 /// context is capturing, even a stream captured by another thread (another session on the same
@@ -94,6 +115,7 @@ impl CudaBuffer {
             ctx,
             device,
         };
+        count_allocation(b.ordinal(), size as isize);
         b.fill(0, size, 0)?;
         Ok(b)
     }
@@ -124,7 +146,9 @@ impl Drop for CudaBuffer {
     fn drop(&mut self) {
         if self.size > 0 && self.quiesce().is_ok() {
             // SAFETY: allocated in `new`, freed once; no queued work uses it after the synchronize.
-            let _ = unsafe { result::free_sync(self.ptr) };
+            if unsafe { result::free_sync(self.ptr) }.is_ok() {
+                count_allocation(self.ordinal(), -(self.size as isize));
+            }
         }
     }
 }

@@ -213,7 +213,11 @@ impl Device for HipDevice {
             // SAFETY: writes two sizes for the current device.
             && unsafe { (hip.hipMemGetInfo)(&mut free, &mut total) } == hip::SUCCESS;
         if ok {
-            MemoryInfo { free, total }
+            MemoryInfo {
+                free,
+                total,
+                allocated: None,
+            }
         } else {
             MemoryInfo::default()
         }

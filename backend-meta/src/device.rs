@@ -281,6 +281,10 @@ impl Device for MetaDevice {
             .fold(MemoryInfo::default(), |a, m| MemoryInfo {
                 free: a.free + m.free,
                 total: a.total + m.total,
+                allocated: match (a.allocated, m.allocated) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    (x, y) => x.or(y),
+                },
             })
     }
     fn caps(&self) -> DeviceCaps {

@@ -82,6 +82,7 @@ impl Device for VulkanDevice {
         MemoryInfo {
             free: total.saturating_sub(self.ctx.used()),
             total,
+            allocated: Some(self.ctx.used()),
         }
     }
     fn caps(&self) -> DeviceCaps {

@@ -19,11 +19,15 @@ pub enum DeviceKind {
     Meta,
 }
 
-/// Free and total memory in bytes.
+/// Free and total memory in bytes, and what this process holds in the backend's buffers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryInfo {
     pub free: usize,
     pub total: usize,
+    /// Bytes of live buffers (weights, caches, compute and scratch) this process allocated on the
+    /// device, where the backend counts them; `total - free` also holds the driver's and
+    /// libraries' own memory (contexts, communicators).
+    pub allocated: Option<usize>,
 }
 
 /// Optional capabilities of a device.

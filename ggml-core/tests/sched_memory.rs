@@ -27,6 +27,7 @@ impl Device for PlanOnlyDevice {
         MemoryInfo {
             free: 1 << 30,
             total: 1 << 30,
+            allocated: None,
         }
     }
     fn caps(&self) -> DeviceCaps {

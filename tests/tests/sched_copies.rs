@@ -72,6 +72,7 @@ impl Device for Accel {
         MemoryInfo {
             free: 1 << 30,
             total: 1 << 30,
+            allocated: None,
         }
     }
     fn caps(&self) -> DeviceCaps {

@@ -83,10 +83,15 @@ fn report_memory(l: &Loaded) {
         .iter()
         .map(|d| {
             let m = d.memory();
+            let mib = |b: usize| b as f64 / (1 << 20) as f64;
+            let held = m
+                .allocated
+                .map(|a| format!(" ({:.1} MiB in ggml-tp buffers)", mib(a)))
+                .unwrap_or_default();
             format!(
-                "{} {:.1} MiB",
+                "{} {:.1} MiB{held}",
                 d.name(),
-                (m.total - m.free.min(m.total)) as f64 / (1 << 20) as f64
+                mib(m.total - m.free.min(m.total))
             )
         })
         .collect();
