@@ -226,6 +226,32 @@ impl Hasher for WordHasher {
 
 pub use crate::dispatch::is_skipped;
 
+/// Launched nodes per captured graph: a long call is captured as several graphs, so the device
+/// starts on the first while the host still launches the next (launching a graph costs the host
+/// time per node).
+pub const NODES_PER_GRAPH: usize = 128;
+
+/// `nodes` cut into runs of at most `per_graph` launched nodes each (the nodes that launch nothing
+/// go with the run before them).
+pub fn runs<'a>(graph: &Graph, nodes: &'a [TensorId], per_graph: usize) -> Vec<&'a [TensorId]> {
+    let mut runs = Vec::new();
+    let (mut start, mut launched) = (0, 0);
+    for (i, &n) in nodes.iter().enumerate() {
+        if is_skipped(graph, n) {
+            continue;
+        }
+        if launched == per_graph {
+            runs.push(&nodes[start..i]);
+            (start, launched) = (i, 0);
+        }
+        launched += 1;
+    }
+    if start < nodes.len() {
+        runs.push(&nodes[start..]);
+    }
+    runs
+}
+
 /// The device address of tensor `id`, or `None` when it is not in CUDA memory.
 fn device_address(graph: &Graph, id: TensorId) -> Option<u64> {
     let d = graph.data(id).ok()?;
@@ -284,6 +310,31 @@ mod tests {
         assert_eq!(c.entries.len(), MAX_ENTRIES);
         assert!(c.entries.contains_key(&0), "recently used");
         assert!(!c.entries.contains_key(&1), "least recently used");
+    }
+
+    #[test]
+    fn runs_hold_at_most_the_launched_nodes_asked_for() {
+        use ggml_core::DType;
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[8]).unwrap();
+        let mut nodes = vec![a];
+        let mut x = a;
+        for i in 0..7 {
+            x = g.silu(x).unwrap();
+            nodes.push(x);
+            if i % 3 == 0 {
+                x = g.reshape(x, &[2, 4]).unwrap();
+                nodes.push(x);
+            }
+        }
+        let runs = runs(&g, &nodes, 3);
+        let launched: Vec<usize> = runs
+            .iter()
+            .map(|r| r.iter().filter(|&&n| !is_skipped(&g, n)).count())
+            .collect();
+        assert_eq!(launched, [3, 3, 1]);
+        assert_eq!(runs.concat(), nodes, "every node once, in order");
+        assert!(super::runs(&g, &[], 3).is_empty());
     }
 
     #[test]

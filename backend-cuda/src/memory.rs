@@ -1,7 +1,8 @@
 //! Memory of the CUDA devices: [`CudaBuffer`] (device memory from `cuMemAlloc`; `set`/`get`/`fill`
 //! wait for the device's queued work, then copy and wait for the copy, bounds-checked) with its allocator
 //! [`CudaBufferType`], and [`PinnedBuffer`] / [`PinnedBufferType`] (page-locked host memory for fast
-//! transfers). Context-wide waits are serialized with stream capture ([`CaptureGuard`]).
+//! transfers; mid-sized reads go through one as a bounce buffer). Context-wide waits are serialized
+//! with stream capture ([`CaptureGuard`]). Live device bytes are counted per device.
 
 use crate::{cu, err};
 use cudarc::driver::{result, sys, CudaContext};
@@ -13,6 +14,14 @@ use std::any::Any;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Reads from device memory of these sizes go through a page-locked bounce buffer: a copy into
+/// pageable memory is several times slower (the logits of a decode step are ~0.5 MB).
+const STAGED_MIN: usize = 64 << 10;
+const STAGED_MAX: usize = 64 << 20;
+
+/// The process's bounce buffer of [`CudaBuffer::get`] (portable: any device copies into it).
+static STAGING: Mutex<Option<PinnedBuffer>> = parking_lot::const_mutex(None);
 
 /// Bytes of live [`CudaBuffer`]s per device ordinal (devices past the table are not counted).
 static ALLOCATED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
@@ -183,10 +192,24 @@ impl Buffer for CudaBuffer {
             return Ok(());
         }
         self.quiesce()?;
+        let src = self.ptr + offset as u64;
+        if (STAGED_MIN..=STAGED_MAX).contains(&out.len()) {
+            let mut staging = STAGING.lock();
+            let fits = staging.as_ref().is_some_and(|s| s.size >= out.len());
+            if !fits {
+                *staging = None;
+                *staging = Some(PinnedBuffer::new(self.ctx.clone(), out.len().next_power_of_two())?);
+            }
+            let pinned = staging.as_ref().expect("staging set above");
+            // SAFETY: the pinned buffer holds at least `out.len()` bytes and is only used under the
+            // lock; the range lies inside the allocation.
+            let bounce = unsafe { std::slice::from_raw_parts_mut(pinned.ptr, out.len()) };
+            cu("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(bounce, src) })?;
+            out.copy_from_slice(bounce);
+            return Ok(());
+        }
         // SAFETY: the range lies inside the allocation.
-        cu("cuMemcpyDtoH", unsafe {
-            result::memcpy_dtoh_sync(out, self.ptr + offset as u64)
-        })
+        cu("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(out, src) })
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         check_range(offset, len, self.size)?;

@@ -178,6 +178,14 @@ impl CudaBackend {
         }
     }
 
+    /// Queues `nodes` through the graph cache, a graph per run of
+    /// [`graph_cache::NODES_PER_GRAPH`] launched nodes.
+    fn compute_in_runs(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        graph_cache::runs(graph, nodes, graph_cache::NODES_PER_GRAPH)
+            .into_iter()
+            .try_for_each(|run| self.compute_through_graphs(graph, run))
+    }
+
     /// Queues `nodes` through the graph cache.
     fn compute_through_graphs(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let mut cache = self.graphs.lock();
@@ -381,11 +389,11 @@ impl Backend for CudaBackend {
             Some(d) if self.profiling => self.launch_profiled(graph, nodes, d),
             Some(d) => {
                 let start = Instant::now();
-                let r = self.compute_through_graphs(graph, nodes);
+                let r = self.compute_in_runs(graph, nodes);
                 d.lock().add_compute(start.elapsed());
                 r
             }
-            None => self.compute_through_graphs(graph, nodes),
+            None => self.compute_in_runs(graph, nodes),
         }
     }
     fn synchronize(&self) -> Result<()> {
