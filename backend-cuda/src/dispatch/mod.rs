@@ -120,7 +120,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 20] = [
+pub const NAMED_KERNELS: [&str; 21] = [
     "k_unary",
     "k_binary",
     "k_glu",
@@ -140,6 +140,7 @@ pub const NAMED_KERNELS: [&str; 20] = [
     "k_flash_attn",
     "k_flash_attn_combine",
     "k_quantize_q8",
+    "k_f16_from_f32",
     "k_hold",
 ];
 

@@ -1,5 +1,5 @@
 // Whole-unit decoders of weight rows stored in their own format, shared by the GEMV kernels and the
-// F16 dequantizer: a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
+// F16 dequantizer (plus the F32 to F16 conversion of GEMM activations): a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
 // (for dp4a against 8-bit activations) with a scale for the first and second 16 (Q6_K has two) and
 // an offset per unit of activation sum; a float unit is 8 weights. Loads are as wide as the block's
 // alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats).
@@ -186,37 +186,72 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
     }
 }
 
+// Contiguous F32 activations to contiguous F16 (GEMM operands): four values per thread with
+// 16-byte loads and 8-byte stores when both ends allow, else one.
+extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) {
+    const i64 n = (i64)count;
+    const float* x = (const float*)src;
+    u16* y = (u16*)dst;
+    if (((src | dst) & 15) == 0) {
+        const i64 n4 = n / 4;
+        GRID_LOOP(i, n4) {
+            const float4 v = ((const float4*)x)[i];
+            ((uint2*)y)[i] = make_uint2((u32)f2h(v.x) | ((u32)f2h(v.y) << 16), (u32)f2h(v.z) | ((u32)f2h(v.w) << 16));
+        }
+        GRID_LOOP(i, n - 4 * n4) y[4 * n4 + i] = f2h(x[4 * n4 + i]);
+    } else {
+        GRID_LOOP(i, n) y[i] = f2h(x[i]);
+    }
+}
+
+// Threads of a dequantizer block (one unit of 32 weights each).
+#define DQ_THREADS 128
+
 // Quantized weights [K, M, A2, A3] (rows contiguous, any row and batch strides) to contiguous F16:
-// one thread per unit of 32.
+// one thread per unit of 32, whose 64 bytes of output go through shared memory so that the block
+// writes its units' contiguous output with coalesced 16-byte stores.
 template <int T>
 __device__ void dequant_f16(const TD& a, u64 out) {
-    i64 per_row = a.ne[0] / 32;
-    i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];
-    GRID_LOOP(l, total) {
-        i64 r = l / per_row;
-        int s = (int)(l % per_row);
-        const u8* row = (const u8*)a.ptr + (r % a.ne[1]) * a.nb[1] + ((r / a.ne[1]) % a.ne[2]) * a.nb[2] +
-                        (r / (a.ne[1] * a.ne[2])) * a.nb[3];
-        QUnit u;
-        decode_q<T>(row, s, u);
-        u32 h[16];
+    __shared__ uint4 tile[DQ_THREADS * 4];
+    const i64 per_row = a.ne[0] / 32;
+    const i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];
+    const int tid = threadIdx.x;
+    for (i64 base = (i64)blockIdx.x * DQ_THREADS; base < total; base += (i64)gridDim.x * DQ_THREADS) {
+        const i64 l = base + tid;
+        if (l < total) {
+            const i64 r = l / per_row;
+            const int s = (int)(l % per_row);
+            const u8* row = (const u8*)a.ptr + (r % a.ne[1]) * a.nb[1] + ((r / a.ne[1]) % a.ne[2]) * a.nb[2] +
+                            (r / (a.ne[1] * a.ne[2])) * a.nb[3];
+            QUnit u;
+            decode_q<T>(row, s, u);
+            u32 h[16];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float sc = i < 4 ? u.sa : u.sb;
-            int w = u.w[i];
-            float v0 = sc * (float)(signed char)(w) + u.m, v1 = sc * (float)(signed char)(w >> 8) + u.m;
-            float v2 = sc * (float)(signed char)(w >> 16) + u.m, v3 = sc * (float)(signed char)(w >> 24) + u.m;
-            h[2 * i] = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
-            h[2 * i + 1] = (u32)f2h(v2) | ((u32)f2h(v3) << 16);
+            for (int i = 0; i < 8; i++) {
+                const float sc = i < 4 ? u.sa : u.sb;
+                const int w = u.w[i];
+                const float v0 = sc * (float)(signed char)(w) + u.m, v1 = sc * (float)(signed char)(w >> 8) + u.m;
+                const float v2 = sc * (float)(signed char)(w >> 16) + u.m, v3 = sc * (float)(signed char)(w >> 24) + u.m;
+                h[2 * i] = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
+                h[2 * i + 1] = (u32)f2h(v2) | ((u32)f2h(v3) << 16);
+            }
+            // Word i of the unit at tile[4 * tid + (i + tid) % 4]: rotated against bank conflicts.
+#pragma unroll
+            for (int i = 0; i < 4; i++) tile[4 * tid + ((i + tid) & 3)] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
         }
-        uint4* o = (uint4*)((u16*)out + l * 32);
-#pragma unroll
-        for (int i = 0; i < 4; i++) o[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+        __syncthreads();
+        const i64 words = min((i64)DQ_THREADS, total - base) * 4;
+        uint4* o = (uint4*)((u16*)out + base * 32);
+        for (int q = tid; q < words; q += DQ_THREADS) {
+            const int unit = q / 4, i = q % 4;
+            o[q] = tile[4 * unit + ((i + unit) & 3)];
+        }
+        __syncthreads();
     }
 }
 
 #define DEQUANT_KERNEL(name, T) \
-    extern "C" __global__ void k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
+    extern "C" __global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
 DEQUANT_KERNEL(q4_0, T_Q4_0)
 DEQUANT_KERNEL(q4_1, T_Q4_1)
 DEQUANT_KERNEL(q5_0, T_Q5_0)
