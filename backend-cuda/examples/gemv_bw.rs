@@ -216,7 +216,9 @@ fn main() {
         println!("{t}: {:.1} us", time(&cuda, &busy, &b, 200) * 1e6);
     }
 
-    println!("\nGEMV, 1 column (weights [K, M] x F32 vector), weights from HBM (copies cycled past L2),");
+    println!(
+        "\nGEMV, 1 column (weights [K, M] x F32 vector), weights from HBM (copies cycled past L2),"
+    );
     println!("kernel time per product from graph replay:");
     println!("| type | M x K | us | GB/s | of 3.70 TB/s |");
     println!("|---|---|---|---|---|");
@@ -276,6 +278,46 @@ fn main() {
             println!("{line}");
         }
     }
+
+    println!("\nprompt attention block (512 tokens, 32 heads, 8 KV heads, D 128), us per compute:");
+    let fa_then_o = |with_o: bool| {
+        Bench::new(&backend, |g| {
+            let q = g.new_input(DType::F32, &[128, 32, 512]).unwrap();
+            let k = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
+            let v = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
+            let mask = g.new_input(DType::F32, &[512, 512]).unwrap();
+            let wo = g.new_input(DType::F16, &[4096, 4096]).unwrap();
+            let qp = g.permute(q, [0, 2, 1, 3]).unwrap();
+            let o = g
+                .flash_attn_ext(qp, k, v, Some(mask), None, 0.088, 0.0, 0.0)
+                .unwrap();
+            let o = g.reshape(o, &[4096, 512]).unwrap();
+            let out = if with_o { g.mul_mat(wo, o).unwrap() } else { o };
+            g.output(out);
+            vec![
+                (q, bytemuck::cast_slice(&values(128 * 32 * 512, 1)).to_vec()),
+                (k, weight_bytes(DType::F16, 128, 512 * 8)),
+                (v, weight_bytes(DType::F16, 128, 512 * 8)),
+                (mask, vec![0u8; 512 * 512 * 4]),
+                (wo, weight_bytes(DType::F16, 4096, 4096)),
+            ]
+        })
+    };
+    let fa = time(&cuda, &busy, &fa_then_o(false), 10);
+    let fa_o = time(&cuda, &busy, &fa_then_o(true), 10);
+    let o_alone = time(
+        &cuda,
+        &busy,
+        &mul_mat(&backend, DType::F16, 4096, 4096, 512),
+        10,
+    );
+    println!(
+        "flash_attn {:.1}, flash_attn + o-proj {:.1} (o-proj {:.1}), o-proj alone {:.1}",
+        fa * 1e6,
+        fa_o * 1e6,
+        (fa_o - fa) * 1e6,
+        o_alone * 1e6
+    );
 
     println!("\nflash attention decode (32 heads, 8 KV heads, D 128, F16 K/V, one query):");
     for n_kv in [1024, 8192, 32768] {

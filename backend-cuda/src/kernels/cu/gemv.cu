@@ -82,8 +82,9 @@ __device__ __forceinline__ void gemv_staged(const GV& g, const u8* const (&rows)
     __shared__ uint4 stage[GV_WARPS][R][CB];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int chunks = (int)(g.k / 32 / GV_CHUNK);
-    for (int c = first; c < chunks; c += step) {
-        uint4 v[R][PER_LANE];
+    // The next chunk's loads are in flight while the lanes decode the current one from the stage.
+    uint4 v[R][PER_LANE];
+    auto load = [&](int c) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const uint4* src = (const uint4*)(rows[r] + (i64)c * (CB * 16));
@@ -91,6 +92,9 @@ __device__ __forceinline__ void gemv_staged(const GV& g, const u8* const (&rows)
             for (int i = 0; i < PER_LANE; i++)
                 if (lane + 32 * i < CB) v[r][i] = src[lane + 32 * i];
         }
+    };
+    if (first < chunks) load(first);
+    for (int c = first; c < chunks; c += step) {
         WARP_SYNC();
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -98,6 +102,7 @@ __device__ __forceinline__ void gemv_staged(const GV& g, const u8* const (&rows)
             for (int i = 0; i < PER_LANE; i++)
                 if (lane + 32 * i < CB) stage[warp][r][lane + 32 * i] = v[r][i];
         WARP_SYNC();
+        if (c + step < chunks) load(c + step);
 #pragma unroll
         for (int j = 0; j < GV_CHUNK / 32; j++) {
             const int s = lane + 32 * j;
