@@ -178,8 +178,9 @@ fn flash_attn_decode_long_kv() {
     run(set, seed);
 }
 
-// Matrix products at the sizes of the staged quantized GEMV (rows read in chunks of 64 units of 32
-// through shared memory), the F32 -> F16 activation conversion and the dequantizer of the GEMM path.
+// Matrix products at the sizes of the staged K-quant GEMV (aligned rows read in chunks of 64 units
+// of 32 through shared memory; the other quantized types at the same sizes through direct decoding),
+// the F32 -> F16 activation conversion and the dequantizer of the GEMM path.
 
 /// Quantized weight types.
 fn quantized_weights() -> impl Iterator<Item = DType> {
@@ -187,12 +188,12 @@ fn quantized_weights() -> impl Iterator<Item = DType> {
 }
 
 #[test]
-fn gemv_staged_chunks_every_quantized_type() {
+fn gemv_long_rows_every_quantized_type() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
     for w in quantized_weights() {
-        // 6144 = 3 whole chunks (aligned rows of every type); 6656 = 3 chunks and 16 direct units
-        // (aligned rows of the 32-blocks, unaligned rows of the K-quants: all direct).
+        // 6144 = 3 whole chunks (aligned K-quant rows); 6656 = 208 units of the 32-blocks (K-quant
+        // rows of 6656 do not exist).
         for k in [6144, 6656] {
             if w.block_size() == 256 && k % 256 != 0 {
                 continue;
@@ -210,7 +211,7 @@ fn gemv_staged_chunks_every_quantized_type() {
         let a = InputSpec::new(w, [4096, 33, 2, 1]);
         let b = InputSpec::new(DType::F32, [4096, 3, 4, 2]);
         push_mul_mat(&mut set, "gemv staged batched".into(), a, b, w);
-        // Strided weight rows (still 16-byte aligned) and strided activations.
+        // Strided weight rows (still 16-byte aligned: staged K-quants) and strided activations.
         let a = InputSpec::new(w, [6144, 19, 1, 1]).view(ViewKind::Pad {
             pad: 2048,
             offset: 0,

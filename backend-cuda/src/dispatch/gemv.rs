@@ -1,7 +1,7 @@
 //! Matrix-vector products for few columns (the decode case) and mul_mat_id: the `k_gemv_*` kernels
 //! of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
 //! rounded to 8 bits with a scale and sum per 32 (`k_quantize_q8`) for quantized weights, F32
-//! contiguous for float weights. Quantized rows that start 16-byte aligned are read in staged
+//! contiguous for float weights. K-quant rows that start 16-byte aligned are read in staged
 //! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
 //! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
 //! first.
@@ -104,12 +104,17 @@ fn rows_aligned16(a: &TDesc, l: &Layout) -> bool {
     (a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64).is_multiple_of(16)
 }
 
-/// The kernels' `vec` flag: quantized rows are staged in 16-byte chunks when aligned; float rows
+/// Quantized types whose aligned rows the kernels stage in chunks (`staged_type` in gemv.cu).
+fn staged_type(t: DType) -> bool {
+    matches!(t, DType::Q4K | DType::Q5K | DType::Q6K)
+}
+
+/// The kernels' `vec` flag: K-quant rows are staged in 16-byte chunks when aligned; float rows
 /// and the activation columns at `x` (K elements) take 16-byte vector loads when K % 8 == 0 and
 /// both are aligned.
 fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
     if l.dtype.is_quantized() {
-        return rows_aligned16(a, l);
+        return staged_type(l.dtype) && rows_aligned16(a, l);
     }
     l.ne[0].is_multiple_of(8) && x.is_multiple_of(16) && rows_aligned16(a, l)
 }
@@ -301,10 +306,10 @@ mod tests {
         assert_eq!(warps_per_row(4096, row_work(DType::F16, 4096, true)), 2);
         assert_eq!(warps_per_row(1024, row_work(DType::F16, 14336, true)), 4);
         assert_eq!(warps_per_row(1024, row_work(DType::F16, 800, true)), 1);
-        // Staged Q4_0 rows of 4096: two chunks, so two warps per row for 4096 rows.
-        assert_eq!(warps_per_row(4096, row_work(DType::Q4_0, 4096, true)), 2);
-        assert_eq!(warps_per_row(1024, row_work(DType::Q4_0, 14336, true)), 4);
-        assert_eq!(warps_per_row(14336, row_work(DType::Q4_0, 4096, true)), 1);
+        // Staged Q4_K rows of 4096: two chunks, so two warps per row for 4096 rows.
+        assert_eq!(warps_per_row(4096, row_work(DType::Q4K, 4096, true)), 2);
+        assert_eq!(warps_per_row(1024, row_work(DType::Q4K, 14336, true)), 4);
+        assert_eq!(warps_per_row(14336, row_work(DType::Q4K, 4096, true)), 1);
         assert_eq!(warps_per_row(4096, row_work(DType::Q4_0, 4096, false)), 2);
         assert_eq!(warps_per_row(3, 1), 1);
     }
