@@ -1,6 +1,7 @@
 //! Kernel micro-benchmark on cuda:0: matrix-vector products at Llama-3-8B shapes in each weight
-//! format (GB/s of weight bytes and the fraction of 3.70 TB/s), a few column counts, GEMM TFLOP/s at
-//! 512 x 4096 x 4096, and flash attention decode over a long KV cache. GEMV and attention times come
+//! format (GB/s of weight bytes and the fraction of 3.70 TB/s; weight copies cycled past the L2
+//! cache), a few column counts, GEMM TFLOP/s at the 512-token prompt shapes with F32 and F16
+//! activations, and flash attention decode over a long KV cache. GEMV and attention times come
 //! from CUDA events around the replay of a CUDA graph of many computes (kernel time, no host launch
 //! gaps); GEMM times from events around many direct computes queued behind a large GEMM. Medians of
 //! several rounds.
@@ -81,19 +82,48 @@ impl Bench {
     }
 }
 
+/// Weight bytes a GEMV benchmark cycles through: more than the L2 cache holds (60 MB on H200), so
+/// that every product reads its weights from HBM as in a model.
+const COLD_BYTES: usize = 256 << 20;
+
+/// `copies` mul_mats, each of its own `[k, m]` weights of `dtype`, with the same `n` F32 columns
+/// (`b_type` activations when not F32: converted from F32 by a cpy in the graph, before the
+/// products).
+fn mul_mats(
+    backend: &Arc<dyn Backend>,
+    dtype: DType,
+    (k, m, n): (usize, usize, usize),
+    b_type: DType,
+    copies: usize,
+) -> Bench {
+    Bench::new(backend, |g| {
+        let b = g.new_input(DType::F32, &[k, n]).unwrap();
+        let x = if b_type == DType::F32 {
+            b
+        } else {
+            let t = g.new_tensor(b_type, &[k, n]).unwrap();
+            g.cpy(b, t).unwrap()
+        };
+        let bytes = weight_bytes(dtype, k, m);
+        let mut inputs = vec![(b, bytemuck::cast_slice(&values(k * n, 3)).to_vec())];
+        for _ in 0..copies {
+            let a = g.new_input(dtype, &[k, m]).unwrap();
+            let out = g.mul_mat(a, x).unwrap();
+            g.output(out);
+            inputs.push((a, bytes.clone()));
+        }
+        inputs
+    })
+}
+
 /// A mul_mat of `[k, m]` weights of `dtype` with `n` F32 columns.
 fn mul_mat(backend: &Arc<dyn Backend>, dtype: DType, k: usize, m: usize, n: usize) -> Bench {
-    Bench::new(backend, |g| {
-        let a = g.new_input(dtype, &[k, m]).unwrap();
-        let b = g.new_input(DType::F32, &[k, n]).unwrap();
-        let out = g.mul_mat(a, b).unwrap();
-        g.output(out);
-        let x = values(k * n, 3);
-        vec![
-            (a, weight_bytes(dtype, k, m)),
-            (b, bytemuck::cast_slice(&x).to_vec()),
-        ]
-    })
+    mul_mats(backend, dtype, (k, m, n), DType::F32, 1)
+}
+
+/// Weight copies of `[k, m]` `dtype` that exceed [`COLD_BYTES`] together.
+fn cold_copies(dtype: DType, k: usize, m: usize) -> usize {
+    COLD_BYTES.div_ceil(k / dtype.block_size() * dtype.type_size() * m)
 }
 
 /// Median seconds of one compute of `bench`, timed with CUDA events around `iters` computes queued
@@ -186,10 +216,13 @@ fn main() {
         println!("{t}: {:.1} us", time(&cuda, &busy, &b, 200) * 1e6);
     }
 
-    println!("\nGEMV, 1 column (weights [K, M] x F32 vector), kernel time from graph replay:");
+    println!(
+        "\nGEMV, 1 column (weights [K, M] x F32 vector), weights from HBM (copies cycled past L2),"
+    );
+    println!("kernel time per product from graph replay:");
     println!("| type | M x K | us | GB/s | of 3.70 TB/s |");
     println!("|---|---|---|---|---|");
-    let shapes = [(4096, 4096), (4096, 14336), (14336, 4096)];
+    let shapes = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)];
     let types = [
         DType::Q4_0,
         DType::Q8_0,
@@ -203,8 +236,9 @@ fn main() {
     ];
     for t in types {
         for (k, m) in shapes {
-            let b = mul_mat(&backend, t, k, m, 1);
-            let s = kernel_time(&cuda, &busy, &b, 100);
+            let copies = cold_copies(t, k, m);
+            let b = mul_mats(&backend, t, (k, m, 1), DType::F32, copies);
+            let s = kernel_time(&cuda, &busy, &b, 10) / copies as f64;
             let bytes = (k / t.block_size() * t.type_size() * m) as f64;
             println!(
                 "| {t} | {m} x {k} | {:.1} | {:.0} | {:.2} |",
@@ -215,28 +249,75 @@ fn main() {
         }
     }
 
-    println!("\nGEMV columns (M x K = 14336 x 4096): GB/s of weight bytes");
+    println!("\nGEMV columns (M x K = 14336 x 4096, weights from HBM): GB/s of weight bytes");
     for t in [DType::Q4_0, DType::Q4K, DType::F16] {
         let mut line = format!("{t}:");
         for n in [1, 2, 3, 4, 8] {
-            let b = mul_mat(&backend, t, 4096, 14336, n);
-            let s = kernel_time(&cuda, &busy, &b, 50);
+            let copies = cold_copies(t, 4096, 14336);
+            let b = mul_mats(&backend, t, (4096, 14336, n), DType::F32, copies);
+            let s = kernel_time(&cuda, &busy, &b, 5) / copies as f64;
             let bytes = (4096 / t.block_size() * t.type_size() * 14336) as f64;
             line += &format!("  N={n} {:.0}", bytes / s / 1e9);
         }
         println!("{line}");
     }
 
-    println!("\nGEMM 512 x 4096 x 4096 (N x K x M):");
+    println!("\nGEMM, 512 columns (Llama-3-8B prompt shapes), us and TFLOP/s per product:");
+    println!("| weights | M x K | F32 activations | F16 activations |");
+    println!("|---|---|---|---|");
     for t in [DType::F16, DType::BF16, DType::Q4_0, DType::Q4K, DType::F32] {
-        let b = mul_mat(&backend, t, 4096, 4096, 512);
-        let s = time(&cuda, &busy, &b, 20);
-        println!(
-            "{t}: {:.1} us, {:.1} TFLOP/s",
-            s * 1e6,
-            2.0 * 512.0 * 4096.0 * 4096.0 / s / 1e12
-        );
+        for (k, m) in shapes {
+            let mut line = format!("| {t} | {m} x {k} |");
+            for b_type in [DType::F32, DType::F16] {
+                let copies = 4;
+                let b = mul_mats(&backend, t, (k, m, 512), b_type, copies);
+                let s = time(&cuda, &busy, &b, 5) / copies as f64;
+                let tflops = 2.0 * 512.0 * (k * m) as f64 / s / 1e12;
+                line += &format!(" {:.1} us, {tflops:.0} |", s * 1e6);
+            }
+            println!("{line}");
+        }
     }
+
+    println!("\nprompt attention block (512 tokens, 32 heads, 8 KV heads, D 128), us per compute:");
+    let fa_then_o = |with_o: bool| {
+        Bench::new(&backend, |g| {
+            let q = g.new_input(DType::F32, &[128, 32, 512]).unwrap();
+            let k = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
+            let v = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
+            let mask = g.new_input(DType::F32, &[512, 512]).unwrap();
+            let wo = g.new_input(DType::F16, &[4096, 4096]).unwrap();
+            let qp = g.permute(q, [0, 2, 1, 3]).unwrap();
+            let o = g
+                .flash_attn_ext(qp, k, v, Some(mask), None, 0.088, 0.0, 0.0)
+                .unwrap();
+            let o = g.reshape(o, &[4096, 512]).unwrap();
+            let out = if with_o { g.mul_mat(wo, o).unwrap() } else { o };
+            g.output(out);
+            vec![
+                (q, bytemuck::cast_slice(&values(128 * 32 * 512, 1)).to_vec()),
+                (k, weight_bytes(DType::F16, 128, 512 * 8)),
+                (v, weight_bytes(DType::F16, 128, 512 * 8)),
+                (mask, vec![0u8; 512 * 512 * 4]),
+                (wo, weight_bytes(DType::F16, 4096, 4096)),
+            ]
+        })
+    };
+    let fa = time(&cuda, &busy, &fa_then_o(false), 10);
+    let fa_o = time(&cuda, &busy, &fa_then_o(true), 10);
+    let o_alone = time(
+        &cuda,
+        &busy,
+        &mul_mat(&backend, DType::F16, 4096, 4096, 512),
+        10,
+    );
+    println!(
+        "flash_attn {:.1}, flash_attn + o-proj {:.1} (o-proj {:.1}), o-proj alone {:.1}",
+        fa * 1e6,
+        fa_o * 1e6,
+        (fa_o - fa) * 1e6,
+        o_alone * 1e6
+    );
 
     println!("\nflash attention decode (32 heads, 8 KV heads, D 128, F16 K/V, one query):");
     for n_kv in [1024, 8192, 32768] {

@@ -502,3 +502,74 @@ fn fused_norm_chains_match_unfused_and_reference() {
         "{checked} chain results bit-equal to the unfused run and within the reference bounds"
     );
 }
+
+// Matrix products at the sizes of the staged K-quant GEMV (aligned rows read in chunks of 64 units
+// of 32 through shared memory; the other quantized types at the same sizes through direct decoding),
+// the F32 -> F16 activation conversion and the dequantizer of the GEMM path.
+
+/// Quantized weight types.
+fn quantized_weights() -> impl Iterator<Item = DType> {
+    WEIGHTS.into_iter().filter(|w| w.is_quantized())
+}
+
+#[test]
+fn gemv_long_rows_every_quantized_type() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    for w in quantized_weights() {
+        // 6144 = 3 whole chunks (aligned K-quant rows); 6656 = 208 units of the 32-blocks (K-quant
+        // rows of 6656 do not exist).
+        for k in [6144, 6656] {
+            if w.block_size() == 256 && k % 256 != 0 {
+                continue;
+            }
+            for n in [1, 2, 3, 8] {
+                let a = InputSpec::new(w, [k, 67, 1, 1]);
+                let b = InputSpec::new(DType::F32, [k, n, 1, 1]);
+                push_mul_mat(&mut set, format!("gemv K {k}, {n} columns"), a, b, w);
+            }
+        }
+        // Few rows (four warps per row), broadcast batches.
+        let a = InputSpec::new(w, [14336, 5, 1, 1]);
+        let b = InputSpec::new(DType::F32, [14336, 1, 1, 1]);
+        push_mul_mat(&mut set, "gemv 5 long rows".into(), a, b, w);
+        let a = InputSpec::new(w, [4096, 33, 2, 1]);
+        let b = InputSpec::new(DType::F32, [4096, 3, 4, 2]);
+        push_mul_mat(&mut set, "gemv staged batched".into(), a, b, w);
+        // Strided weight rows (still 16-byte aligned: staged K-quants) and strided activations.
+        let a = InputSpec::new(w, [6144, 19, 1, 1]).view(ViewKind::Pad {
+            pad: 2048,
+            offset: 0,
+        });
+        let b =
+            InputSpec::new(DType::F32, [6144, 2, 1, 1]).view(ViewKind::Pad { pad: 4, offset: 1 });
+        push_mul_mat(&mut set, "gemv staged strided".into(), a, b, w);
+    }
+    run(set, seed);
+}
+
+#[test]
+fn gemm_converted_activations_and_dequantized_weights() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    for w in [
+        DType::F16,
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::MXFP4,
+    ] {
+        // K * N not a multiple of 4 (the conversion's scalar tail); units not a multiple of the
+        // dequantizer's block of 128.
+        let k = if w.block_size() == 256 { 768 } else { 544 };
+        let a = InputSpec::new(w, [k, 301, 1, 1]);
+        let b = InputSpec::new(DType::F32, [k, 13, 1, 1]);
+        push_mul_mat(&mut set, "gemm odd sizes".into(), a, b, w);
+        // Non-contiguous F32 activations (the generic copy).
+        let a = InputSpec::new(w, [k, 64, 1, 1]);
+        let b = InputSpec::new(DType::F32, [k, 24, 1, 1]).view(ViewKind::Pad { pad: 3, offset: 2 });
+        push_mul_mat(&mut set, "gemm strided activations".into(), a, b, w);
+    }
+    run(set, seed);
+}

@@ -3,16 +3,20 @@
 //! vendor's BLAS with F32 accumulation, one [`GemmCall`] per batch. With mixed-precision BLAS
 //! ([`GemmTypes::Mixed`], cuBLAS GemmEx) F16 and BF16 weights are read in place with activations
 //! rounded to the same type, quantized weights are dequantized to F16 in scratch
-//! (`k_dequant_f16_*`) first, F32 weights keep F32 activations; with [`GemmTypes::F32`] (hipBLAS
+//! (`k_dequant_f16_*`) first, F32 weights keep F32 activations; contiguous F32 activations of F16
+//! operands are converted by `k_f16_from_f32` (vector loads), other layouts by `k_cpy`; with [`GemmTypes::F32`] (hipBLAS
 //! SGEMM) every operand that is not readable as F32 in place is converted to F32 in scratch.
 
 use super::gemv::{self, rows_readable};
-use super::{args, fail, type_name, Launch, Runner, TDesc};
+use super::{args, fail, type_name, Launch, Runner, TDesc, MAX_BLOCKS};
 use ggml_core::{DType, Layout, Result};
 
 /// Scratch slots of converted weights and activations (shared with the GEMV path's).
 const SLOT_WEIGHTS: usize = 0;
 const SLOT_ACTIVATIONS: usize = 1;
+
+/// Threads of a dequantizer block (`DQ_THREADS`: one unit of 32 weights each).
+const DEQUANT_THREADS: usize = 128;
 
 pub fn dequant_kernel(type_name: &str) -> String {
     format!("k_dequant_f16_{type_name}")
@@ -122,11 +126,14 @@ fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<Operand> {
         Some(tn) if mixed && t.is_quantized() && rows_readable(&a, la) => {
             let n = la.nelements();
             let ptr = r.scratch(SLOT_WEIGHTS, n * 2)?;
-            r.launch(&Launch::elementwise(
-                dequant_kernel(tn),
-                n / 32,
-                args![a, ptr],
-            ))?;
+            let blocks = (n / 32).div_ceil(DEQUANT_THREADS).clamp(1, MAX_BLOCKS);
+            r.launch(&Launch {
+                kernel: dequant_kernel(tn).into(),
+                grid: [blocks as u32, 1, 1],
+                threads: DEQUANT_THREADS as u32,
+                shared_bytes: 0,
+                args: args![a, ptr],
+            })?;
             Ok(Operand::contiguous(ptr, DType::F16, la.ne))
         }
         _ => converted(r, a, la, DType::F32, SLOT_WEIGHTS),
@@ -137,6 +144,16 @@ fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<Operand> {
 fn activations(r: &dyn Runner, b: TDesc, lb: &Layout, dtype: DType) -> Result<Operand> {
     if lb.dtype == dtype && lb.is_contiguous() {
         return Ok(Operand::contiguous(b.ptr, dtype, lb.ne));
+    }
+    if lb.dtype == DType::F32 && dtype == DType::F16 && lb.is_contiguous() {
+        let n = lb.nelements();
+        let ptr = r.scratch(SLOT_ACTIVATIONS, n * 2)?;
+        r.launch(&Launch::elementwise(
+            "k_f16_from_f32",
+            n.div_ceil(4),
+            args![b.ptr, ptr, n as u64],
+        ))?;
+        return Ok(Operand::contiguous(ptr, dtype, lb.ne));
     }
     converted(r, b, lb, dtype, SLOT_ACTIVATIONS)
 }

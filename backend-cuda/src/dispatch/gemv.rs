@@ -1,8 +1,10 @@
 //! Matrix-vector products for few columns (the decode case) and mul_mat_id: the `k_gemv_*` kernels
 //! of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
 //! rounded to 8 bits with a scale and sum per 32 (`k_quantize_q8`) for quantized weights, F32
-//! contiguous for float weights. Weights whose rows the kernels cannot read directly (not
-//! contiguous along the row, or not aligned as their loads need) are converted to F32 first.
+//! contiguous for float weights. K-quant rows that start 16-byte aligned are read in staged
+//! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
+//! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
+//! first.
 
 use super::{args, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
@@ -34,6 +36,9 @@ const THREADS: u32 = 128;
 
 /// Warps a launch aims for (enough to fill a large GPU); below it rows get several warps each.
 const TARGET_WARPS: usize = 8192;
+
+/// Units of 32 weights of a staged chunk of quantized rows (`GV_CHUNK`).
+const CHUNK_UNITS: usize = 64;
 
 /// Largest grid extent on axes y and z.
 const MAX_GRID_YZ: usize = 65535;
@@ -94,10 +99,24 @@ pub fn rows_readable(a: &TDesc, l: &Layout) -> bool {
     type_name(l.dtype).is_some() && row_contiguous && addr_bits.is_multiple_of(align)
 }
 
-/// True when 16-byte vector loads fit rows of `a` and the activation columns at `x` (K elements).
+/// True when rows of `a` (and the batches) start 16-byte aligned.
+fn rows_aligned16(a: &TDesc, l: &Layout) -> bool {
+    (a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64).is_multiple_of(16)
+}
+
+/// Quantized types whose aligned rows the kernels stage in chunks (`staged_type` in gemv.cu).
+fn staged_type(t: DType) -> bool {
+    matches!(t, DType::Q4K | DType::Q5K | DType::Q6K)
+}
+
+/// The kernels' `vec` flag: K-quant rows are staged in 16-byte chunks when aligned; float rows
+/// and the activation columns at `x` (K elements) take 16-byte vector loads when K % 8 == 0 and
+/// both are aligned.
 fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
-    let addr_bits = a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64 | x;
-    l.ne[0].is_multiple_of(8) && addr_bits.is_multiple_of(16)
+    if l.dtype.is_quantized() {
+        return staged_type(l.dtype) && rows_aligned16(a, l);
+    }
+    l.ne[0].is_multiple_of(8) && x.is_multiple_of(16) && rows_aligned16(a, l)
 }
 
 /// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
@@ -138,16 +157,22 @@ fn activations(
     Ok(())
 }
 
-/// Units a thread takes at a time along a row of `k` weights of type `t` (32 quantized, 8 float).
-fn units(t: DType, k: usize) -> usize {
-    k / if t.is_quantized() { 32 } else { 8 }
+/// Work items along a row of `k` weights of type `t` that warps of a row share: staged chunks of
+/// [`CHUNK_UNITS`] units (quantized rows read in chunks), or units of 8 floats per lane.
+fn row_work(t: DType, k: usize, staged: bool) -> usize {
+    match (t.is_quantized(), staged) {
+        (true, true) => (k / 32).div_ceil(CHUNK_UNITS),
+        (true, false) => k / 32 / (2 * 32),
+        (false, _) => k / 8 / (2 * 32),
+    }
 }
 
 /// Warps per row (1, 2 or 4): one while the rows alone give [`TARGET_WARPS`] warps, more for
-/// fewer rows as long as every lane keeps at least two units.
-fn warps_per_row(rows: usize, units: usize) -> usize {
+/// fewer rows as long as every warp keeps at least one work item of [`row_work`] (a chunk, or
+/// two units per lane).
+fn warps_per_row(rows: usize, work: usize) -> usize {
     let mut w = 1;
-    while w < 4 && rows * w < TARGET_WARPS && units >= 2 * 32 * 2 * w {
+    while w < 4 && rows * w < TARGET_WARPS && work >= 2 * w {
         w *= 2;
     }
     w
@@ -162,7 +187,7 @@ fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
     let rows_per_group = if columns == 1 { 1 } else { 2 };
     let wpr = warps_per_row(
         args.m as usize * args.nz as usize,
-        units(wt, args.k as usize),
+        row_work(wt, args.k as usize, args.vec != 0),
     );
     let rows_per_block = rows_per_group * (THREADS as usize / 32) / wpr;
     let name = kernel_name(
@@ -276,10 +301,16 @@ mod tests {
 
     #[test]
     fn warps_per_row_fill_the_gpu_without_idle_lanes() {
-        assert_eq!(warps_per_row(14336, 128), 1);
-        assert_eq!(warps_per_row(4096, 128), 2);
-        assert_eq!(warps_per_row(1024, 512), 4);
-        assert_eq!(warps_per_row(1024, 100), 1);
+        // F16 rows of 4096: 8 units of 8 per lane, rows of 14336 more.
+        assert_eq!(warps_per_row(14336, row_work(DType::F16, 4096, true)), 1);
+        assert_eq!(warps_per_row(4096, row_work(DType::F16, 4096, true)), 2);
+        assert_eq!(warps_per_row(1024, row_work(DType::F16, 14336, true)), 4);
+        assert_eq!(warps_per_row(1024, row_work(DType::F16, 800, true)), 1);
+        // Staged Q4_K rows of 4096: two chunks, so two warps per row for 4096 rows.
+        assert_eq!(warps_per_row(4096, row_work(DType::Q4K, 4096, true)), 2);
+        assert_eq!(warps_per_row(1024, row_work(DType::Q4K, 14336, true)), 4);
+        assert_eq!(warps_per_row(14336, row_work(DType::Q4K, 4096, true)), 1);
+        assert_eq!(warps_per_row(4096, row_work(DType::Q4_0, 4096, false)), 2);
         assert_eq!(warps_per_row(3, 1), 1);
     }
 

@@ -124,7 +124,11 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
+<<<<<<< HEAD
 pub const NAMED_KERNELS: [&str; 28] = [
+=======
+pub const NAMED_KERNELS: [&str; 21] = [
+>>>>>>> s3-matmul
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -152,6 +156,7 @@ pub const NAMED_KERNELS: [&str; 28] = [
     "k_flash_attn",
     "k_flash_attn_combine",
     "k_quantize_q8",
+    "k_f16_from_f32",
     "k_hold",
 ];
 

@@ -1,11 +1,12 @@
 // Whole-unit decoders of weight rows stored in their own format, shared by the GEMV kernels and the
-// F16 dequantizer: a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
+// F16 dequantizer (plus the F32 to F16 conversion of GEMM activations): a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
 // (for dp4a against 8-bit activations) with a scale for the first and second 16 (Q6_K has two) and
 // an offset per unit of activation sum; a float unit is 8 weights. Loads are as wide as the block's
 // alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats).
 
-// 32 weights: value 4i+t is byte t of w[i], times sa (values 0..15) or sb (16..31), plus m per unit
-// of the activations' sum.
+// 32 weights: value 4i+t is byte t of w[i] (signed, or unsigned below 128), times sa (values 0..15)
+// or sb (16..31), plus m per unit of the activations' sum (the offset of Q4_1/Q5_1/K-quants, and
+// the bias of Q4_0/Q5_0 times their scale).
 struct QUnit {
     int w[8];
     float sa, sb, m;
@@ -23,12 +24,13 @@ __device__ __forceinline__ u32 spread_bit4(u32 v) {
     return ((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25);
 }
 
-// Per byte q - bias as signed int8, for bytes q < 128 and bias <= 64 (no borrow between bytes).
+// Per byte q - bias as signed int8, for bytes q < 128 and bias <= 64 (no borrow between bytes):
+// Q6_K, whose two scales per unit leave no single offset to carry the bias.
 __device__ __forceinline__ int minus_bias(u32 q, u32 bias4) { return (int)(((q | 0x80808080u) - bias4) ^ 0x80808080u); }
 
 // The 32 weights of a legacy block of 16 nibble bytes at qs (low nibbles first), plus the fifth
-// bits qh (bit j for weight j) when given, less bias (per byte, 0 for none).
-__device__ __forceinline__ void nibbles(const u8* qs, bool aligned4, const u32* qh, u32 bias4, QUnit& u) {
+// bits qh (bit j for weight j) when given.
+__device__ __forceinline__ void nibbles(const u8* qs, bool aligned4, const u32* qh, QUnit& u) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         u32 q = aligned4 ? ld32_a4(qs + 4 * i) : ld32_a2(qs + 4 * i);
@@ -37,20 +39,21 @@ __device__ __forceinline__ void nibbles(const u8* qs, bool aligned4, const u32* 
             lo |= spread_bit4(*qh >> (4 * i));
             hi |= spread_bit4(*qh >> (16 + 4 * i));
         }
-        u.w[i] = bias4 ? minus_bias(lo, bias4) : (int)lo;
-        u.w[4 + i] = bias4 ? minus_bias(hi, bias4) : (int)hi;
+        u.w[i] = (int)lo;
+        u.w[4 + i] = (int)hi;
     }
 }
 
-// MXFP4 code n (4 bits) as the doubled E2M1 value.
-__device__ __forceinline__ u32 mxfp4_value(u32 n) {
-    u32 mag = (u32)(0x0C08060403020100ull >> (8 * (n & 7))) & 0xFFu;
-    return (n & 8) ? ((0x100u - mag) & 0xFFu) : mag;
-}
-
+// Four MXFP4 codes (the low nibbles of the bytes of q) as doubled E2M1 values in signed bytes:
+// byte permutes pick each code's magnitude (codes 0..7: 0 1 2 3 4 6 8 12) and its negation, and the
+// code's sign bit (3) chooses between them.
 __device__ __forceinline__ int mxfp4_word(u32 q) {
-    return (int)(mxfp4_value(q & 15) | (mxfp4_value((q >> 8) & 15) << 8) | (mxfp4_value((q >> 16) & 15) << 16) |
-                 (mxfp4_value(q >> 24) << 24));
+    const u32 c = q & 0x07070707u, t = c | (c >> 4);
+    const u32 sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);
+    const u32 pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
+    const u32 neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);
+    const u32 sign = ((q >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((pos & ~sign) | (neg & sign));
 }
 
 // Unit s (weights 32s..32s+31) of the row at `row`, of quantized type T.
@@ -58,25 +61,28 @@ template <int T>
 __device__ __forceinline__ void decode_q(const u8* row, int s, QUnit& u) {
     u.m = 0.0f;
     if (T == T_Q4_0) {
+        // The bias (8) goes into the offset: dot(q - 8, x) = dot(q, x) - 8 sum(x).
         const u8* p = row + 18 * s;
         u.sa = u.sb = h2f(ld16(p));
-        nibbles(p + 2, false, 0, 0x08080808u, u);
+        u.m = -8.0f * u.sa;
+        nibbles(p + 2, false, 0, u);
     } else if (T == T_Q4_1) {
         const u8* p = row + 20 * s;
         u.sa = u.sb = h2f(ld16(p));
         u.m = h2f(ld16(p + 2));
-        nibbles(p + 4, true, 0, 0, u);
+        nibbles(p + 4, true, 0, u);
     } else if (T == T_Q5_0) {
         const u8* p = row + 22 * s;
         u.sa = u.sb = h2f(ld16(p));
+        u.m = -16.0f * u.sa;
         u32 qh = ld32_a2(p + 2);
-        nibbles(p + 6, false, &qh, 0x10101010u, u);
+        nibbles(p + 6, false, &qh, u);
     } else if (T == T_Q5_1) {
         const u8* p = row + 24 * s;
         u.sa = u.sb = h2f(ld16(p));
         u.m = h2f(ld16(p + 2));
         u32 qh = ld32_a4(p + 4);
-        nibbles(p + 8, true, &qh, 0, u);
+        nibbles(p + 8, true, &qh, u);
     } else if (T == T_Q8_0) {
         const u8* p = row + 34 * s;
         u.sa = u.sb = h2f(ld16(p));
@@ -186,37 +192,72 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
     }
 }
 
+// Contiguous F32 activations to contiguous F16 (GEMM operands): four values per thread with
+// 16-byte loads and 8-byte stores when both ends allow, else one.
+extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) {
+    const i64 n = (i64)count;
+    const float* x = (const float*)src;
+    u16* y = (u16*)dst;
+    if (((src | dst) & 15) == 0) {
+        const i64 n4 = n / 4;
+        GRID_LOOP(i, n4) {
+            const float4 v = ((const float4*)x)[i];
+            ((uint2*)y)[i] = make_uint2((u32)f2h(v.x) | ((u32)f2h(v.y) << 16), (u32)f2h(v.z) | ((u32)f2h(v.w) << 16));
+        }
+        GRID_LOOP(i, n - 4 * n4) y[4 * n4 + i] = f2h(x[4 * n4 + i]);
+    } else {
+        GRID_LOOP(i, n) y[i] = f2h(x[i]);
+    }
+}
+
+// Threads of a dequantizer block (one unit of 32 weights each).
+#define DQ_THREADS 128
+
 // Quantized weights [K, M, A2, A3] (rows contiguous, any row and batch strides) to contiguous F16:
-// one thread per unit of 32.
+// one thread per unit of 32, whose 64 bytes of output go through shared memory so that the block
+// writes its units' contiguous output with coalesced 16-byte stores.
 template <int T>
 __device__ void dequant_f16(const TD& a, u64 out) {
-    i64 per_row = a.ne[0] / 32;
-    i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];
-    GRID_LOOP(l, total) {
-        i64 r = l / per_row;
-        int s = (int)(l % per_row);
-        const u8* row = (const u8*)a.ptr + (r % a.ne[1]) * a.nb[1] + ((r / a.ne[1]) % a.ne[2]) * a.nb[2] +
-                        (r / (a.ne[1] * a.ne[2])) * a.nb[3];
-        QUnit u;
-        decode_q<T>(row, s, u);
-        u32 h[16];
+    __shared__ uint4 tile[DQ_THREADS * 4];
+    const i64 per_row = a.ne[0] / 32;
+    const i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];
+    const int tid = threadIdx.x;
+    for (i64 base = (i64)blockIdx.x * DQ_THREADS; base < total; base += (i64)gridDim.x * DQ_THREADS) {
+        const i64 l = base + tid;
+        if (l < total) {
+            const i64 r = l / per_row;
+            const int s = (int)(l % per_row);
+            const u8* row = (const u8*)a.ptr + (r % a.ne[1]) * a.nb[1] + ((r / a.ne[1]) % a.ne[2]) * a.nb[2] +
+                            (r / (a.ne[1] * a.ne[2])) * a.nb[3];
+            QUnit u;
+            decode_q<T>(row, s, u);
+            u32 h[16];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float sc = i < 4 ? u.sa : u.sb;
-            int w = u.w[i];
-            float v0 = sc * (float)(signed char)(w) + u.m, v1 = sc * (float)(signed char)(w >> 8) + u.m;
-            float v2 = sc * (float)(signed char)(w >> 16) + u.m, v3 = sc * (float)(signed char)(w >> 24) + u.m;
-            h[2 * i] = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
-            h[2 * i + 1] = (u32)f2h(v2) | ((u32)f2h(v3) << 16);
+            for (int i = 0; i < 8; i++) {
+                const float sc = i < 4 ? u.sa : u.sb;
+                const int w = u.w[i];
+                const float v0 = sc * (float)(signed char)(w) + u.m, v1 = sc * (float)(signed char)(w >> 8) + u.m;
+                const float v2 = sc * (float)(signed char)(w >> 16) + u.m, v3 = sc * (float)(signed char)(w >> 24) + u.m;
+                h[2 * i] = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
+                h[2 * i + 1] = (u32)f2h(v2) | ((u32)f2h(v3) << 16);
+            }
+            // Word i of the unit at tile[4 * tid + (i + tid) % 4]: rotated against bank conflicts.
+#pragma unroll
+            for (int i = 0; i < 4; i++) tile[4 * tid + ((i + tid) & 3)] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
         }
-        uint4* o = (uint4*)((u16*)out + l * 32);
-#pragma unroll
-        for (int i = 0; i < 4; i++) o[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+        __syncthreads();
+        const i64 words = min((i64)DQ_THREADS, total - base) * 4;
+        uint4* o = (uint4*)((u16*)out + base * 32);
+        for (int q = tid; q < words; q += DQ_THREADS) {
+            const int unit = q / 4, i = q % 4;
+            o[q] = tile[4 * unit + ((i + unit) & 3)];
+        }
+        __syncthreads();
     }
 }
 
 #define DEQUANT_KERNEL(name, T) \
-    extern "C" __global__ void k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
+    extern "C" __global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
 DEQUANT_KERNEL(q4_0, T_Q4_0)
 DEQUANT_KERNEL(q4_1, T_Q4_1)
 DEQUANT_KERNEL(q5_0, T_Q5_0)
