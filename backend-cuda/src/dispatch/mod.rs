@@ -124,11 +124,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-<<<<<<< HEAD
-pub const NAMED_KERNELS: [&str; 28] = [
-=======
-pub const NAMED_KERNELS: [&str; 21] = [
->>>>>>> s3-matmul
+pub const NAMED_KERNELS: [&str; 29] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
