@@ -3,11 +3,13 @@
 //! kernel's parameter list, the scratch it needs, and the BLAS calls of wide matrix products.
 //! [`compute_node`] drives a [`Runner`], which each backend implements by launching on its stream.
 
+mod attention;
 mod gemm;
 mod gemv;
 mod ops;
 mod table;
 
+pub use attention::BatchedGemmCall;
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
 pub use gemv::{GemvArgs, COLUMN_VARIANTS, MAX_COLUMNS, WEIGHT_TYPES};
 pub use ops::compute_node;
@@ -33,10 +35,24 @@ pub trait Runner {
     fn gemm_types(&self) -> GemmTypes;
     /// Queues one BLAS matrix product.
     fn gemm(&self, call: &GemmCall) -> Result<()>;
+    /// Whether [`Runner::gemm_batched`] is available; without it attention runs on kernels only.
+    fn has_gemm_batched(&self) -> bool {
+        false
+    }
+    /// Queues one strided batched BLAS product (F16 or F32 operands, F32 accumulation).
+    fn gemm_batched(&self, _call: &BatchedGemmCall) -> Result<()> {
+        Err(fail(
+            self,
+            format!(
+                "strided batched GEMM is unsupported on {}",
+                self.device_name()
+            ),
+        ))
+    }
 }
 
 /// An error of the dispatch on `runner`'s backend.
-fn fail(runner: &dyn Runner, msg: String) -> Error {
+fn fail<R: Runner + ?Sized>(runner: &R, msg: String) -> Error {
     Error::Backend {
         backend: runner.family().into(),
         msg,
@@ -120,7 +136,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 20] = [
+pub const NAMED_KERNELS: [&str; 23] = [
     "k_unary",
     "k_binary",
     "k_glu",
@@ -137,8 +153,11 @@ pub const NAMED_KERNELS: [&str; 20] = [
     "k_set_rows_q",
     "k_concat",
     "k_argsort",
-    "k_flash_attn",
+    "k_flash_attn_vec_d128",
+    "k_flash_attn_vec_d256",
+    "k_flash_attn_vec_d512",
     "k_flash_attn_combine",
+    "k_attn_softmax",
     "k_quantize_q8",
     "k_hold",
 ];

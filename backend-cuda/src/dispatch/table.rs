@@ -92,7 +92,7 @@ pub const THREADS: u32 = 256;
 pub const MAX_BLOCKS: usize = 1 << 20;
 /// Largest row argsort/top_k sorts in shared memory.
 pub const MAX_SORT: usize = 4096;
-/// Largest head size of flash_attn_ext (`FA_MAX_D` in attention.cu).
+/// Largest head size of flash_attn_ext (the widest `k_flash_attn_vec_d*` in attention.cu).
 pub const MAX_HEAD: usize = 512;
 
 fn readable(t: DType) -> bool {

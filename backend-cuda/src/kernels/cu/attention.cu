@@ -1,158 +1,230 @@
-// flash_attn_ext: one block of FA_THREADS threads per (head, query, sequence) and KV split. Keys
-// are taken in tiles of FA_THREADS (one score per thread), with an online softmax. Each warp
-// accumulates the values of its quarter of the tile, each lane FA_DIMS dims per 128 (coalesced rows);
-// the warps' accumulators meet in shared memory at the end. K/V of any loadable type; F16 and F32
-// rows are read directly (vector loads for aligned F16). GQA maps query head h to KV head
-// h / (heads / kv_heads); sliding windows and causality come in through the mask. With several
-// splits (decode: few query rows, long KV) each block writes its partial (max, sum, accumulator) and
-// k_flash_attn_combine merges them, adds the sink and normalizes.
+// flash_attn_ext. Two paths (dispatch/attention.rs picks one):
+// - k_flash_attn_vec_d{128,256,512} (few queries per KV head: decode; any shape without batched
+//   BLAS): one block of FAV_THREADS threads per (KV head, up to FAV_HEADS query heads of its GQA
+//   group, query, sequence) and KV split, so one K/V load serves every head of the group. Each warp
+//   takes FAV_KEYS(CH) keys at a time (all their K and V loads in flight together); a lane holds 4
+//   dims per 128 of the query and of the accumulators (coalesced row loads), scores are warp
+//   sums, the softmax is online per warp, and the warps meet in shared memory at the end. With
+//   several splits each block writes its partial (max, sum, accumulator) per query head and
+//   k_flash_attn_combine merges them, adds the sink and normalizes.
+// - the BLAS path (many queries): scores = K Q^T by strided batched GEMMs over the KV heads (the
+//   query heads of a group are one operand), k_attn_softmax turns a chunk of score rows into
+//   probabilities (scale, softcap, mask, ALiBi, sinks), and GEMMs multiply them with V.
+// K/V of any loadable type (F16, F32 and Q8_0 rows have vector paths here). GQA maps query head h
+// to KV head h / (heads / kv_heads); sliding windows and causality come in through the mask.
 
-#define FA_THREADS 128
-#define FA_WARPS (FA_THREADS / 32)
-#define FA_MAX_D 512
-#define FA_DIMS 4
-#define FA_CHUNKS (FA_MAX_D / (32 * FA_DIMS))
+#define FAV_WARPS 4
+#define FAV_THREADS (FAV_WARPS * 32)
+#define FAV_HEADS 4
 
 // Row (key or value j) of a K/V tensor.
 __device__ __forceinline__ const u8* kv_row(const TD& t, i64 j, i64 h, i64 s) {
     return (const u8*)t.ptr + j * t.nb[1] + h * t.nb[2] + s * t.nb[3];
 }
 
-// Element c of K/V row `row` (of tensor t, for the generic path: key j of head h, sequence s).
-__device__ __forceinline__ float kv_at(const TD& t, const u8* row, int c, i64 j, i64 h, i64 s) {
-    if (t.type == T_F16 && t.nb[0] == 2) return h2f(((const u16*)row)[c]);
-    if (t.type == T_F32 && t.nb[0] == 4) return ((const float*)row)[c];
-    return load(t, c, j, h, s);
-}
-
-// Dot product of the query (in shared memory) with key j.
-__device__ float kq_dot(const TD& k, const float* qs, int D, i64 j, i64 h, i64 s) {
-    const u8* row = kv_row(k, j, h, s);
-    float dot = 0.0f;
-    if (k.type == T_F16 && k.nb[0] == 2 && D % 8 == 0 && ((u64)row & 15) == 0) {
-        const uint4* r = (const uint4*)row;
-        for (int c = 0; c < D / 8; c++) {
-            uint4 v = r[c];
-            u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                dot += qs[8 * c + 2 * i] * h2f((u16)(w[i] & 0xFFFFu));
-                dot += qs[8 * c + 2 * i + 1] * h2f((u16)(w[i] >> 16));
-            }
+// Elements d0..d0+3 of K/V row `row` (key j of head h, sequence s), zero from n on.
+__device__ __forceinline__ void kv_load4(const TD& t, const u8* row, int d0, int n, i64 j, i64 h, i64 s,
+                                         float (&o)[4]) {
+    if (d0 + 4 <= n) {
+        if (t.type == T_F16 && t.nb[0] == 2 && (((u64)row + 2 * d0) & 7) == 0) {
+            uint2 p = *(const uint2*)(row + 2 * d0);
+            o[0] = h2f((u16)(p.x & 0xFFFFu));
+            o[1] = h2f((u16)(p.x >> 16));
+            o[2] = h2f((u16)(p.y & 0xFFFFu));
+            o[3] = h2f((u16)(p.y >> 16));
+            return;
         }
-        return dot;
-    }
-    for (int c = 0; c < D; c++) dot += qs[c] * kv_at(k, row, c, j, h, s);
-    return dot;
-}
-
-// Adds w times the FA_DIMS values of V row `row` at dims d0.. (d0 < DV) to a.
-__device__ __forceinline__ void add_values(const TD& v, const u8* row, int d0, int DV, i64 j, i64 h, i64 s, float w,
-                                           float (&a)[FA_DIMS]) {
-    if (v.type == T_F16 && v.nb[0] == 2 && d0 + FA_DIMS <= DV && (((u64)row + 2 * d0) & 7) == 0) {
-        uint2 p = *(const uint2*)(row + 2 * d0);
-        a[0] += w * h2f((u16)(p.x & 0xFFFFu));
-        a[1] += w * h2f((u16)(p.x >> 16));
-        a[2] += w * h2f((u16)(p.y & 0xFFFFu));
-        a[3] += w * h2f((u16)(p.y >> 16));
-        return;
+        if (t.type == T_F32 && t.nb[0] == 4 && (((u64)row + 4 * d0) & 15) == 0) {
+            float4 p = *(const float4*)(row + 4 * d0);
+            o[0] = p.x;
+            o[1] = p.y;
+            o[2] = p.z;
+            o[3] = p.w;
+            return;
+        }
+        if (t.type == T_Q8_0 && ((u64)row & 1) == 0) {
+            const u8* b = row + (d0 / 32) * t.nb[0];
+            float scale = h2f(ld16(b));
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[e] = scale * (float)(signed char)b[2 + d0 % 32 + e];
+            return;
+        }
     }
 #pragma unroll
-    for (int e = 0; e < FA_DIMS; e++)
-        if (d0 + e < DV) a[e] += w * kv_at(v, row, d0 + e, j, h, s);
+    for (int e = 0; e < 4; e++) o[e] = d0 + e < n ? load(t, d0 + e, j, h, s) : 0.0f;
 }
+
+// Element of a float tensor (F32, F16 or BF16: queries, masks, sinks) without the block formats.
+__device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
+    const u8* p = (const u8*)t.ptr + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+    if (t.type == T_F32) return *(const float*)p;
+    return t.type == T_F16 ? h2f(ld16(p)) : bf2f(ld16(p));
+}
+
+// Keys a warp loads at once with CH chunks of 128 dims (fewer for wide heads: registers).
+#define FAV_KEYS(CH) ((CH) == 1 ? 4 : ((CH) == 2 ? 2 : 1))
 
 // part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
-// (row, split) for k_flash_attn_combine.
-extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                        float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
-    __shared__ float qs[FA_MAX_D];
-    __shared__ float w[FA_THREADS];
-    __shared__ float red[FA_WARPS][FA_MAX_D];
-    i64 r = blockIdx.x;
-    i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
-    int D = (int)q.ne[0], DV = (int)v.ne[0], n_kv = (int)k.ne[1];
-    int kv0 = blockIdx.y * kv_per_split, kv1 = min(n_kv, kv0 + kv_per_split);
-    i64 hk = h / (q.ne[2] / k.ne[2]);
+// (output row, split) for k_flash_attn_combine. D and DV are at most 128 * CH.
+template <int CH>
+__device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
+                                               const TD& d, float scale, float max_bias, float softcap,
+                                               int has_mask, int has_sinks, int kv_per_split, u64 part) {
+    constexpr int KEYS = FAV_KEYS(CH);
+    __shared__ float s_mx[FAV_WARPS][FAV_HEADS];
+    __shared__ float s_sum[FAV_WARPS][FAV_HEADS];
+    __shared__ float s_acc[FAV_WARPS][FAV_HEADS][128 * CH];
+    const int H = (int)q.ne[2], HK = (int)k.ne[2], G = H / HK;
+    const int groups = (G + FAV_HEADS - 1) / FAV_HEADS;
+    i64 b = blockIdx.x;
+    const int hg = (int)(b % groups);
+    b /= groups;
+    const i64 hk = b % HK;
+    b /= HK;
+    const i64 iq = b % q.ne[1], s = b / q.ne[1];
+    const int h0 = (int)hk * G + hg * FAV_HEADS, nh = min(FAV_HEADS, G - hg * FAV_HEADS);
+    const int D = (int)q.ne[0], DV = (int)v.ne[0], n_kv = (int)k.ne[1];
+    const int kv0 = blockIdx.y * kv_per_split, kv1 = min(n_kv, kv0 + kv_per_split);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float slope = alibi_slope(max_bias, (int)h, (int)q.ne[2]);
-    float sc = softcap != 0.0f ? scale / softcap : scale;
-    for (int c = threadIdx.x; c < D; c += FA_THREADS) qs[c] = load(q, c, iq, h, s);
-    float acc[FA_CHUNKS][FA_DIMS];
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    float qv[FAV_HEADS][CH][4], acc[FAV_HEADS][CH][4], mx[FAV_HEADS], sum[FAV_HEADS], slope[FAV_HEADS];
 #pragma unroll
-    for (int c = 0; c < FA_CHUNKS; c++)
+    for (int g = 0; g < FAV_HEADS; g++) {
+        slope[g] = alibi_slope(max_bias, h0 + g, H);
+        mx[g] = NEG_INF;
+        sum[g] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < FA_DIMS; e++) acc[c][e] = 0.0f;
-    float mx = NEG_INF, sum = 0.0f;
-    __syncthreads();
-    for (int t0 = kv0; t0 < kv1; t0 += FA_THREADS) {
-        int j = t0 + threadIdx.x;
-        float x = NEG_INF;
-        if (j < kv1) {
-            float mv = has_mask ? slope * load(m, j, iq, h % m.ne[2], s % m.ne[3]) : 0.0f;
-            if (mv != NEG_INF) {
-                x = kq_dot(k, qs, D, j, hk, s) * sc;
-                if (softcap != 0.0f) x = softcap * tanhf(x);
-                x += mv;
+        for (int c = 0; c < CH; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int dd = 128 * c + 4 * lane + e;
+                qv[g][c][e] = g < nh && dd < D ? sc * load_float(q, dd, iq, h0 + g, s) : 0.0f;
+                acc[g][c][e] = 0.0f;
+            }
+    }
+    for (int j0 = kv0 + warp * KEYS; j0 < kv1; j0 += FAV_WARPS * KEYS) {
+        float kk[KEYS][CH][4], vv[KEYS][CH][4];
+#pragma unroll
+        for (int u = 0; u < KEYS; u++) {
+            const int j = min(j0 + u, kv1 - 1);
+            const u8* kr = kv_row(k, j, hk, s);
+            const u8* vr = kv_row(v, j, hk, s);
+#pragma unroll
+            for (int c = 0; c < CH; c++) {
+                kv_load4(k, kr, 128 * c + 4 * lane, D, j, hk, s, kk[u][c]);
+                kv_load4(v, vr, 128 * c + 4 * lane, DV, j, hk, s, vv[u][c]);
             }
         }
-        float tmax = block_max(x);
-        float nm = fmaxf(mx, tmax);
-        if (nm == NEG_INF) continue;
-        float alpha = mx == NEG_INF ? 0.0f : expf(mx - nm);
-        float wj = x == NEG_INF ? 0.0f : expf(x - nm);
-        __syncthreads();
-        w[threadIdx.x] = wj;
-        __syncthreads();
-        float tsum = 0.0f;
-        int tn = min(FA_THREADS, kv1 - t0);
-        for (int jj = 0; jj < tn; jj++) tsum += w[jj];
-        sum = sum * alpha + tsum;
+        float x[FAV_HEADS][KEYS];
 #pragma unroll
-        for (int c = 0; c < FA_CHUNKS; c++)
+        for (int g = 0; g < FAV_HEADS; g++)
 #pragma unroll
-            for (int e = 0; e < FA_DIMS; e++) acc[c][e] *= alpha;
-        for (int jj = warp * 32; jj < min(tn, (warp + 1) * 32); jj++) {
-            float wv = w[jj];
-            if (wv == 0.0f) continue;
-            const u8* row = kv_row(v, t0 + jj, hk, s);
+            for (int u = 0; u < KEYS; u++) {
+                float dot = 0.0f;
 #pragma unroll
-            for (int c = 0; c < FA_CHUNKS; c++) {
-                int d0 = 128 * c + FA_DIMS * lane;
-                if (d0 < DV) add_values(v, row, d0, DV, t0 + jj, hk, s, wv, acc[c]);
+                for (int c = 0; c < CH; c++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) dot += qv[g][c][e] * kk[u][c][e];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) dot += WARP_SHFL_XOR(dot, o);
+                float xv = NEG_INF;
+                if (j0 + u < kv1 && g < nh) {
+                    float mv = has_mask ? slope[g] * load_float(m, j0 + u, iq, (h0 + g) % m.ne[2], s % m.ne[3]) : 0.0f;
+                    if (mv != NEG_INF) xv = (softcap != 0.0f ? softcap * tanhf(dot) : dot) + mv;
+                }
+                x[g][u] = xv;
+            }
+#pragma unroll
+        for (int g = 0; g < FAV_HEADS; g++) {
+            float nm = mx[g];
+#pragma unroll
+            for (int u = 0; u < KEYS; u++) nm = fmaxf(nm, x[g][u]);
+            if (nm == NEG_INF) continue;
+            const float alpha = expf(mx[g] - nm);
+            sum[g] *= alpha;
+#pragma unroll
+            for (int c = 0; c < CH; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[g][c][e] *= alpha;
+#pragma unroll
+            for (int u = 0; u < KEYS; u++) {
+                // Masked keys are skipped, not weighted by 0: their values may be anything.
+                if (x[g][u] == NEG_INF) continue;
+                const float p = expf(x[g][u] - nm);
+                sum[g] += p;
+#pragma unroll
+                for (int c = 0; c < CH; c++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[g][c][e] += p * vv[u][c][e];
+            }
+            mx[g] = nm;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < FAV_HEADS; g++) {
+        if (lane == 0) {
+            s_mx[warp][g] = mx[g];
+            s_sum[warp][g] = sum[g];
+        }
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s_acc[warp][g][128 * c + 4 * lane + e] = acc[g][c][e];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * DV; i += FAV_THREADS) {
+        const int g = i / DV, dv = i % DV;
+        float top = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < FAV_WARPS; w++) top = fmaxf(top, s_mx[w][g]);
+        float a = 0.0f, total = 0.0f;
+        if (top != NEG_INF) {
+#pragma unroll
+            for (int w = 0; w < FAV_WARPS; w++) {
+                if (s_mx[w][g] == NEG_INF) continue;
+                const float f = expf(s_mx[w][g] - top);
+                a += f * s_acc[w][g][dv];
+                total += f * s_sum[w][g];
             }
         }
-        mx = nm;
-    }
-#pragma unroll
-    for (int c = 0; c < FA_CHUNKS; c++)
-#pragma unroll
-        for (int e = 0; e < FA_DIMS; e++) {
-            int dv = 128 * c + FA_DIMS * lane + e;
-            if (dv < DV) red[warp][dv] = acc[c][e];
+        const int h = h0 + g;
+        if (part) {
+            const i64 r = h + H * (iq + q.ne[1] * s);
+            float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
+            if (dv == 0) {
+                p[0] = top;
+                p[1] = total;
+            }
+            p[2 + dv] = a;
+            continue;
         }
-    __syncthreads();
-    if (part) {
-        float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
-        if (threadIdx.x == 0) {
-            p[0] = mx;
-            p[1] = sum;
+        float scale_out = 1.0f;
+        if (has_sinks) {
+            const float sink = load_float(sk, h, 0, 0, 0);
+            const float nm = fmaxf(top, sink);
+            scale_out = expf(top - nm);
+            total = total * scale_out + expf(sink - nm);
         }
-        for (int dv = threadIdx.x; dv < DV; dv += FA_THREADS)
-            p[2 + dv] = red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv];
-        return;
+        store(d, dv, h, iq, s, total == 0.0f ? 0.0f : a * (scale_out / total));
     }
-    float scale_out = 1.0f;
-    if (has_sinks) {
-        float sink = load(sk, h, 0, 0, 0);
-        float nm = fmaxf(mx, sink);
-        float alpha = mx == NEG_INF ? 0.0f : expf(mx - nm);
-        scale_out = alpha;
-        sum = sum * alpha + expf(sink - nm);
-    }
-    float inv = sum == 0.0f ? 0.0f : scale_out / sum;
-    for (int dv = threadIdx.x; dv < DV; dv += FA_THREADS)
-        store(d, dv, h, iq, s, (red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv]) * inv);
+}
+
+extern "C" __global__ void __launch_bounds__(FAV_THREADS)
+    k_flash_attn_vec_d128(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
+                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+    flash_attn_vec<1>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
+}
+
+extern "C" __global__ void __launch_bounds__(FAV_THREADS)
+    k_flash_attn_vec_d256(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
+                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+    flash_attn_vec<2>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
+}
+
+extern "C" __global__ void __launch_bounds__(FAV_THREADS)
+    k_flash_attn_vec_d512(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
+                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+    flash_attn_vec<4>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
 }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
@@ -179,5 +251,53 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
             if (mi != NEG_INF) a += expf(mi - mx) * p[i * (DV + 2) + 2 + dv];
         }
         store(d, dv, h, iq, s, a * inv);
+    }
+}
+
+// Logit of key j for query iq of head h (of n_head), sequence s, from its raw score q.k.
+__device__ __forceinline__ float attn_logit(float score, const TD& m, int has_mask, float sc, float softcap,
+                                            float slope, i64 j, i64 iq, i64 h, i64 s) {
+    float x = score * sc;
+    if (softcap != 0.0f) x = softcap * tanhf(x);
+    if (!has_mask) return x;
+    const float mv = load_float(m, j, iq, h % m.ne[2], s % m.ne[3]);
+    return mv == NEG_INF ? NEG_INF : x + slope * mv;
+}
+
+// Softmax of the BLAS path: one block per row of a chunk of `chunk_queries` queries (from q0) of
+// sequence s. Row r = h * chunk_queries + (iq - q0) of the F32 scores (row stride p.ne[0], n_kv
+// used) becomes row r of the probabilities p (F16 or F32), the sink counted in the sum; rows
+// without an unmasked key (nor a sink) become zeros.
+extern "C" __global__ void k_attn_softmax(u64 scores, TD p, TD m, TD sk, float scale, float max_bias,
+                                          float softcap, int has_mask, int has_sinks, int n_kv, int chunk_queries,
+                                          int q0, int s) {
+    const i64 r = blockIdx.x;
+    const int n_head = gridDim.x / chunk_queries, h = (int)(r / chunk_queries);
+    const i64 iq = q0 + r % chunk_queries;
+    const float* row = (const float*)scores + r * p.ne[0];
+    const float slope = alibi_slope(max_bias, h, n_head);
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    float mx = NEG_INF, sum = 0.0f;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        const float x = attn_logit(row[j], m, has_mask, sc, softcap, slope, j, iq, h, s);
+        if (x > mx) {
+            sum = sum * expf(mx - x) + 1.0f;
+            mx = x;
+        } else if (x != NEG_INF) {
+            sum += expf(x - mx);
+        }
+    }
+    float top = block_max(mx);
+    float total = (float)block_sum(mx == NEG_INF ? 0.0 : (double)(sum * expf(mx - top)));
+    if (has_sinks) {
+        const float sink = load(sk, h, 0, 0, 0);
+        const float nm = fmaxf(top, sink);
+        total = total * expf(top - nm) + expf(sink - nm);
+        top = nm;
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        const float x = attn_logit(row[j], m, has_mask, sc, softcap, slope, j, iq, h, s);
+        store(p, j, r, 0, 0, x == NEG_INF ? 0.0f : expf(x - top) * inv);
     }
 }
