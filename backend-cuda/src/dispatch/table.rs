@@ -226,7 +226,7 @@ mod tests {
             let line = format!("#define {name} {}\n", type_code(t).unwrap());
             assert!(src.contains(&line), "{line}");
         }
-        assert!(src.contains(&format!("#define FA_MAX_D {MAX_HEAD}\n")));
+        assert!(src.contains(&format!("void k_flash_attn_vec_d{MAX_HEAD}(")));
     }
 
     #[test]

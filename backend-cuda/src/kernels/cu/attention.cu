@@ -209,21 +209,18 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FAV_THREADS)
-    k_flash_attn_vec_d128(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
-                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+extern "C" __global__ void k_flash_attn_vec_d128(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                                 float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
     flash_attn_vec<1>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
 }
 
-extern "C" __global__ void __launch_bounds__(FAV_THREADS)
-    k_flash_attn_vec_d256(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
-                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+extern "C" __global__ void k_flash_attn_vec_d256(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                                 float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
     flash_attn_vec<2>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
 }
 
-extern "C" __global__ void __launch_bounds__(FAV_THREADS)
-    k_flash_attn_vec_d512(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap,
-                          int has_mask, int has_sinks, int kv_per_split, u64 part) {
+extern "C" __global__ void k_flash_attn_vec_d512(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                                 float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
     flash_attn_vec<4>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, kv_per_split, part);
 }
 
