@@ -291,58 +291,6 @@ fn push_attn(set: &mut CaseSet, c: AttnCase) {
     );
 }
 
-/// Pushes `c` (with sinks) under a mask whose last `dead` rows are all -inf, made on the device
-/// as -exp(x) of x >= 100 and concatenated under a random mask: those queries attend to the sink
-/// only, and their results are zeros.
-fn push_attn_dead_rows(set: &mut CaseSet, c: AttnCase, dead: usize) {
-    assert!(c.sinks && dead < c.queries);
-    let (mut inputs, sinks) = c.inputs();
-    let live = c.queries - dead;
-    inputs.push(InputSpec::new(DType::F32, [c.keys, live, 1, 1]).gen(Gen::Mask));
-    inputs.push(InputSpec::new(DType::F32, [c.keys, dead, 1, 1]).gen(Gen::Uniform(100.0, 200.0)));
-    inputs.extend(sinks);
-    let p = c.params();
-    set.push(
-        "flash_attn_ext",
-        format!("{}, {dead} masked rows", c.name()),
-        inputs,
-        ggml_tp_tests::case::Check::Nmse(attn_bound(c.kv)),
-        move |g, x| {
-            let big = g.unary(x[4], ggml_core::UnaryOp::Exp)?;
-            let dead = g.unary(big, ggml_core::UnaryOp::Neg)?;
-            let mask = g.concat(x[3], dead, 1)?;
-            g.flash_attn_ext(
-                x[0],
-                x[1],
-                x[2],
-                Some(mask),
-                Some(x[5]),
-                p.scale,
-                p.max_bias,
-                p.softcap,
-            )
-        },
-        move |x| {
-            let (live_rows, keys) = (x[3].ne[1], x[3].ne[0]);
-            let mask = ggml_tp_tests::dense::Dense::from_fn([keys, live_rows + dead, 1, 1], |i| {
-                if i[1] < live_rows {
-                    x[3].at(i)
-                } else {
-                    f64::NEG_INFINITY
-                }
-            });
-            Ok(at::flash_attn_ext(
-                &x[0],
-                &x[1],
-                &x[2],
-                Some(&mask),
-                Some(&x[5]),
-                p,
-            ))
-        },
-    );
-}
-
 #[test]
 fn flash_attn_prefill_blas_path() {
     let seed = seed();
@@ -396,14 +344,6 @@ fn flash_attn_prefill_blas_path() {
             dv: 512,
             ..AttnCase::new(DType::F32, 2, 1, 17, 50)
         },
-    );
-    push_attn_dead_rows(
-        &mut set,
-        AttnCase {
-            sinks: true,
-            ..AttnCase::new(DType::F16, 8, 2, 32, 60)
-        },
-        3,
     );
     run(set, seed);
 }
@@ -477,14 +417,6 @@ fn flash_attn_vector_kernels() {
             dv: 64,
             ..AttnCase::new(DType::F32, 4, 1, 1, 5000)
         },
-    );
-    push_attn_dead_rows(
-        &mut set,
-        AttnCase {
-            sinks: true,
-            ..AttnCase::new(DType::F16, 8, 2, 3, 600)
-        },
-        1,
     );
     run(set, seed);
 }

@@ -1,6 +1,7 @@
 //! flash_attn_ext dispatch. Few queries per KV head (decode), or a backend without batched BLAS,
-//! go to the vector kernels `k_flash_attn_vec_d*` (split over the keys when the heads alone leave
-//! the GPU idle, merged by `k_flash_attn_combine`); many queries (prompt processing) to the BLAS
+//! go to the vector kernels `k_flash_attn_vec_d*` (K/V of types they do not read copied to F32
+//! first; split over the keys when the heads alone leave the GPU idle, merged by
+//! `k_flash_attn_combine`); many queries (prompt processing) to the BLAS
 //! path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over the KV
 //! heads (the query heads of a GQA group are one operand), `k_attn_softmax` to probabilities, and
 //! one batched GEMM per query head of a group writing P·V into the result in place.
@@ -134,7 +135,32 @@ fn vec_kernel(head: usize) -> Option<String> {
         .map(|w| format!("k_flash_attn_vec_d{w}"))
 }
 
+/// Whether the vector kernels read `l` (at `ptr`) directly: F16 or F32 elements, or Q8_0 rows
+/// at even addresses.
+fn vector_readable(l: &Layout, ptr: u64) -> bool {
+    match l.dtype {
+        DType::F16 | DType::F32 => l.nb[0] == l.dtype.type_size(),
+        DType::Q8_0 => {
+            l.nb[0] == DType::Q8_0.type_size() && ptr % 2 == 0 && l.nb.iter().all(|nb| nb % 2 == 0)
+        }
+        _ => false,
+    }
+}
+
+/// K or V for the vector kernels: as it is, or copied to contiguous F32 in scratch `slot`.
+fn vector_operand(r: &dyn Runner, t: TDesc, l: &Layout, slot: usize) -> Result<TDesc> {
+    if vector_readable(l, t.ptr) {
+        return Ok(t);
+    }
+    let ptr = r.scratch(slot, l.nelements() * 4)?;
+    let copy = TDesc::contiguous(ptr, DType::F32, l.ne)?;
+    r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![t, copy]))?;
+    Ok(copy)
+}
+
 fn vector(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let k = vector_operand(r, a.k, a.lk, SLOT_ATTN_K)?;
+    let v = vector_operand(r, a.v, a.lv, SLOT_ATTN_V)?;
     let head = a.lq.ne[0].max(a.lv.ne[0]);
     let kernel = vec_kernel(head).ok_or_else(|| fail(r, format!("head size {head}")))?;
     let [_, n_q, n_head, n_seq] = a.lq.ne;
@@ -150,8 +176,8 @@ fn vector(r: &dyn Runner, a: &Attn) -> Result<()> {
     };
     let args = args![
         a.q,
-        a.k,
-        a.v,
+        k,
+        v,
         a.mask,
         a.sinks,
         a.d,

@@ -10,7 +10,7 @@
 // - the BLAS path (many queries): scores = K Q^T by strided batched GEMMs over the KV heads (the
 //   query heads of a group are one operand), k_attn_softmax turns a chunk of score rows into
 //   probabilities (scale, softcap, mask, ALiBi, sinks), and GEMMs multiply them with V.
-// K/V of any loadable type (F16, F32 and Q8_0 rows have vector paths here). GQA maps query head h
+// K/V of any loadable type (the vector kernels read F16, F32 and Q8_0; others are copied to F32). GQA maps query head h
 // to KV head h / (heads / kv_heads); sliding windows and causality come in through the mask.
 
 #define FAV_WARPS 4
@@ -22,11 +22,19 @@ __device__ __forceinline__ const u8* kv_row(const TD& t, i64 j, i64 h, i64 s) {
     return (const u8*)t.ptr + j * t.nb[1] + h * t.nb[2] + s * t.nb[3];
 }
 
-// Elements d0..d0+3 of K/V row `row` (key j of head h, sequence s), zero from n on.
-__device__ __forceinline__ void kv_load4(const TD& t, const u8* row, int d0, int n, i64 j, i64 h, i64 s,
-                                         float (&o)[4]) {
+// Elements d0..d0+3 of K/V row `row`, zero from n on. The dispatch hands the vector kernels K/V
+// as F16 or F32 elements (nb[0] their size) or Q8_0 rows of whole blocks at even addresses,
+// copying anything else to F32 first: no generic loads, which would bloat the unrolled kernels.
+__device__ __forceinline__ void kv_load4(const TD& t, const u8* row, int d0, int n, float (&o)[4]) {
+    if (t.type == T_Q8_0) {
+        const u8* b = row + (d0 / 32) * t.nb[0];
+        const float scale = d0 < n ? h2f(ld16(b)) : 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[e] = d0 + e < n ? scale * (float)(signed char)b[2 + d0 % 32 + e] : 0.0f;
+        return;
+    }
     if (d0 + 4 <= n) {
-        if (t.type == T_F16 && t.nb[0] == 2 && (((u64)row + 2 * d0) & 7) == 0) {
+        if (t.type == T_F16 && (((u64)row + 2 * d0) & 7) == 0) {
             uint2 p = *(const uint2*)(row + 2 * d0);
             o[0] = h2f((u16)(p.x & 0xFFFFu));
             o[1] = h2f((u16)(p.x >> 16));
@@ -34,7 +42,7 @@ __device__ __forceinline__ void kv_load4(const TD& t, const u8* row, int d0, int
             o[3] = h2f((u16)(p.y >> 16));
             return;
         }
-        if (t.type == T_F32 && t.nb[0] == 4 && (((u64)row + 4 * d0) & 15) == 0) {
+        if (t.type == T_F32 && (((u64)row + 4 * d0) & 15) == 0) {
             float4 p = *(const float4*)(row + 4 * d0);
             o[0] = p.x;
             o[1] = p.y;
@@ -42,16 +50,12 @@ __device__ __forceinline__ void kv_load4(const TD& t, const u8* row, int d0, int
             o[3] = p.w;
             return;
         }
-        if (t.type == T_Q8_0 && ((u64)row & 1) == 0) {
-            const u8* b = row + (d0 / 32) * t.nb[0];
-            float scale = h2f(ld16(b));
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[e] = scale * (float)(signed char)b[2 + d0 % 32 + e];
-            return;
-        }
     }
 #pragma unroll
-    for (int e = 0; e < 4; e++) o[e] = d0 + e < n ? load(t, d0 + e, j, h, s) : 0.0f;
+    for (int e = 0; e < 4; e++) {
+        const int c = d0 + e;
+        o[e] = c >= n ? 0.0f : (t.type == T_F16 ? h2f(((const u16*)row)[c]) : ((const float*)row)[c]);
+    }
 }
 
 // Element of a float tensor (F32, F16 or BF16: queries, masks, sinks) without the block formats.
@@ -111,8 +115,8 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
             const u8* vr = kv_row(v, j, hk, s);
 #pragma unroll
             for (int c = 0; c < CH; c++) {
-                kv_load4(k, kr, 128 * c + 4 * lane, D, j, hk, s, kk[u][c]);
-                kv_load4(v, vr, 128 * c + 4 * lane, DV, j, hk, s, vv[u][c]);
+                kv_load4(k, kr, 128 * c + 4 * lane, D, kk[u][c]);
+                kv_load4(v, vr, 128 * c + 4 * lane, DV, vv[u][c]);
             }
         }
         float x[FAV_HEADS][KEYS];
