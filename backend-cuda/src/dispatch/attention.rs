@@ -141,7 +141,9 @@ fn vector_readable(l: &Layout, ptr: u64) -> bool {
     match l.dtype {
         DType::F16 | DType::F32 => l.nb[0] == l.dtype.type_size(),
         DType::Q8_0 => {
-            l.nb[0] == DType::Q8_0.type_size() && ptr % 2 == 0 && l.nb.iter().all(|nb| nb % 2 == 0)
+            l.nb[0] == DType::Q8_0.type_size()
+                && ptr.is_multiple_of(2)
+                && l.nb.iter().all(|nb| nb.is_multiple_of(2))
         }
         _ => false,
     }
