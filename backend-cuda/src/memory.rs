@@ -198,18 +198,25 @@ impl Buffer for CudaBuffer {
             let fits = staging.as_ref().is_some_and(|s| s.size >= out.len());
             if !fits {
                 *staging = None;
-                *staging = Some(PinnedBuffer::new(self.ctx.clone(), out.len().next_power_of_two())?);
+                *staging = Some(PinnedBuffer::new(
+                    self.ctx.clone(),
+                    out.len().next_power_of_two(),
+                )?);
             }
             let pinned = staging.as_ref().expect("staging set above");
             // SAFETY: the pinned buffer holds at least `out.len()` bytes and is only used under the
             // lock; the range lies inside the allocation.
             let bounce = unsafe { std::slice::from_raw_parts_mut(pinned.ptr, out.len()) };
-            cu("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(bounce, src) })?;
+            cu("cuMemcpyDtoH", unsafe {
+                result::memcpy_dtoh_sync(bounce, src)
+            })?;
             out.copy_from_slice(bounce);
             return Ok(());
         }
         // SAFETY: the range lies inside the allocation.
-        cu("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(out, src) })
+        cu("cuMemcpyDtoH", unsafe {
+            result::memcpy_dtoh_sync(out, src)
+        })
     }
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         check_range(offset, len, self.size)?;

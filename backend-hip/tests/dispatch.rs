@@ -5,7 +5,8 @@
 //! replayed on the host against a direct mul_mat.
 
 use backend_cuda::dispatch::{
-    compute_node, kernel_names, supports, GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc,
+    compute_node, kernel_names, supports, BatchedGemmCall, GemmCall, GemmTypes, KernelArg, Launch,
+    Runner, TDesc,
 };
 use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
 use std::cell::RefCell;
@@ -17,6 +18,7 @@ struct Recorder {
     types: GemmTypes,
     launches: RefCell<Vec<Launch>>,
     gemms: RefCell<Vec<GemmCall>>,
+    batched: RefCell<Vec<BatchedGemmCall>>,
 }
 
 impl Recorder {
@@ -25,6 +27,7 @@ impl Recorder {
             types,
             launches: RefCell::default(),
             gemms: RefCell::default(),
+            batched: RefCell::default(),
         }
     }
 }
@@ -55,6 +58,14 @@ impl Runner for Recorder {
     }
     fn gemm(&self, call: &GemmCall) -> Result<()> {
         self.gemms.borrow_mut().push(*call);
+        Ok(())
+    }
+    /// Like the CUDA backend with mixed-precision BLAS; the HIP backend has none.
+    fn has_gemm_batched(&self) -> bool {
+        self.types == GemmTypes::Mixed
+    }
+    fn gemm_batched(&self, call: &BatchedGemmCall) -> Result<()> {
+        self.batched.borrow_mut().push(*call);
         Ok(())
     }
 }
@@ -144,25 +155,41 @@ fn check_graph(
             }
             assert!(c.m >= 1 && c.n >= 1 && c.lda >= 1 && c.ldb >= 1 && c.ldd >= c.m);
         }
+        for c in r.batched.borrow_mut().drain(..) {
+            assert!(matches!(c.dtype, DType::F16 | DType::F32), "{c:?}");
+            let rows = |trans: bool, rows: i32, cols: i32| if trans { cols } else { rows };
+            assert!(c.m >= 1 && c.n >= 1 && c.k >= 1 && c.batch >= 1, "{c:?}");
+            assert!(c.lda >= rows(c.trans_a, c.m, c.k), "{c:?}");
+            assert!(c.ldb >= rows(c.trans_b, c.k, c.n), "{c:?}");
+            assert!(c.ldd >= c.m && c.stride_d >= 1, "{c:?}");
+        }
     }
 }
 
 /// What the suite does not build: a same-type copy of quantized rows, attention over a long KV for
-/// one query (split over the keys, then combined), and set_rows from rows that are not contiguous.
+/// one query (split over the keys, then combined) with head sizes 64, 256 and 512, attention of
+/// many queries (the BLAS path) with a mask and sinks, and set_rows from rows that are not
+/// contiguous.
 fn extra_graphs() -> Vec<Graph> {
     let mut copy = Graph::new();
     let a = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();
     let b = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();
     let c = copy.cpy(a, b).unwrap();
     copy.output(c);
-    let mut attention = Graph::new();
-    let q = attention.new_input(DType::F32, &[64, 1, 2, 1]).unwrap();
-    let k = attention.new_input(DType::F16, &[64, 4096, 2, 1]).unwrap();
-    let v = attention.new_input(DType::F16, &[64, 4096, 2, 1]).unwrap();
-    let o = attention
-        .flash_attn_ext(q, k, v, None, None, 0.125, 0.0, 0.0)
-        .unwrap();
-    attention.output(o);
+    let mut graphs = vec![copy];
+    for (d, n_q) in [(64, 1), (256, 1), (512, 1), (128, 64)] {
+        let mut g = Graph::new();
+        let q = g.new_input(DType::F32, &[d, n_q, 4, 1]).unwrap();
+        let k = g.new_input(DType::F16, &[d, 4096, 2, 1]).unwrap();
+        let v = g.new_input(DType::F16, &[d, 4096, 2, 1]).unwrap();
+        let mask = g.new_input(DType::F16, &[4096, n_q]).unwrap();
+        let sinks = g.new_input(DType::F32, &[4]).unwrap();
+        let o = g
+            .flash_attn_ext(q, k, v, Some(mask), Some(sinks), 0.125, 0.0, 0.0)
+            .unwrap();
+        g.output(o);
+        graphs.push(g);
+    }
     let mut set_rows = Graph::new();
     let cache = set_rows.new_input(DType::F16, &[8, 16]).unwrap();
     let x = set_rows.new_input(DType::F32, &[3, 8]).unwrap();
@@ -170,7 +197,8 @@ fn extra_graphs() -> Vec<Graph> {
     let xt = set_rows.transpose(x).unwrap();
     let w = set_rows.set_rows(cache, xt, ids).unwrap();
     set_rows.output(w);
-    vec![copy, attention, set_rows]
+    graphs.push(set_rows);
+    graphs
 }
 
 #[test]

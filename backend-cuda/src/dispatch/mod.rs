@@ -4,6 +4,7 @@
 //! [`compute_nodes`] (with its fusions) and [`compute_node`] drive a [`Runner`], which each backend
 //! implements by launching on its stream.
 
+mod attention;
 mod fuse;
 mod gemm;
 mod gemv;
@@ -11,6 +12,7 @@ mod ops;
 mod rows;
 mod table;
 
+pub use attention::BatchedGemmCall;
 pub use fuse::{compute_nodes, fusion_groups, is_skipped};
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
 pub use gemv::{GemvArgs, COLUMN_VARIANTS, MAX_COLUMNS, WEIGHT_TYPES};
@@ -37,10 +39,24 @@ pub trait Runner {
     fn gemm_types(&self) -> GemmTypes;
     /// Queues one BLAS matrix product.
     fn gemm(&self, call: &GemmCall) -> Result<()>;
+    /// Whether [`Runner::gemm_batched`] is available; without it attention runs on kernels only.
+    fn has_gemm_batched(&self) -> bool {
+        false
+    }
+    /// Queues one strided batched BLAS product (F16 or F32 operands, F32 accumulation).
+    fn gemm_batched(&self, _call: &BatchedGemmCall) -> Result<()> {
+        Err(fail(
+            self,
+            format!(
+                "strided batched GEMM is unsupported on {}",
+                self.device_name()
+            ),
+        ))
+    }
 }
 
 /// An error of the dispatch on `runner`'s backend.
-fn fail(runner: &dyn Runner, msg: String) -> Error {
+fn fail<R: Runner + ?Sized>(runner: &R, msg: String) -> Error {
     Error::Backend {
         backend: runner.family().into(),
         msg,
@@ -124,7 +140,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 29] = [
+pub const NAMED_KERNELS: [&str; 30] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -151,6 +167,7 @@ pub const NAMED_KERNELS: [&str; 29] = [
     "k_argsort",
     "k_flash_attn",
     "k_flash_attn_combine",
+    "k_attn_softmax",
     "k_quantize_q8",
     "k_f16_from_f32",
     "k_hold",

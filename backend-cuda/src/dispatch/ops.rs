@@ -4,7 +4,7 @@
 //! [`super::gemm`].
 
 use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
-use super::{args, gemm, gemv, supports, Launch, Runner, TDesc};
+use super::{args, attention, gemm, gemv, supports, Launch, Runner, TDesc};
 use ggml_core::{
     DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
     UnaryOp,
@@ -35,28 +35,6 @@ fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
     let start = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
     let end = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
     [start.max(0.0), end.min(p.n_dims as f32 - 1.0)]
-}
-
-/// Threads per flash attention block (`FA_THREADS` in attention.cu).
-pub(super) const FA_THREADS: u32 = 128;
-/// Blocks a flash attention launch aims for (a few per SM of a large GPU).
-const FA_TARGET_BLOCKS: usize = 512;
-/// Fewest keys one split handles.
-const FA_MIN_KEYS_PER_SPLIT: usize = 256;
-/// Scratch slot of the per-split flash attention partials.
-const SLOT_ATTN_PARTS: usize = 4;
-
-/// Splits of the KV axis for `rows` query rows over `n_kv` keys, and the keys per split (a multiple
-/// of [`FA_THREADS`]): one split unless the rows alone leave the GPU idle and the KV is long.
-fn attention_splits(rows: usize, n_kv: usize) -> (usize, usize) {
-    let wanted = FA_TARGET_BLOCKS.div_ceil(rows.max(1));
-    let most = n_kv.div_ceil(FA_MIN_KEYS_PER_SPLIT);
-    let splits = wanted.min(most).max(1);
-    let per = n_kv
-        .div_ceil(splits)
-        .next_multiple_of(FA_THREADS as usize)
-        .max(FA_THREADS as usize);
-    (n_kv.div_ceil(per).max(1), per)
 }
 
 /// The operands of `k_cpy_rows` for a float copy from `s` (layout `sl`) to `d` (layout `dl`), if it
@@ -286,42 +264,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             scale,
             max_bias,
             softcap,
-        } => {
-            let (q, k, v, m, s) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
-            let (scale, max_bias, softcap) = (*scale, *max_bias, *softcap);
-            let has_mask = i32::from(t.src.len() > 3);
-            let has_sinks = i32::from(t.src.len() > 4);
-            let n_kv = graph.layout(t.src[1]).ne[1];
-            let (splits, kv_per_split) = attention_splits(nrows, n_kv);
-            let part = if splits == 1 {
-                0u64
-            } else {
-                r.scratch(SLOT_ATTN_PARTS, nrows * splits * (t.layout.ne[0] + 2) * 4)?
-            };
-            let a = args![
-                q,
-                k,
-                v,
-                m,
-                s,
-                d,
-                scale,
-                max_bias,
-                softcap,
-                has_mask,
-                has_sinks,
-                kv_per_split as i32,
-                part
-            ];
-            let mut attend = Launch::rows("k_flash_attn", nrows, FA_THREADS, 0, a);
-            attend.grid[1] = splits as u32;
-            if splits == 1 {
-                return r.launch(&attend);
-            }
-            r.launch(&attend)?;
-            let a = args![s, d, has_sinks, splits as i32, part];
-            Launch::rows("k_flash_attn_combine", nrows, FA_THREADS, 0, a)
-        }
+        } => return attention::flash_attn_ext(r, graph, node, [*scale, *max_bias, *softcap]),
         Op::MulMat => {
             let (la, lb) = (graph.layout(t.src[0]), graph.layout(t.src[1]));
             return gemm::mul_mat(r, (src(0)?, la), (src(1)?, lb), d);
@@ -339,29 +282,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn attention_splits_cover_the_keys() {
-        assert_eq!(attention_splits(64, 100), (1, 128));
-        assert_eq!(attention_splits(1024, 100_000).0, 1);
-        for (rows, n_kv) in [(32, 8192), (1, 1000), (8, 300), (4, 65_536)] {
-            let (splits, per) = attention_splits(rows, n_kv);
-            assert!(splits > 1, "{rows} rows, {n_kv} keys");
-            assert_eq!(per % FA_THREADS as usize, 0);
-            assert!(splits * per >= n_kv && (splits - 1) * per < n_kv);
-            assert!(per >= FA_MIN_KEYS_PER_SPLIT);
-        }
-    }
-
-    #[test]
     fn corr_dims_match_ggml_shape() {
         let mut p = RopeParams::simple(RopeMode::Neox, 128, 10000.0);
         p.n_ctx_orig = 4096;
         let [a, b] = yarn_corr_dims(&p);
         assert!(a >= 0.0 && a < b && b <= 127.0, "{a} {b}");
-    }
-
-    #[test]
-    fn fa_threads_match_the_sources() {
-        let src = crate::kernels::shared_source();
-        assert!(src.contains(&format!("#define FA_THREADS {FA_THREADS}\n")));
     }
 }

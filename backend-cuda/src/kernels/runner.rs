@@ -1,8 +1,8 @@
 //! [`Runner`] on a CUDA stream: [`crate::dispatch`]'s launches through cudarc, its GEMMs through
-//! cuBLAS GemmEx (F32, F16 and BF16 operands, F32 accumulation, no TF32), descriptors of tensors
-//! in this device's buffers.
+//! cuBLAS GemmEx and GemmStridedBatchedEx (F32, F16 and BF16 operands, F32 accumulation, no TF32),
+//! descriptors of tensors in this device's buffers.
 
-use crate::dispatch::{GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc};
+use crate::dispatch::{BatchedGemmCall, GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc};
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
@@ -11,6 +11,14 @@ use cudarc::driver::{LaunchConfig, PushKernelArg as _};
 use ggml_core::backend::check_range;
 use ggml_core::Buffer as _;
 use ggml_core::{DType, Device, Graph, Result, TensorId};
+
+fn operation(transposed: bool) -> blas_sys::cublasOperation_t {
+    if transposed {
+        blas_sys::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        blas_sys::cublasOperation_t::CUBLAS_OP_N
+    }
+}
 
 fn cuda_type(t: DType) -> blas_sys::cudaDataType {
     match t {
@@ -105,6 +113,46 @@ impl Runner for CudaBackend {
                 c.d as *mut _,
                 blas_sys::cudaDataType::CUDA_R_32F,
                 c.ldd,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+
+    fn has_gemm_batched(&self) -> bool {
+        true
+    }
+
+    fn gemm_batched(&self, c: &BatchedGemmCall) -> Result<()> {
+        let handle = self.blas();
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let t = cuda_type(c.dtype);
+        // SAFETY: every batch of each operand lies in live device memory with the leading
+        // dimensions, strides and sizes given (from checked descriptors or scratch allocated by
+        // the dispatch); the handle is bound to this backend's stream.
+        cu("cublasGemmStridedBatchedEx", unsafe {
+            blas::gemm_strided_batched_ex(
+                handle.0,
+                operation(c.trans_a),
+                operation(c.trans_b),
+                c.m,
+                c.n,
+                c.k,
+                (&alpha as *const f32).cast(),
+                c.a as *const _,
+                t,
+                c.lda,
+                c.stride_a,
+                c.b as *const _,
+                t,
+                c.ldb,
+                c.stride_b,
+                (&beta as *const f32).cast(),
+                c.d as *mut _,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                c.ldd,
+                c.stride_d,
+                c.batch,
                 blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )

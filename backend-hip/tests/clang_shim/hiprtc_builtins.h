@@ -1,7 +1,7 @@
 // Stand-in for what hiprtc provides to every program without headers, on top of clang's own
 // hiprtc-mode wrapper (`-D__HIPCC_RTC__ -include __clang_hip_runtime_wrapper.h`, which brings the
 // attributes and the math functions): built-in variables, barriers, shuffles, bit casts, the
-// cycle counter, atomics, launch bounds and vector types. Used only by the clang syntax check
+// cycle counter, byte permutes, atomics, launch bounds and vector types. Used only by the clang syntax check
 // (tests/clang_syntax.rs); ROCm's real definitions differ in detail, not in what they accept.
 #define __forceinline__ inline __attribute__((always_inline))
 static constexpr int warpSize = __AMDGCN_WAVEFRONT_SIZE;
@@ -35,6 +35,14 @@ __device__ inline unsigned __float_as_uint(float x) { return __builtin_bit_cast(
 __device__ inline int __float2int_rn(float x) { return (int)__builtin_rintf(x); }
 
 __device__ inline long long clock64() { return (long long)__builtin_readcyclecounter(); }
+
+// Byte i of the result is byte (s >> 4i) & 7 of the eight bytes of x (0..3) and y (4..7).
+__device__ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 
 __device__ inline int __lane_id() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 

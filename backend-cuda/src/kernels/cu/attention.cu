@@ -1,11 +1,17 @@
-// flash_attn_ext: one block of FA_THREADS threads per (head, query, sequence) and KV split. Keys
-// are taken in tiles of FA_THREADS (one score per thread), with an online softmax. Each warp
-// accumulates the values of its quarter of the tile, each lane FA_DIMS dims per 128 (coalesced rows);
-// the warps' accumulators meet in shared memory at the end. K/V of any loadable type; F16 and F32
-// rows are read directly (vector loads for aligned F16). GQA maps query head h to KV head
-// h / (heads / kv_heads); sliding windows and causality come in through the mask. With several
-// splits (decode: few query rows, long KV) each block writes its partial (max, sum, accumulator) and
-// k_flash_attn_combine merges them, adds the sink and normalizes.
+// flash_attn_ext. Two paths (dispatch/attention.rs picks one):
+// - k_flash_attn (few queries: decode; any shape without batched BLAS): one block of FA_THREADS
+//   threads per (head, query, sequence) and KV split. Keys are taken in tiles of FA_THREADS (one
+//   score per thread), with an online softmax. Each warp accumulates the values of its quarter of
+//   the tile, each lane FA_DIMS dims per 128 (coalesced rows); the warps' accumulators meet in
+//   shared memory at the end. K/V of any loadable type; F16 and F32 rows are read directly (vector
+//   loads for aligned F16). With several splits (few query rows, long KV) each block writes its
+//   partial (max, sum, accumulator) and k_flash_attn_combine merges them, adds the sink and
+//   normalizes.
+// - the BLAS path (many queries): scores = K Q^T by strided batched GEMMs over the KV heads (the
+//   query heads of a group are one operand), k_attn_softmax turns a chunk of score rows into
+//   probabilities (scale, softcap, mask, ALiBi, sinks), and GEMMs multiply them with V.
+// GQA maps query head h to KV head h / (heads / kv_heads); sliding windows and causality come in
+// through the mask.
 
 #define FA_THREADS 128
 #define FA_WARPS (FA_THREADS / 32)
@@ -155,6 +161,13 @@ extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, flo
         store(d, dv, h, iq, s, (red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv]) * inv);
 }
 
+// Element of a float tensor (F32, F16 or BF16: queries, masks, sinks) without the block formats.
+__device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
+    const u8* p = (const u8*)t.ptr + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+    if (t.type == T_F32) return *(const float*)p;
+    return t.type == T_F16 ? h2f(ld16(p)) : bf2f(ld16(p));
+}
+
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
 extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) {
     i64 r = blockIdx.x;
@@ -179,5 +192,53 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
             if (mi != NEG_INF) a += expf(mi - mx) * p[i * (DV + 2) + 2 + dv];
         }
         store(d, dv, h, iq, s, a * inv);
+    }
+}
+
+// Logit of key j for query iq of head h (of n_head), sequence s, from its raw score q.k.
+__device__ __forceinline__ float attn_logit(float score, const TD& m, int has_mask, float sc, float softcap,
+                                            float slope, i64 j, i64 iq, i64 h, i64 s) {
+    float x = score * sc;
+    if (softcap != 0.0f) x = softcap * tanhf(x);
+    if (!has_mask) return x;
+    const float mv = load_float(m, j, iq, h % m.ne[2], s % m.ne[3]);
+    return mv == NEG_INF ? NEG_INF : x + slope * mv;
+}
+
+// Softmax of the BLAS path: one block per row of a chunk of `chunk_queries` queries (from q0) of
+// sequence s. Row r = h * chunk_queries + (iq - q0) of the F32 scores (row stride p.ne[0], n_kv
+// used) becomes row r of the probabilities p (F16 or F32), the sink counted in the sum; rows
+// without an unmasked key (nor a sink) become zeros.
+extern "C" __global__ void k_attn_softmax(u64 scores, TD p, TD m, TD sk, float scale, float max_bias,
+                                          float softcap, int has_mask, int has_sinks, int n_kv, int chunk_queries,
+                                          int q0, int s) {
+    const i64 r = blockIdx.x;
+    const int n_head = gridDim.x / chunk_queries, h = (int)(r / chunk_queries);
+    const i64 iq = q0 + r % chunk_queries;
+    const float* row = (const float*)scores + r * p.ne[0];
+    const float slope = alibi_slope(max_bias, h, n_head);
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    float mx = NEG_INF, sum = 0.0f;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        const float x = attn_logit(row[j], m, has_mask, sc, softcap, slope, j, iq, h, s);
+        if (x > mx) {
+            sum = sum * expf(mx - x) + 1.0f;
+            mx = x;
+        } else if (x != NEG_INF) {
+            sum += expf(x - mx);
+        }
+    }
+    float top = block_max(mx);
+    float total = (float)block_sum(mx == NEG_INF ? 0.0 : (double)(sum * expf(mx - top)));
+    if (has_sinks) {
+        const float sink = load(sk, h, 0, 0, 0);
+        const float nm = fmaxf(top, sink);
+        total = total * expf(top - nm) + expf(sink - nm);
+        top = nm;
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        const float x = attn_logit(row[j], m, has_mask, sc, softcap, slope, j, iq, h, s);
+        store(p, j, r, 0, 0, x == NEG_INF ? 0.0f : expf(x - top) * inv);
     }
 }

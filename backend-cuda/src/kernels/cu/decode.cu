@@ -217,7 +217,7 @@ extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) {
 // one thread per unit of 32, whose 64 bytes of output go through shared memory so that the block
 // writes its units' contiguous output with coalesced 16-byte stores.
 template <int T>
-__device__ void dequant_f16(const TD& a, u64 out) {
+__device__ __forceinline__ void dequant_f16(const TD& a, u64 out) {
     __shared__ uint4 tile[DQ_THREADS * 4];
     const i64 per_row = a.ne[0] / 32;
     const i64 total = per_row * a.ne[1] * a.ne[2] * a.ne[3];

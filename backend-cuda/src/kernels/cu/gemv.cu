@@ -142,8 +142,10 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
     }
 }
 
+// Inlined into each kernel (as every function holding shared memory): on AMD GPUs the shared
+// memory of a function that is not gets reserved in every kernel of the program.
 template <int T, int NC, int R>
-__device__ void gemv(const GV& g) {
+__device__ __forceinline__ void gemv(const GV& g) {
     const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
     if (z >= g.nz) return;
     const int tid = threadIdx.x;

@@ -1,0 +1,341 @@
+//! flash_attn_ext dispatch. Few queries per KV head (decode), or a backend without batched BLAS,
+//! go to `k_flash_attn` (one block per head, query and sequence; split over the keys when the
+//! rows alone leave the GPU idle, merged by `k_flash_attn_combine`); many queries (prompt
+//! processing) to the BLAS
+//! path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over the KV
+//! heads (the query heads of a GQA group are one operand), `k_attn_softmax` to probabilities, and
+//! one batched GEMM per query head of a group writing P·V into the result in place.
+
+use super::{args, fail, Launch, Runner, TDesc};
+use ggml_core::{DType, Graph, Layout, Result, TensorId};
+
+/// Threads per `k_flash_attn` block (`FA_THREADS` in attention.cu).
+pub(super) const FA_THREADS: u32 = 128;
+/// Threads per `k_flash_attn_combine` and `k_attn_softmax` block.
+const ROW_THREADS: u32 = 256;
+/// Blocks a `k_flash_attn` launch aims for (a few per SM of a large GPU).
+const FA_TARGET_BLOCKS: usize = 512;
+/// Fewest keys one split handles.
+const FA_MIN_KEYS_PER_SPLIT: usize = 256;
+/// Fewest queries per sequence for the BLAS path.
+const FA_BLAS_MIN_QUERIES: usize = 16;
+/// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
+const FA_BLAS_CHUNK_BYTES: usize = 256 << 20;
+/// Scratch slots: per-split partials; the BLAS path's queries, scores, probabilities, K and V.
+const SLOT_ATTN_PARTS: usize = 4;
+const SLOT_ATTN_Q: usize = 5;
+const SLOT_ATTN_SCORES: usize = 6;
+const SLOT_ATTN_PROBS: usize = 7;
+const SLOT_ATTN_K: usize = 8;
+const SLOT_ATTN_V: usize = 9;
+
+/// One column-major strided batched BLAS product per batch index `i`:
+/// `d_i[m, n] = op(a_i) op(b_i)` with `op` a transposition where `trans_*` is set (`a_i` is
+/// `[k, m]` stored when transposed, else `[m, k]`), F32 accumulation and an F32 result; operand
+/// `x_i` starts `i * stride_x` elements after `x`, leading dimensions in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchedGemmCall {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub dtype: DType,
+    pub a: u64,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: u64,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub d: u64,
+    pub ldd: i32,
+    pub stride_d: i64,
+    pub batch: i32,
+}
+
+/// The operands of one flash_attn_ext node.
+struct Attn<'a> {
+    q: TDesc,
+    k: TDesc,
+    v: TDesc,
+    mask: TDesc,
+    sinks: TDesc,
+    d: TDesc,
+    lq: &'a Layout,
+    lk: &'a Layout,
+    lv: &'a Layout,
+    ld: &'a Layout,
+    scale: f32,
+    max_bias: f32,
+    softcap: f32,
+    has_mask: i32,
+    has_sinks: i32,
+}
+
+/// Computes flash_attn_ext `node` of `graph` (`[scale, max_bias, softcap]`).
+pub(super) fn flash_attn_ext(
+    r: &dyn Runner,
+    graph: &Graph,
+    node: TensorId,
+    [scale, max_bias, softcap]: [f32; 3],
+) -> Result<()> {
+    let t = graph.tensor(node);
+    let desc = |i: usize| match t.src.get(i) {
+        Some(&s) => r.desc(graph, s),
+        None => Ok(TDesc::absent()),
+    };
+    let a = Attn {
+        q: desc(0)?,
+        k: desc(1)?,
+        v: desc(2)?,
+        mask: desc(3)?,
+        sinks: desc(4)?,
+        d: r.desc(graph, node)?,
+        lq: graph.layout(t.src[0]),
+        lk: graph.layout(t.src[1]),
+        lv: graph.layout(t.src[2]),
+        ld: &t.layout,
+        scale,
+        max_bias,
+        softcap,
+        has_mask: i32::from(t.src.len() > 3),
+        has_sinks: i32::from(t.src.len() > 4),
+    };
+    if r.has_gemm_batched() && blas_fits(&a) {
+        through_blas(r, &a)
+    } else {
+        row_blocks(r, &a)
+    }
+}
+
+/// Splits of the KV axis for `rows` query rows over `n_kv` keys, and the keys per split (a multiple
+/// of [`FA_THREADS`]): one split unless the rows alone leave the GPU idle and the KV is long.
+fn attention_splits(rows: usize, n_kv: usize) -> (usize, usize) {
+    let wanted = FA_TARGET_BLOCKS.div_ceil(rows.max(1));
+    let most = n_kv.div_ceil(FA_MIN_KEYS_PER_SPLIT);
+    let splits = wanted.min(most).max(1);
+    let per = n_kv
+        .div_ceil(splits)
+        .next_multiple_of(FA_THREADS as usize)
+        .max(FA_THREADS as usize);
+    (n_kv.div_ceil(per).max(1), per)
+}
+
+/// `k_flash_attn`: one block per output row (head, query, sequence) and split of the keys.
+fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let rows = a.ld.nrows();
+    let (splits, kv_per_split) = attention_splits(rows, a.lk.ne[1]);
+    let part = if splits == 1 {
+        0u64
+    } else {
+        r.scratch(SLOT_ATTN_PARTS, rows * splits * (a.ld.ne[0] + 2) * 4)?
+    };
+    let args = args![
+        a.q,
+        a.k,
+        a.v,
+        a.mask,
+        a.sinks,
+        a.d,
+        a.scale,
+        a.max_bias,
+        a.softcap,
+        a.has_mask,
+        a.has_sinks,
+        kv_per_split as i32,
+        part
+    ];
+    let mut attend = Launch::rows("k_flash_attn", rows, FA_THREADS, 0, args);
+    attend.grid[1] = splits as u32;
+    r.launch(&attend)?;
+    if splits == 1 {
+        return Ok(());
+    }
+    let args = args![a.sinks, a.d, a.has_sinks, splits as i32, part];
+    r.launch(&Launch::rows(
+        "k_flash_attn_combine",
+        rows,
+        ROW_THREADS,
+        0,
+        args,
+    ))
+}
+
+/// The BLAS operand type of K or V of type `t`: F16 rows as they are, quantized ones dequantized
+/// to F16, the rest as F32.
+fn operand_type(t: DType) -> DType {
+    if t == DType::F16 || t.is_quantized() {
+        DType::F16
+    } else {
+        DType::F32
+    }
+}
+
+/// Whether `l` is readable by the BLAS as `dtype` in place: elements of that type, rows apart by
+/// at least their length, every stride of whole elements.
+fn in_place(l: &Layout, dtype: DType) -> bool {
+    let es = dtype.type_size();
+    l.dtype == dtype
+        && l.nb[0] == es
+        && l.nb[1] >= l.ne[0] * es
+        && l.nb[1..].iter().all(|nb| nb % es == 0)
+}
+
+/// Whether the node takes the BLAS path: enough queries, some keys, a contiguous result (written
+/// in place) and dimensions within i32.
+fn blas_fits(a: &Attn) -> bool {
+    let small = |v: usize| v < (1 << 30);
+    a.lq.ne[1] >= FA_BLAS_MIN_QUERIES
+        && a.lk.ne[1] > 0
+        && a.ld.is_contiguous()
+        && a.lk.ne.iter().chain(&a.lq.ne).all(|&v| small(v))
+        && a.ld
+            .nb
+            .iter()
+            .chain(&a.lk.nb)
+            .chain(&a.lv.nb)
+            .all(|&v| small(v))
+}
+
+/// K or V as a BLAS operand of `dtype`: in place, or copied contiguous into scratch `slot`.
+/// Returns the address and the element strides of keys and heads, and of sequences.
+fn kv_operand(
+    r: &dyn Runner,
+    t: TDesc,
+    l: &Layout,
+    dtype: DType,
+    slot: usize,
+) -> Result<(u64, [usize; 3])> {
+    let (ptr, nb) = if in_place(l, dtype) {
+        (t.ptr, l.nb)
+    } else {
+        let ptr = r.scratch(slot, l.nelements() * dtype.type_size())?;
+        let copy = TDesc::contiguous(ptr, dtype, l.ne)?;
+        r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![t, copy]))?;
+        (ptr, Layout::contiguous(dtype, l.ne).nb)
+    };
+    let es = dtype.type_size();
+    Ok((ptr, [nb[1] / es, nb[2] / es, nb[3] / es]))
+}
+
+fn through_blas(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let [d_k, n_q, n_head, n_seq] = a.lq.ne;
+    let [_, n_kv, n_head_kv, _] = a.lk.ne;
+    let d_v = a.lv.ne[0];
+    let group = n_head / n_head_kv;
+    let (kt, vt) = (operand_type(a.lk.dtype), operand_type(a.lv.dtype));
+    let (k, [k_row, k_head, k_seq]) = kv_operand(r, a.k, a.lk, kt, SLOT_ATTN_K)?;
+    let (v, [v_row, v_head, v_seq]) = kv_operand(r, a.v, a.lv, vt, SLOT_ATTN_V)?;
+    // Score rows padded to 16 bytes of probabilities.
+    let ld = n_kv.next_multiple_of(8);
+    let per_query = n_head * ld * (4 + vt.type_size());
+    let chunk = (FA_BLAS_CHUNK_BYTES / per_query).clamp(1, n_q);
+    let q_buf = r.scratch(SLOT_ATTN_Q, n_head * chunk * d_k * kt.type_size())?;
+    let scores = r.scratch(SLOT_ATTN_SCORES, n_head * chunk * ld * 4)?;
+    let probs = r.scratch(SLOT_ATTN_PROBS, n_head * chunk * ld * vt.type_size())?;
+    let i32_of = |v: usize| i32::try_from(v).map_err(|_| fail(r, format!("{v} exceeds i32")));
+    let [_, d_head, d_query, d_seq] = a.ld.nb.map(|nb| nb / 4);
+    for s in 0..n_seq {
+        for q0 in (0..n_q).step_by(chunk) {
+            let nq = chunk.min(n_q - q0);
+            // This chunk's queries as [D, nq, heads] of K's operand type: head h's rows at
+            // h * nq, so the heads of a group follow each other.
+            let mut src = a.q;
+            src.ptr += (s * a.lq.nb[3] + q0 * a.lq.nb[1]) as u64;
+            src.ne = [d_k, nq, n_head, 1].map(|v| v as i64);
+            let dst = TDesc::contiguous(q_buf, kt, [d_k, nq, n_head, 1])?;
+            r.launch(&Launch::elementwise(
+                "k_cpy",
+                d_k * nq * n_head,
+                args![src, dst],
+            ))?;
+            r.gemm_batched(&BatchedGemmCall {
+                trans_a: true,
+                trans_b: false,
+                m: i32_of(n_kv)?,
+                n: i32_of(group * nq)?,
+                k: i32_of(d_k)?,
+                dtype: kt,
+                a: k + (s * k_seq * kt.type_size()) as u64,
+                lda: i32_of(k_row)?,
+                stride_a: k_head as i64,
+                b: q_buf,
+                ldb: i32_of(d_k)?,
+                stride_b: (group * nq * d_k) as i64,
+                d: scores,
+                ldd: i32_of(ld)?,
+                stride_d: (group * nq * ld) as i64,
+                batch: i32_of(n_head_kv)?,
+            })?;
+            let p = TDesc::contiguous(probs, vt, [ld, n_head * nq, 1, 1])?;
+            let args = args![
+                scores,
+                p,
+                a.mask,
+                a.sinks,
+                a.scale,
+                a.max_bias,
+                a.softcap,
+                a.has_mask,
+                a.has_sinks,
+                i32_of(n_kv)?,
+                i32_of(nq)?,
+                i32_of(q0)?,
+                i32_of(s)?
+            ];
+            r.launch(&Launch::rows(
+                "k_attn_softmax",
+                n_head * nq,
+                ROW_THREADS,
+                0,
+                args,
+            ))?;
+            for i in 0..group {
+                let out = d_seq * s + d_query * q0 + d_head * i;
+                r.gemm_batched(&BatchedGemmCall {
+                    trans_a: false,
+                    trans_b: false,
+                    m: i32_of(d_v)?,
+                    n: i32_of(nq)?,
+                    k: i32_of(n_kv)?,
+                    dtype: vt,
+                    a: v + (s * v_seq * vt.type_size()) as u64,
+                    lda: i32_of(v_row)?,
+                    stride_a: v_head as i64,
+                    b: probs + (i * nq * ld * vt.type_size()) as u64,
+                    ldb: i32_of(ld)?,
+                    stride_b: (group * nq * ld) as i64,
+                    d: a.d.ptr + (out * 4) as u64,
+                    ldd: i32_of(d_query)?,
+                    stride_d: (group * d_head) as i64,
+                    batch: i32_of(n_head_kv)?,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_splits_cover_the_keys() {
+        assert_eq!(attention_splits(64, 100), (1, 128));
+        assert_eq!(attention_splits(1024, 100_000).0, 1);
+        for (rows, n_kv) in [(32, 8192), (1, 1000), (8, 300), (4, 65_536)] {
+            let (splits, per) = attention_splits(rows, n_kv);
+            assert!(splits > 1, "{rows} rows, {n_kv} keys");
+            assert_eq!(per % FA_THREADS as usize, 0);
+            assert!(splits * per >= n_kv && (splits - 1) * per < n_kv);
+            assert!(per >= FA_MIN_KEYS_PER_SPLIT);
+        }
+    }
+
+    #[test]
+    fn constants_match_the_sources() {
+        let src = crate::kernels::shared_source();
+        assert!(src.contains(&format!("#define FA_THREADS {FA_THREADS}\n")));
+    }
+}
