@@ -2,11 +2,12 @@
 //! through a recording [`Runner`]: every node of every conformance case is dispatched with the CUDA
 //! backend's BLAS types and with the HIP backend's, and each launch's arguments are checked against
 //! the kernel's parameter list parsed from the shared sources; the GEMM calls of wide products are
-//! replayed on the host against a direct mul_mat.
+//! replayed on the host against a direct mul_mat; adjacent products of one activation make one
+//! grouped GEMV launch.
 
 use backend_cuda::dispatch::{
-    compute_node, kernel_names, supports, BatchedGemmCall, GemmCall, GemmTypes, KernelArg, Launch,
-    Runner, TDesc,
+    compute_node, compute_nodes, kernel_names, supports, BatchedGemmCall, GemmCall, GemmTypes,
+    KernelArg, Launch, Runner, TDesc,
 };
 use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
 use std::cell::RefCell;
@@ -84,6 +85,7 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
                 Some("float") => "f32",
                 Some("u64") => "u64",
                 Some("GV") => "gemv",
+                Some("GVGroup") => "gemv group",
                 other => panic!("{decl}: parameter type {other:?} unknown to KernelArg"),
             })
             .collect()
@@ -91,7 +93,9 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
     kernel_names()
         .into_iter()
         .map(|name| {
-            let decl = if name.starts_with("k_gemv_") {
+            let decl = if name.starts_with("k_gemv_group_") {
+                "k_gemv_group_##name(".to_string()
+            } else if name.starts_with("k_gemv_") {
                 "k_gemv_##name##_##NC(".to_string()
             } else if name.starts_with("k_dequant_f16_") {
                 "k_dequant_f16_##name(".to_string()
@@ -111,6 +115,7 @@ fn kind(a: &KernelArg) -> &'static str {
         KernelArg::F32(_) => "f32",
         KernelArg::U64(_) => "u64",
         KernelArg::Gemv(_) => "gemv",
+        KernelArg::GemvGroup(_) => "gemv group",
     }
 }
 
@@ -310,5 +315,52 @@ fn gemm_calls_compute_mul_mat_with_broadcasts() {
         let want = direct(&la, &lb, &av, &bv);
         let got = replay(&r.gemms.borrow(), (a, &av), (b, &bv), c, want.len());
         assert_eq!(got, want, "{na:?} x {nb:?}");
+    }
+}
+
+#[test]
+fn adjacent_products_of_one_activation_make_one_grouped_launch() {
+    let signatures = kernel_signatures();
+    let mut g = Graph::new();
+    let x = g.new_input(DType::F32, &[512, 1]).unwrap();
+    let rows = [96, 32, 32];
+    let products: Vec<TensorId> = rows
+        .iter()
+        .map(|&m| {
+            let w = g.new_input(DType::Q8_0, &[512, m]).unwrap();
+            g.mul_mat(w, x).unwrap()
+        })
+        .collect();
+    for &p in &products {
+        g.output(p);
+    }
+    let r = Recorder::new(GemmTypes::Mixed);
+    compute_nodes(&r, &g, g.nodes()).unwrap();
+    let launches = r.launches.borrow();
+    let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_ref()).collect();
+    assert_eq!(
+        names,
+        ["k_quantize_q8", "k_gemv_group_q8_0"],
+        "activations once, one GEMV"
+    );
+    let group = &launches[1];
+    let kinds: Vec<_> = group.args.iter().map(kind).collect();
+    assert_eq!(&kinds, &signatures["k_gemv_group_q8_0"]);
+    let KernelArg::GemvGroup(args) = &group.args[0] else {
+        panic!("grouped arguments");
+    };
+    assert_eq!(args.n, 3);
+    assert_eq!(
+        args.first[3] as u32, group.grid[0],
+        "the grid covers every product"
+    );
+    for (i, (&p, &m)) in products.iter().zip(&rows).enumerate() {
+        assert_eq!(args.g[i].d, address(p));
+        assert_eq!(args.g[i].m, m as i64);
+        assert_eq!(args.g[i].x, args.g[0].x, "one quantized activation");
+        assert!(
+            args.first[i] < args.first[i + 1],
+            "product {i} has row blocks"
+        );
     }
 }

@@ -816,3 +816,58 @@ fn flash_attn_few_queries() {
     );
     run(set, seed);
 }
+
+// ---- grouped GEMV: adjacent products of one activation column in one launch ----
+
+/// Products of one activation with 2 or 3 weights of `rows` rows, next to each other in the node
+/// order (as the model builder lays out q, k, v and gate, up), their results joined on axis 0.
+fn push_grouped_products(set: &mut CaseSet, w: DType, k: usize, rows: &[usize]) {
+    let mut inputs: Vec<InputSpec> = rows
+        .iter()
+        .map(|&m| InputSpec::new(w, [k, m, 1, 1]))
+        .collect();
+    inputs.push(InputSpec::new(DType::F32, [k, 1, 1, 1]));
+    let n = rows.len();
+    set.push(
+        "mul_mat",
+        format!("grouped products of rows {rows:?}"),
+        inputs,
+        Check::Nmse(weight_bound(w)),
+        move |g, x| {
+            let products: Vec<TensorId> = (0..n)
+                .map(|i| g.mul_mat(x[i], x[n]))
+                .collect::<Result<_, _>>()?;
+            for &p in &products {
+                g.expand(p);
+            }
+            let mut out = products[0];
+            for &p in &products[1..] {
+                out = g.concat(out, p, 0)?;
+            }
+            Ok(out)
+        },
+        move |x| {
+            let mut out = mx::mul_mat(&x[0], &x[n]);
+            for i in 1..n {
+                out = ew::concat(&out, &mx::mul_mat(&x[i], &x[n]), 0);
+            }
+            Ok(out)
+        },
+    );
+}
+
+#[test]
+fn grouped_products_match_separate_ones() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    for w in WEIGHTS {
+        push_grouped_products(&mut set, w, 2560, &[67, 16, 16]);
+        push_grouped_products(&mut set, w, 2560, &[300, 300]);
+        push_grouped_products(&mut set, w, 2560, &[1, 5, 4096]);
+    }
+    for w in [DType::F32, DType::F16, DType::BF16] {
+        // Odd row length: the scalar path of float weights.
+        push_grouped_products(&mut set, w, 4099, &[19, 7, 33]);
+    }
+    run(set, seed);
+}

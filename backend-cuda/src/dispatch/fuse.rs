@@ -2,11 +2,16 @@
 //! layer has, a norm (rms_norm / norm) followed by the mul by its weight row and preceded by the
 //! residual add, run as one `k_norm_rows` launch when adjacent. The fused kernel writes every
 //! result of the chain, so the intermediates stay valid for other consumers and no consumer
-//! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical).
+//! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). Adjacent
+//! single-column products of one activation (q, k and v; gate and up: the model builder puts them
+//! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
+//! `GGML_TP_GROUP_PRODUCTS=0`.
 
+use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
 use ggml_core::{DType, Error, Graph, Layout, Op, Result, TensorId};
+use std::sync::OnceLock;
 
 /// True for the nodes that launch nothing: views, leaves and empty tensors.
 pub fn is_skipped(graph: &Graph, node: TensorId) -> bool {
@@ -35,7 +40,12 @@ pub fn fusion_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
 /// Computes `nodes` of `graph` through `r` in order, fusing the chains of [`fusion_groups`].
 pub fn compute_nodes(r: &dyn Runner, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
     for group in fusion_groups(graph, nodes) {
-        if group.len() > 1 && launch_chain(r, graph, &group).map_err(|e| at(graph, group[0], e))? {
+        let fused = match group.len() {
+            1 => Ok(false),
+            _ if graph.tensor(group[0]).op == Op::MulMat => launch_products(r, graph, &group),
+            _ => launch_chain(r, graph, &group),
+        };
+        if fused.map_err(|e| at(graph, group[0], e))? {
             continue;
         }
         for &node in &group {
@@ -102,8 +112,46 @@ fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorI
     fits.then_some(w)
 }
 
-/// Length of the fusable chain at the start of `nodes` (1 when there is none).
+/// Whether products are grouped (`GGML_TP_GROUP_PRODUCTS` is not `0`, `off` or `false`).
+fn grouping_products() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("GGML_TP_GROUP_PRODUCTS").as_deref(),
+            Ok("0" | "off" | "false")
+        )
+    })
+}
+
+/// Number of adjacent single-column products at the start of `nodes` that share their
+/// activation and weight type (at most [`MAX_GROUP`]; 1 when there is no such run).
+fn products_len(graph: &Graph, nodes: &[TensorId]) -> usize {
+    let single_product = |n: TensorId| {
+        let t = graph.tensor(n);
+        t.op == Op::MulMat && graph.layout(t.src[1]).ne[1..] == [1, 1, 1]
+    };
+    if !grouping_products() || !single_product(nodes[0]) {
+        return 1;
+    }
+    let first = graph.tensor(nodes[0]);
+    let same = |n: TensorId| {
+        let t = graph.tensor(n);
+        single_product(n)
+            && t.src[1] == first.src[1]
+            && graph.layout(t.src[0]).dtype == graph.layout(first.src[0]).dtype
+    };
+    1 + nodes[1..]
+        .iter()
+        .take(MAX_GROUP - 1)
+        .take_while(|&&n| same(n))
+        .count()
+}
+
+/// Length of the fusable chain or product group at the start of `nodes` (1 when there is none).
 fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
+    if graph.tensor(nodes[0]).op == Op::MulMat {
+        return products_len(graph, nodes);
+    }
     let norm_at = match nodes {
         [add, norm, ..] if fusable_norm(graph, *norm) && fusable_add(graph, *add, *norm) => 1,
         [norm, ..] if fusable_norm(graph, *norm) => 0,
@@ -135,6 +183,38 @@ fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
     written.iter().enumerate().all(|(i, w)| {
         let others = written.iter().skip(i + 1).chain(read);
         others.into_iter().all(|o| same(w, o) || apart(w, o))
+    })
+}
+
+/// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
+/// launched) when their weights cannot be grouped or a result overlaps the activation or another
+/// result.
+fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+    let x = graph.tensor(group[0]).src[1];
+    let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
+    let mut products = Vec::with_capacity(group.len());
+    for &n in group {
+        let w = graph.tensor(n).src[0];
+        products.push((r.desc(graph, w)?, graph.layout(w), r.desc(graph, n)?));
+    }
+    let weights: Vec<(TDesc, &Layout)> = products.iter().map(|p| (p.0, p.1)).collect();
+    let results: Vec<TDesc> = products.iter().map(|p| p.2).collect();
+    if !gemv::groupable(&weights, lb) || !all_apart(&results, &[b]) {
+        return Ok(false);
+    }
+    gemv::mul_mat_vec_group(r, &products, b, lb)?;
+    Ok(true)
+}
+
+/// True when no two of `written` and no written tensor and a `read` one share a byte.
+fn all_apart(written: &[TDesc], read: &[TDesc]) -> bool {
+    let apart = |x: &TDesc, y: &TDesc| {
+        let ((x0, x1), (y0, y1)) = (extent(x), extent(y));
+        x1 <= y0 || y1 <= x0
+    };
+    written.iter().enumerate().all(|(i, w)| {
+        let others = written.iter().skip(i + 1).chain(read);
+        others.into_iter().all(|o| apart(w, o))
     })
 }
 
@@ -244,5 +324,46 @@ mod tests {
         g.output(m2);
         let groups = fusion_groups(&g, g.nodes());
         assert_eq!(groups, vec![vec![n, m], vec![n2], vec![m2]]);
+    }
+
+    #[test]
+    fn adjacent_products_of_one_activation_are_grouped() {
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[64, 1]).unwrap();
+        let y = g.new_input(DType::F32, &[64, 1]).unwrap();
+        let w: Vec<TensorId> = (0..5)
+            .map(|_| g.new_input(DType::Q8_0, &[64, 32]).unwrap())
+            .collect();
+        let wf = g.new_input(DType::F16, &[64, 32]).unwrap();
+        let p: Vec<TensorId> = w.iter().map(|&w| g.mul_mat(w, x).unwrap()).collect();
+        let other_x = g.mul_mat(w[0], y).unwrap();
+        let other_type = g.mul_mat(wf, y).unwrap();
+        for &n in p.iter().chain([&other_x, &other_type]) {
+            g.expand(n);
+        }
+        let groups = fusion_groups(&g, g.nodes());
+        assert_eq!(
+            groups,
+            vec![
+                vec![p[0], p[1], p[2]],
+                vec![p[3], p[4]],
+                vec![other_x],
+                vec![other_type]
+            ],
+            "at most MAX_GROUP, one activation and weight type each"
+        );
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[64, 2]).unwrap();
+        let w1 = g.new_input(DType::Q8_0, &[64, 32]).unwrap();
+        let w2 = g.new_input(DType::Q8_0, &[64, 32]).unwrap();
+        let a = g.mul_mat(w1, x).unwrap();
+        let b = g.mul_mat(w2, x).unwrap();
+        g.expand(a);
+        g.expand(b);
+        assert_eq!(
+            fusion_groups(&g, g.nodes()),
+            vec![vec![a], vec![b]],
+            "two columns"
+        );
     }
 }

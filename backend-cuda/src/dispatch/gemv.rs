@@ -4,7 +4,8 @@
 //! contiguous for float weights. K-quant rows that start 16-byte aligned are read in staged
 //! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
 //! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
-//! first.
+//! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
+//! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once.
 
 use super::{args, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
@@ -51,6 +52,23 @@ const SLOT_XD: usize = 3;
 
 pub(super) fn kernel_name(type_name: &str, columns: usize) -> String {
     format!("k_gemv_{type_name}_{columns}")
+}
+
+pub(super) fn group_kernel_name(type_name: &str) -> String {
+    format!("k_gemv_group_{type_name}")
+}
+
+/// Most products of one grouped launch (`GV_GROUP`).
+pub const MAX_GROUP: usize = 3;
+
+/// Arguments of a grouped GEMV launch; mirrors `struct GVGroup` in gemv.cu: the products' own
+/// arguments and the first row block of each (then the total).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GemvGroupArgs {
+    pub g: [GemvArgs; MAX_GROUP],
+    pub first: [i64; MAX_GROUP + 1],
+    pub n: i64,
 }
 
 /// Arguments of a GEMV launch; mirrors `struct GV` in gemv.cu (every field 8 bytes).
@@ -245,6 +263,79 @@ pub(super) fn mul_mat_vec(
     run(r, la.dtype, args)
 }
 
+/// Whether the products of weights `weights` (descriptor, layout) with the one activation vector
+/// `lb` run as one grouped launch: 2 to [`MAX_GROUP`] two-dimensional products of one column, the
+/// weights of one type and row length with rows the kernels read in place.
+pub fn groupable(weights: &[(TDesc, &Layout)], lb: &Layout) -> bool {
+    let Some(&(_, first)) = weights.first() else {
+        return false;
+    };
+    (2..=MAX_GROUP).contains(&weights.len())
+        && lb.ne[1..] == [1, 1, 1]
+        && weights.iter().all(|(a, la)| {
+            la.dtype == first.dtype
+                && la.ne[0] == lb.ne[0]
+                && la.ne[2..] == [1, 1]
+                && rows_readable(a, la)
+        })
+}
+
+/// `d_i = a_i b` for the products `(a_i, layout, d_i)` of one activation column `b` in one launch
+/// (the caller checks [`groupable`]).
+pub fn mul_mat_vec_group(
+    r: &dyn Runner,
+    products: &[(TDesc, &Layout, TDesc)],
+    b: TDesc,
+    lb: &Layout,
+) -> Result<()> {
+    let wt = products[0].1.dtype;
+    let k = lb.ne[0];
+    let mut x = GemvArgs {
+        k: k as i64,
+        ncols: 1,
+        b2: 1,
+        r2: 1,
+        r3: 1,
+        nz: 1,
+        ..Default::default()
+    };
+    activations(r, b, lb, wt, &mut x)?;
+    let total_rows: usize = products.iter().map(|(_, la, _)| la.ne[1]).sum();
+    let mut group = GemvGroupArgs {
+        n: products.len() as i64,
+        ..Default::default()
+    };
+    let mut blocks = 0usize;
+    for (i, (a, la, d)) in products.iter().enumerate() {
+        let vec = vector_loads(a, la, x.x);
+        let wpr = warps_per_row(total_rows, row_work(wt, k, vec));
+        group.g[i] = GemvArgs {
+            w: a.ptr,
+            wnb1: la.nb[1] as i64,
+            wnb2: la.nb[2] as i64,
+            wnb3: la.nb[3] as i64,
+            d: d.ptr,
+            m: la.ne[1] as i64,
+            vec: i64::from(vec),
+            wpr: wpr as i64,
+            ..x
+        };
+        group.first[i] = blocks as i64;
+        blocks += la.ne[1].div_ceil(THREADS as usize / 32 / wpr);
+    }
+    group.first[products.len()..].fill(blocks as i64);
+    let name = group_kernel_name(
+        type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))?,
+    );
+    r.launch(&Launch {
+        kernel: name.into(),
+        grid: [blocks as u32, 1, 1],
+        threads: THREADS,
+        shared_bytes: 0,
+        args: args![group],
+    })
+}
+
 /// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
 /// give NaN columns.
 pub fn mul_mat_id(
@@ -297,6 +388,30 @@ mod tests {
     #[test]
     fn arguments_match_the_cuda_struct() {
         assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8);
+        assert_eq!(
+            std::mem::size_of::<GemvGroupArgs>(),
+            MAX_GROUP * 22 * 8 + (MAX_GROUP + 2) * 8
+        );
+        let src = crate::kernels::shared_source();
+        assert!(src.contains(&format!("#define GV_GROUP {MAX_GROUP}\n")));
+    }
+
+    #[test]
+    fn groups_take_single_columns_of_one_weight_type() {
+        let q = Layout::contiguous(DType::Q4_0, [256, 64, 1, 1]);
+        let k = Layout::contiguous(DType::Q4_0, [256, 16, 1, 1]);
+        let f = Layout::contiguous(DType::F16, [256, 16, 1, 1]);
+        let x = Layout::contiguous(DType::F32, [256, 1, 1, 1]);
+        let at = |ptr: u64, l: &Layout| TDesc::new(ptr, l).unwrap();
+        let (dq, dk, df) = (at(0, &q), at(1 << 20, &k), at(2 << 20, &f));
+        assert!(groupable(&[(dq, &q), (dk, &k), (dk, &k)], &x));
+        assert!(!groupable(&[(dq, &q)], &x), "one product");
+        assert!(!groupable(&[(dq, &q); 4], &x), "more than MAX_GROUP");
+        assert!(!groupable(&[(dq, &q), (df, &f)], &x), "two weight types");
+        let two = Layout::contiguous(DType::F32, [256, 2, 1, 1]);
+        assert!(!groupable(&[(dq, &q), (dk, &k)], &two), "two columns");
+        let short = Layout::contiguous(DType::F32, [128, 1, 1, 1]);
+        assert!(!groupable(&[(dq, &q), (dk, &k)], &short), "row length");
     }
 
     #[test]

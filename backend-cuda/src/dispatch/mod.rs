@@ -15,7 +15,7 @@ mod table;
 pub use attention::BatchedGemmCall;
 pub use fuse::{compute_nodes, fusion_groups, is_skipped};
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
-pub use gemv::{GemvArgs, COLUMN_VARIANTS, MAX_COLUMNS, WEIGHT_TYPES};
+pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP, WEIGHT_TYPES};
 pub use ops::compute_node;
 pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
 
@@ -64,13 +64,15 @@ fn fail<R: Runner + ?Sized>(runner: &R, msg: String) -> Error {
 }
 
 /// One kernel argument, passed by value.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum KernelArg {
     Tensor(TDesc),
     I32(i32),
     F32(f32),
     U64(u64),
     Gemv(GemvArgs),
+    /// Boxed: it is several times the size of the others.
+    GemvGroup(Box<GemvGroupArgs>),
 }
 
 macro_rules! kernel_arg_from {
@@ -83,6 +85,12 @@ macro_rules! kernel_arg_from {
     )*};
 }
 kernel_arg_from!(TDesc => Tensor, i32 => I32, f32 => F32, u64 => U64, GemvArgs => Gemv);
+
+impl From<GemvGroupArgs> for KernelArg {
+    fn from(v: GemvGroupArgs) -> Self {
+        KernelArg::GemvGroup(Box::new(v))
+    }
+}
 
 /// The arguments of a launch, from values (a `TDesc`, `i32`, `f32`, `u64` or `GemvArgs` each).
 macro_rules! args {
@@ -181,6 +189,7 @@ pub fn kernel_names() -> Vec<String> {
         for nc in COLUMN_VARIANTS {
             names.push(gemv::kernel_name(tn, nc));
         }
+        names.push(gemv::group_kernel_name(tn));
         if t.is_quantized() {
             names.push(dequant_kernel(tn));
         }

@@ -5,7 +5,7 @@
 
 mod runner;
 
-use crate::dispatch::{kernel_names, GemvArgs, TDesc};
+use crate::dispatch::{kernel_names, GemvArgs, GemvGroupArgs, TDesc};
 
 use crate::err;
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
@@ -108,6 +108,10 @@ unsafe impl DeviceRepr for TDesc {}
 
 // SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV` in gemv.cu.
 unsafe impl DeviceRepr for GemvArgs {}
+
+// SAFETY: a plain `repr(C)` struct of `GemvArgs` and 8-byte integers with the layout of
+// `struct GVGroup` in gemv.cu.
+unsafe impl DeviceRepr for GemvGroupArgs {}
 
 #[cfg(test)]
 mod tests {

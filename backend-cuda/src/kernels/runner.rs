@@ -71,6 +71,7 @@ impl Runner for CudaBackend {
                 KernelArg::F32(v) => b.arg(v),
                 KernelArg::U64(v) => b.arg(v),
                 KernelArg::Gemv(v) => b.arg(v),
+                KernelArg::GemvGroup(v) => b.arg(v.as_ref()),
             };
         }
         let cfg = LaunchConfig {

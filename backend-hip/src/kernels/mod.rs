@@ -204,5 +204,6 @@ fn arg_ptr(a: &KernelArg) -> *mut c_void {
         KernelArg::F32(v) => v as *const _ as *mut c_void,
         KernelArg::U64(v) => v as *const _ as *mut c_void,
         KernelArg::Gemv(v) => v as *const _ as *mut c_void,
+        KernelArg::GemvGroup(v) => v.as_ref() as *const _ as *mut c_void,
     }
 }

@@ -8,7 +8,8 @@
 // chunk with 16-byte loads (every lane several in flight) into its shared-memory stage, then each
 // lane decodes units from there; units past the last whole chunk, unaligned rows and the other
 // quantized types are decoded from global memory directly. mul_mat_id uses the same kernels with one column per (expert slot,
-// token). Kernels k_gemv_<type>_<NC> handle up to NC columns.
+// token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
+// single-column products of one activation vector in one launch.
 
 #define GV_THREADS 128
 #define GV_WARPS (GV_THREADS / 32)
@@ -142,10 +143,11 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
     }
 }
 
-// Inlined into each kernel (as every function holding shared memory): on AMD GPUs the shared
-// memory of a function that is not gets reserved in every kernel of the program.
+// Block bx of the row blocks of g (blockIdx.x for a single product). Inlined into each kernel (as
+// every function holding shared memory): on AMD GPUs the shared memory of a function that is not
+// gets reserved in every kernel of the program.
 template <int T, int NC, int R>
-__device__ __forceinline__ void gemv(const GV& g) {
+__device__ __forceinline__ void gemv(const GV& g, i64 bx) {
     const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
     if (z >= g.nz) return;
     const int tid = threadIdx.x;
@@ -168,7 +170,7 @@ __device__ __forceinline__ void gemv(const GV& g) {
     const int ncols = (int)g.ncols;
     // Row group of this thread, its first row, and the thread's place among the group's.
     const int wpr = (int)g.wpr, nt = 32 * wpr, t = tid % nt;
-    const i64 rb = (i64)blockIdx.x * (GV_WARPS / wpr) * R;
+    const i64 rb = bx * (GV_WARPS / wpr) * R;
     const i64 r0 = rb + (tid / nt) * R;
     const u8* rows[R];
 #pragma unroll
@@ -232,9 +234,28 @@ __device__ __forceinline__ void gemv(const GV& g) {
 
 // Rows per block: one for a single column, two (sharing each activation load) for more.
 #define GEMV_KERNEL(name, T, NC) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { gemv<T, NC, (NC > 1 ? 2 : 1)>(g); }
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); }
+
+// Up to GV_GROUP single-column products of one activation vector (q, k and v; gate and up) in one
+// launch: product i takes the row blocks first[i] .. first[i + 1] of the grid. Mirrors the Rust
+// `GemvGroupArgs`.
+#define GV_GROUP 3
+struct GVGroup {
+    GV g[GV_GROUP];
+    i64 first[GV_GROUP + 1];
+    i64 n;
+};
+
+template <int T>
+__device__ __forceinline__ void gemv_group(const GVGroup& gg) {
+    int i = 0;
+    while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
+    gemv<T, 1, 1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
+}
+
 #define GEMV_KERNELS(name, T) \
-    GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8)
+    GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8) \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { gemv_group<T>(gg); }
 
 GEMV_KERNELS(f32, T_F32)
 GEMV_KERNELS(f16, T_F16)
