@@ -187,34 +187,50 @@ fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
 }
 
 /// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
-/// launched) when their weights cannot be grouped or a result overlaps the activation or another
-/// result.
+/// launched) when their weights cannot be grouped or a result overlaps the activation, a weight or
+/// another result. (In node order a product may write where an earlier product's weights were:
+/// the memory planner reuses operands that the order no longer needs. Bound weights never move.)
 fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
     let x = graph.tensor(group[0]).src[1];
     let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
     let mut products = Vec::with_capacity(group.len());
     for &n in group {
         let w = graph.tensor(n).src[0];
-        products.push((r.desc(graph, w)?, graph.layout(w), r.desc(graph, n)?));
+        products.push((
+            r.desc(graph, w)?,
+            graph.layout(w),
+            r.desc(graph, n)?,
+            *graph.layout(n),
+        ));
     }
     let weights: Vec<(TDesc, &Layout)> = products.iter().map(|p| (p.0, p.1)).collect();
-    let results: Vec<TDesc> = products.iter().map(|p| p.2).collect();
-    if !gemv::groupable(&weights, lb) || !all_apart(&results, &[b]) {
+    let written: Vec<(u64, u64)> = products.iter().map(|p| span(p.2.ptr, &p.3)).collect();
+    let mut read = vec![span(b.ptr, lb)];
+    read.extend(products.iter().map(|p| span(p.0.ptr, p.1)));
+    if !gemv::groupable(&weights, lb) || !spans_apart(&written, &read) {
         return Ok(false);
     }
+    let products: Vec<(TDesc, &Layout, TDesc)> = products.iter().map(|p| (p.0, p.1, p.2)).collect();
     gemv::mul_mat_vec_group(r, &products, b, lb)?;
     Ok(true)
 }
 
-/// True when no two of `written` and no written tensor and a `read` one share a byte.
-fn all_apart(written: &[TDesc], read: &[TDesc]) -> bool {
-    let apart = |x: &TDesc, y: &TDesc| {
-        let ((x0, x1), (y0, y1)) = (extent(x), extent(y));
-        x1 <= y0 || y1 <= x0
-    };
-    written.iter().enumerate().all(|(i, w)| {
+/// First and one-past-last byte of a tensor of layout `l` at `ptr` (rows of whole blocks).
+fn span(ptr: u64, l: &Layout) -> (u64, u64) {
+    if l.nelements() == 0 {
+        return (ptr, ptr);
+    }
+    let row = (l.ne[0] / l.dtype.block_size()) * l.dtype.type_size();
+    let rest: usize = (1..4).map(|k| (l.ne[k] - 1) * l.nb[k]).sum();
+    (ptr, ptr + (rest + row) as u64)
+}
+
+/// True when no two `written` spans and no written and `read` span share a byte.
+fn spans_apart(written: &[(u64, u64)], read: &[(u64, u64)]) -> bool {
+    let apart = |(x0, x1): (u64, u64), (y0, y1): (u64, u64)| x1 <= y0 || y1 <= x0;
+    written.iter().enumerate().all(|(i, &w)| {
         let others = written.iter().skip(i + 1).chain(read);
-        others.into_iter().all(|o| apart(w, o))
+        others.into_iter().all(|&o| apart(w, o))
     })
 }
 
@@ -324,6 +340,23 @@ mod tests {
         g.output(m2);
         let groups = fusion_groups(&g, g.nodes());
         assert_eq!(groups, vec![vec![n, m], vec![n2], vec![m2]]);
+    }
+
+    #[test]
+    fn spans_cover_whole_blocks_and_strides() {
+        let q = Layout::contiguous(DType::Q4_0, [64, 3, 1, 1]);
+        assert_eq!(span(1000, &q), (1000, 1000 + 3 * 36));
+        let f = Layout::contiguous(DType::F32, [5, 2, 2, 1]);
+        assert_eq!(span(0, &f), (0, 80));
+        assert!(spans_apart(&[(0, 10), (10, 20)], &[(20, 30)]));
+        assert!(
+            !spans_apart(&[(0, 10), (9, 20)], &[]),
+            "two results overlap"
+        );
+        assert!(
+            !spans_apart(&[(0, 10)], &[(5, 6)]),
+            "a result over an operand"
+        );
     }
 
     #[test]
