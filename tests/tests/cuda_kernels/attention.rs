@@ -1,0 +1,245 @@
+//! Flash attention on a CUDA device (part of the `cuda_kernels` tests): the row-block kernel (few
+//! queries) and the BLAS path (queries >= 16) against the float64 reference.
+
+use super::*;
+
+/// One flash_attn_ext case: head sizes, heads, queries, keys, sequences, K/V type and the op's
+/// options; `kv_view` lays K and V out as the KV cache does (heads inside key rows).
+#[derive(Clone, Copy)]
+struct AttnCase {
+    d: usize,
+    dv: usize,
+    heads: usize,
+    kv_heads: usize,
+    queries: usize,
+    keys: usize,
+    seqs: usize,
+    kv: DType,
+    sinks: bool,
+    softcap: f32,
+    max_bias: f32,
+    kv_view: bool,
+}
+
+impl AttnCase {
+    fn new(kv: DType, heads: usize, kv_heads: usize, queries: usize, keys: usize) -> AttnCase {
+        AttnCase {
+            d: 128,
+            dv: 128,
+            heads,
+            kv_heads,
+            queries,
+            keys,
+            seqs: 1,
+            kv,
+            sinks: false,
+            softcap: 0.0,
+            max_bias: 0.0,
+            kv_view: false,
+        }
+    }
+
+    fn params(&self) -> AttnParams {
+        AttnParams {
+            scale: 1.0 / (self.d as f32).sqrt(),
+            max_bias: self.max_bias,
+            softcap: self.softcap,
+        }
+    }
+
+    fn name(&self) -> String {
+        let c = self;
+        format!(
+            "D {}/{} heads {}/{} {} queries {} keys {} seqs, sinks {} softcap {} alibi {} cache view {}",
+            c.d, c.dv, c.heads, c.kv_heads, c.queries, c.keys, c.seqs, c.sinks, c.softcap,
+            c.max_bias, c.kv_view
+        )
+    }
+
+    /// Q (a permuted view, as the models make it), K, V, and the sinks when used.
+    fn inputs(&self) -> (Vec<InputSpec>, Option<InputSpec>) {
+        let c = self;
+        let permuted = ViewKind::Permute([0, 2, 1, 3]);
+        let kv_layout = if c.kv_view {
+            permuted
+        } else {
+            ViewKind::Contig
+        };
+        let qkv = vec![
+            InputSpec::new(DType::F32, [c.d, c.queries, c.heads, c.seqs]).view(permuted),
+            InputSpec::new(c.kv, [c.d, c.keys, c.kv_heads, c.seqs]).view(kv_layout),
+            InputSpec::new(c.kv, [c.dv, c.keys, c.kv_heads, c.seqs]).view(kv_layout),
+        ];
+        let sinks = c
+            .sinks
+            .then(|| InputSpec::new(DType::F32, [c.heads, 1, 1, 1]).gen(Gen::Normal(2.0)));
+        (qkv, sinks)
+    }
+}
+
+/// Pushes `c` with a random mask (rows padded past the queries, as ggml pads them, and shared by
+/// the sequences).
+fn push_attn(set: &mut CaseSet, c: AttnCase) {
+    let (mut inputs, sinks) = c.inputs();
+    inputs.push(InputSpec::new(DType::F16, [c.keys, c.queries + 3, 1, 1]).gen(Gen::Mask));
+    inputs.extend(sinks);
+    let p = c.params();
+    set.push(
+        "flash_attn_ext",
+        c.name(),
+        inputs,
+        ggml_tp_tests::case::Check::Nmse(attn_bound(c.kv)),
+        move |g, x| {
+            g.flash_attn_ext(
+                x[0],
+                x[1],
+                x[2],
+                Some(x[3]),
+                x.get(4).copied(),
+                p.scale,
+                p.max_bias,
+                p.softcap,
+            )
+        },
+        move |x| {
+            Ok(at::flash_attn_ext(
+                &x[0],
+                &x[1],
+                &x[2],
+                Some(&x[3]),
+                x.get(4),
+                p,
+            ))
+        },
+    );
+}
+
+#[test]
+fn flash_attn_prefill_blas_path() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    // Llama-like prefill with the KV cache's layout, every K/V type.
+    for kv in [DType::F16, DType::F32, DType::BF16, DType::Q8_0] {
+        push_attn(
+            &mut set,
+            AttnCase {
+                kv_view: true,
+                ..AttnCase::new(kv, 8, 2, 512, 300)
+            },
+        );
+    }
+    // Key counts 1, 7, 4100 with GQA 8; GQA 1; several sequences with sinks.
+    for keys in [1, 7, 4100] {
+        push_attn(&mut set, AttnCase::new(DType::F16, 8, 1, 64, keys));
+    }
+    push_attn(&mut set, AttnCase::new(DType::F16, 4, 4, 33, 300));
+    push_attn(
+        &mut set,
+        AttnCase {
+            seqs: 2,
+            sinks: true,
+            ..AttnCase::new(DType::F16, 4, 2, 40, 77)
+        },
+    );
+    // Head sizes 64, 192 -> 128 (D_v != D_k), 512; softcap; ALiBi.
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 64,
+            dv: 64,
+            softcap: 20.0,
+            ..AttnCase::new(DType::F16, 4, 1, 20, 77)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 192,
+            dv: 128,
+            max_bias: 8.0,
+            ..AttnCase::new(DType::F16, 4, 2, 24, 100)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 512,
+            dv: 512,
+            ..AttnCase::new(DType::F32, 2, 1, 17, 50)
+        },
+    );
+    run(set, seed);
+}
+
+#[test]
+fn flash_attn_few_queries() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    // One query (decode) over 1, 7, 300, 4100 keys, GQA 1/4/8, every K/V type for the split path.
+    for (heads, kv_heads) in [(4, 4), (8, 2), (16, 2)] {
+        for keys in [1, 7, 300, 4100] {
+            push_attn(
+                &mut set,
+                AttnCase {
+                    kv_view: true,
+                    ..AttnCase::new(DType::F16, heads, kv_heads, 1, keys)
+                },
+            );
+        }
+    }
+    for kv in [DType::F32, DType::BF16, DType::Q8_0] {
+        push_attn(
+            &mut set,
+            AttnCase {
+                sinks: true,
+                ..AttnCase::new(kv, 8, 2, 1, 4100)
+            },
+        );
+    }
+    // Five queries (under the BLAS threshold): GQA 8 (two blocks per group), GQA 6 (4 + 2 heads).
+    push_attn(
+        &mut set,
+        AttnCase {
+            sinks: true,
+            ..AttnCase::new(DType::F16, 8, 1, 5, 700)
+        },
+    );
+    push_attn(&mut set, AttnCase::new(DType::F16, 6, 1, 5, 33));
+    // Wide heads (d256 and d512 kernels), D_v != D_k, softcap, ALiBi, several sequences.
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 256,
+            dv: 256,
+            softcap: 30.0,
+            ..AttnCase::new(DType::F16, 4, 2, 1, 1000)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 192,
+            dv: 128,
+            max_bias: 8.0,
+            ..AttnCase::new(DType::Q8_0, 4, 1, 2, 300)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 512,
+            dv: 512,
+            seqs: 2,
+            ..AttnCase::new(DType::F16, 2, 1, 3, 500)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 64,
+            dv: 64,
+            ..AttnCase::new(DType::F32, 4, 1, 1, 5000)
+        },
+    );
+    run(set, seed);
+}
