@@ -371,3 +371,14 @@ impl Backend for MetaBackend {
         self.backends.iter().for_each(|b| b.set_threads(per));
     }
 }
+
+/// `GGML_TP_META_STATS=1` prints the counters when the backend drops.
+impl Drop for MetaBackend {
+    fn drop(&mut self) {
+        let on = std::env::var("GGML_TP_META_STATS")
+            .is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"));
+        if on {
+            eprintln!("{} meta: {:?}", self.device.name(), self.stats());
+        }
+    }
+}
