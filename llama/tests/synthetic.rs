@@ -82,11 +82,11 @@ fn bench_and_synth_commands_take_presets() {
             "--synthetic",
             "tiny-llama-q8_0",
             "-p",
-            "8",
+            "8,2",
             "-u",
             "4",
             "-n",
-            "4",
+            "4,3",
             "-r",
             "1",
         ])
@@ -100,7 +100,7 @@ fn bench_and_synth_commands_take_presets() {
         stderr.contains("memory in use per device: cpu:0"),
         "{stderr}"
     );
-    for test in ["pp8 ub4", "tg4"] {
+    for test in ["pp8 ub4", "pp2 |", "tg4", "tg3"] {
         assert!(
             stdout
                 .lines()

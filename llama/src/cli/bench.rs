@@ -2,7 +2,8 @@
 //! generation (`tg<N>`: N tokens one at a time from an empty cache) speed, as a markdown table like
 //! llama.cpp's `llama-bench`, mean ± standard deviation over repetitions after one warm-up run.
 //! Several models (`-m` files and `--synthetic` presets), `--split-mode` values and `--cpu-devices`
-//! counts give one row per combination (split mode none always on the first device).
+//! counts give one row per combination (split mode none always on the first device); `-p` and `-n`
+//! take lists (`-p 512,2048`), each value a test on the same loaded model.
 
 use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
@@ -17,12 +18,22 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Prompt tokens of the pp test (0 skips it).
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
-    pub n_prompt: usize,
-    /// Generated tokens of the tg test (0 skips it).
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
-    pub n_gen: usize,
+    /// Prompt tokens of the pp tests, comma-separated (0 skips a test).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        default_value = "512",
+        value_delimiter = ','
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generated tokens of the tg tests, comma-separated (0 skips a test).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        default_value = "128",
+        value_delimiter = ','
+    )]
+    pub n_gen: Vec<usize>,
     /// Micro-batch of prompt processing: the pp prompt goes through in forward passes of at most
     /// this many tokens (0: the whole prompt in one pass), like llama-bench's `-ub`.
     #[arg(long = "ubatch", short = 'u', default_value_t = 0)]
@@ -146,34 +157,34 @@ pub fn run(args: &Args) -> CliResult {
     }
     println!("| model | size | split | devices | threads | test | t/s |");
     println!("| --- | ---: | --- | --- | ---: | ---: | ---: |");
+    let longest = args.n_prompt.iter().chain(&args.n_gen).copied().max();
     for setup in &setups {
         let loaded = load(&args.model, setup)?;
         let n_vocab = loaded.model.config.n_vocab;
-        let n_ctx = args.n_prompt.max(args.n_gen).max(1);
-        let opts = args.model.session_options(n_ctx);
+        let opts = args.model.session_options(longest.unwrap_or(1).max(1));
         let mut session = Session::new(loaded.model.clone(), opts)?;
-        if args.n_prompt > 0 {
-            let tokens = bench_tokens(args.n_prompt, n_vocab);
+        for &n_prompt in args.n_prompt.iter().filter(|&&n| n > 0) {
+            let tokens = bench_tokens(n_prompt, n_vocab);
             time_pp(&mut session, &tokens, args.ubatch)?;
             let rates = (0..reps)
                 .map(|_| {
                     time_pp(&mut session, &tokens, args.ubatch).map(|t| tokens.len() as f64 / t)
                 })
                 .collect::<CliResult<Vec<f64>>>()?;
-            let test = if args.ubatch > 0 && args.ubatch < args.n_prompt {
-                format!("pp{} ub{}", args.n_prompt, args.ubatch)
+            let test = if args.ubatch > 0 && args.ubatch < n_prompt {
+                format!("pp{n_prompt} ub{}", args.ubatch)
             } else {
-                format!("pp{}", args.n_prompt)
+                format!("pp{n_prompt}")
             };
             row(&loaded, threads, &test, &rates);
         }
-        if args.n_gen > 0 {
-            let tokens = bench_tokens(args.n_gen, n_vocab);
+        for &n_gen in args.n_gen.iter().filter(|&&n| n > 0) {
+            let tokens = bench_tokens(n_gen, n_vocab);
             time_tg(&mut session, &tokens[..tokens.len().min(4)])?;
             let rates = (0..reps)
                 .map(|_| time_tg(&mut session, &tokens).map(|t| tokens.len() as f64 / t))
                 .collect::<CliResult<Vec<f64>>>()?;
-            row(&loaded, threads, &format!("tg{}", args.n_gen), &rates);
+            row(&loaded, threads, &format!("tg{n_gen}"), &rates);
         }
         report_memory(&loaded);
     }
