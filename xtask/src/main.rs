@@ -4,9 +4,12 @@
 //! * `ci`: format check, clippy, the builds of every feature set, then the tests.
 //! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
 //! * `gguf-synth`: write the random-weight benchmark models (`ggml-tp bench --synthetic`) as GGUF.
+//! * `device-pack`, `device-chunks`: pack release binaries, fixtures and model parts for a remote GPU
+//!   machine that takes a limited amount of data per call.
 
 mod ci;
 mod dequant;
+mod device;
 mod hashing;
 mod manifest;
 mod models;
@@ -55,6 +58,37 @@ enum Command {
         #[arg(long, default_value = "models/synthetic")]
         out: PathBuf,
     },
+    /// Build release binaries, strip them into a folder (git-ignored) with the fixtures they need,
+    /// and check the folder against what one call to a remote GPU machine carries.
+    DevicePack {
+        /// Output folder, relative to the repository root (e.g. `.device-bin/final`).
+        #[arg(long)]
+        out: PathBuf,
+        /// Integration test binaries as PKG:TEST (e.g. `ggml-tp-tests:conformance_cuda`).
+        #[arg(long = "test", value_name = "PKG:TEST")]
+        tests: Vec<String>,
+        /// Examples as PKG:EXAMPLE (e.g. `backend-cuda:gemv_bw`).
+        #[arg(long = "example", value_name = "PKG:EXAMPLE")]
+        examples: Vec<String>,
+        /// Add the `ggml-tp` program.
+        #[arg(long)]
+        program: bool,
+        /// Fixture paths to copy under `fx/` (e.g. `arch`, `reference/smollm2-135m`).
+        #[arg(long = "fixtures", value_name = "PATH")]
+        fixtures: Vec<String>,
+    },
+    /// Cut a model file into parts that each fit one call to a remote GPU machine, with a script
+    /// that joins them there and checks the sha256.
+    DeviceChunks {
+        /// The model file (e.g. `models/gemma-3-270m-q4_k_m.gguf`).
+        model: PathBuf,
+        /// Output folder (one sub-folder per part).
+        #[arg(long)]
+        out: PathBuf,
+        /// Most MiB per part.
+        #[arg(long, default_value_t = device::DEFAULT_CHUNK_MIB)]
+        chunk_mib: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,6 +98,24 @@ fn main() -> ExitCode {
         Command::Ci => ci::run_all(),
         Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
         Command::GgufSynth { presets, out } => synth::write(&presets, &out),
+        Command::DevicePack {
+            out,
+            tests,
+            examples,
+            program,
+            fixtures,
+        } => device::pack(&device::Pack {
+            tests,
+            examples,
+            program,
+            fixtures,
+            out,
+        }),
+        Command::DeviceChunks {
+            model,
+            out,
+            chunk_mib,
+        } => device::chunks(&model, &out, chunk_mib),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
