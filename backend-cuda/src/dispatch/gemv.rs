@@ -99,6 +99,23 @@ pub struct GemvArgs {
     pub wpr: i64,
 }
 
+impl GemvArgs {
+    /// The arguments naming weights `a` (rows, strides of rows and batches, row count and length)
+    /// and the result at `d`; the caller sets the rest.
+    fn of_weights(a: &TDesc, la: &Layout, d: u64) -> GemvArgs {
+        GemvArgs {
+            w: a.ptr,
+            wnb1: la.nb[1] as i64,
+            wnb2: la.nb[2] as i64,
+            wnb3: la.nb[3] as i64,
+            d,
+            m: la.ne[1] as i64,
+            k: la.ne[0] as i64,
+            ..Default::default()
+        }
+    }
+}
+
 /// Alignment the kernels' loads of type `t` need of rows (and of the weights' start).
 fn load_alignment(t: DType) -> u64 {
     match t {
@@ -241,22 +258,15 @@ pub(super) fn mul_mat_vec(
     d: TDesc,
 ) -> Result<()> {
     let (a, la) = weights(r, a, la)?;
-    let [k, m, a2, a3] = la.ne;
+    let [_, _, a2, a3] = la.ne;
     let [_, n, b2, b3] = lb.ne;
     let mut args = GemvArgs {
-        w: a.ptr,
-        wnb1: la.nb[1] as i64,
-        wnb2: la.nb[2] as i64,
-        wnb3: la.nb[3] as i64,
-        d: d.ptr,
-        m: m as i64,
-        k: k as i64,
         ncols: n as i64,
         b2: b2 as i64,
         r2: (b2 / a2) as i64,
         r3: (b3 / a3) as i64,
         nz: (b2 * b3) as i64,
-        ..Default::default()
+        ..GemvArgs::of_weights(&a, &la, d.ptr)
     };
     activations(r, b, lb, la.dtype, &mut args)?;
     args.vec = i64::from(vector_loads(&a, &la, args.x));
@@ -290,15 +300,7 @@ pub fn mul_mat_vec_group(
 ) -> Result<()> {
     let wt = products[0].1.dtype;
     let k = lb.ne[0];
-    let mut x = GemvArgs {
-        k: k as i64,
-        ncols: 1,
-        b2: 1,
-        r2: 1,
-        r3: 1,
-        nz: 1,
-        ..Default::default()
-    };
+    let mut x = GemvArgs::default();
     activations(r, b, lb, wt, &mut x)?;
     let total_rows: usize = products.iter().map(|(_, la, _)| la.ne[1]).sum();
     let mut group = GemvGroupArgs {
@@ -310,15 +312,16 @@ pub fn mul_mat_vec_group(
         let vec = vector_loads(a, la, x.x);
         let wpr = warps_per_row(total_rows, row_work(wt, k, vec));
         group.g[i] = GemvArgs {
-            w: a.ptr,
-            wnb1: la.nb[1] as i64,
-            wnb2: la.nb[2] as i64,
-            wnb3: la.nb[3] as i64,
-            d: d.ptr,
-            m: la.ne[1] as i64,
+            x: x.x,
+            xd: x.xd,
+            ncols: 1,
+            b2: 1,
+            r2: 1,
+            r3: 1,
+            nz: 1,
             vec: i64::from(vec),
             wpr: wpr as i64,
-            ..x
+            ..GemvArgs::of_weights(a, la, d.ptr)
         };
         group.first[i] = blocks as i64;
         blocks += la.ne[1].div_ceil(THREADS as usize / 32 / wpr);
@@ -346,7 +349,7 @@ pub fn mul_mat_id(
     d: TDesc,
 ) -> Result<()> {
     let (a, la) = weights(r, a, la)?;
-    let [k, m, n_exp, _] = la.ne;
+    let n_exp = la.ne[2];
     let [_, b1, n_tok, _] = lb.ne;
     let n_used = lids.ne[0];
     if b1 == 0 || lids.ne[1] != n_tok {
@@ -359,22 +362,15 @@ pub fn mul_mat_id(
         ));
     }
     let mut args = GemvArgs {
-        w: a.ptr,
-        wnb1: la.nb[1] as i64,
-        wnb2: la.nb[2] as i64,
-        wnb3: la.nb[3] as i64,
-        d: d.ptr,
         ids: ids.ptr,
         ids_nb0: lids.nb[0] as i64,
         ids_nb1: lids.nb[1] as i64,
-        m: m as i64,
-        k: k as i64,
         ncols: 1,
         n_used: n_used as i64,
         b1: b1 as i64,
         n_exp: n_exp as i64,
         nz: (n_used * n_tok) as i64,
-        ..Default::default()
+        ..GemvArgs::of_weights(&a, &la, d.ptr)
     };
     activations(r, b, lb, la.dtype, &mut args)?;
     args.vec = i64::from(vector_loads(&a, &la, args.x));
