@@ -71,10 +71,7 @@ unsafe impl Send for GraphCache {}
 
 /// True unless `GGML_TP_CUDA_GRAPHS` is `0`, `off` or `false`.
 pub fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("GGML_TP_CUDA_GRAPHS").as_deref(),
-        Ok("0" | "off" | "false")
-    )
+    ggml_core::env::flag("GGML_TP_CUDA_GRAPHS", true)
 }
 
 impl GraphCache {

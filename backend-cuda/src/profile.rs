@@ -23,19 +23,14 @@ const MAX_HOLD_US: u64 = 200_000;
 /// Lines of the profile report.
 const REPORT_LINES: usize = 40;
 
-/// True when `var` is set to something other than `0`, `off` or `false`.
-fn env_on(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"))
-}
-
 /// Whether the per-node profile is on (`GGML_TP_CUDA_PROFILE`).
 pub fn profiling_by_env() -> bool {
-    env_on("GGML_TP_CUDA_PROFILE")
+    ggml_core::env::flag("GGML_TP_CUDA_PROFILE", false)
 }
 
 /// Whether the graph counters are printed (`GGML_TP_CUDA_STATS`).
 pub fn stats_by_env() -> bool {
-    env_on("GGML_TP_CUDA_STATS")
+    ggml_core::env::flag("GGML_TP_CUDA_STATS", false)
 }
 
 /// Hold length in clock cycles for a call that launches `nodes` nodes.

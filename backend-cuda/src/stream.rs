@@ -68,6 +68,7 @@ impl CudaBackend {
         cu("cublasSetStream", unsafe {
             blas::set_stream(handle.0, stream.cu_stream() as _)
         })?;
+        let profiling = profile::profiling_by_env();
         let workspace = CudaBuffer::new(
             ctx.clone(),
             format!("{} cuBLAS workspace", device.name()),
@@ -92,9 +93,9 @@ impl CudaBackend {
             blas: Mutex::new(handle),
             _blas_workspace: workspace,
             scratch: Mutex::new(Scratch::default()),
-            diagnostics: (profile::profiling_by_env() || profile::stats_by_env())
+            diagnostics: (profiling || profile::stats_by_env())
                 .then(|| Mutex::new(Diagnostics::default())),
-            profiling: profile::profiling_by_env(),
+            profiling,
         })
     }
 

@@ -375,9 +375,7 @@ impl Backend for MetaBackend {
 /// `GGML_TP_META_STATS=1` prints the counters when the backend drops.
 impl Drop for MetaBackend {
     fn drop(&mut self) {
-        let on = std::env::var("GGML_TP_META_STATS")
-            .is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"));
-        if on {
+        if ggml_core::env::flag("GGML_TP_META_STATS", false) {
             eprintln!("{} meta: {:?}", self.device.name(), self.stats());
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod dtype;
+pub mod env;
 pub mod error;
 pub mod gguf;
 pub mod graph;

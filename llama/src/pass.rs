@@ -111,9 +111,7 @@ pub(crate) struct Passes {
 
 impl Passes {
     pub fn new() -> Passes {
-        let timing = std::env::var("GGML_TP_TIMING")
-            .is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"))
-            .then(PassTiming::default);
+        let timing = ggml_core::env::flag("GGML_TP_TIMING", false).then(PassTiming::default);
         Passes {
             last: None,
             stats: PassStats::default(),

@@ -115,12 +115,7 @@ fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorI
 /// Whether products are grouped (`GGML_TP_GROUP_PRODUCTS` is not `0`, `off` or `false`).
 fn grouping_products() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("GGML_TP_GROUP_PRODUCTS").as_deref(),
-            Ok("0" | "off" | "false")
-        )
-    })
+    *ON.get_or_init(|| ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", true))
 }
 
 /// Number of adjacent single-column products at the start of `nodes` that share their
