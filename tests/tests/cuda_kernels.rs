@@ -12,8 +12,8 @@ use backend_cuda as _;
 use ggml_core::sched::Scheduler;
 use ggml_core::{DType, Device, GluOp, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
 use ggml_tp_tests::case::{draw_leaf, Check, Gen, InputSpec, ViewKind};
-use ggml_tp_tests::cases::{CaseSet, WEIGHTS};
-use ggml_tp_tests::check::{attn_bound, float_bound, nmse, store_bound, weight_bound, Class};
+use ggml_tp_tests::cases::{push_flash_attn, CaseSet, WEIGHTS};
+use ggml_tp_tests::check::{float_bound, nmse, store_bound, weight_bound, Class};
 use ggml_tp_tests::codec::{decode, encode, round_trip};
 use ggml_tp_tests::dense::Dense;
 use ggml_tp_tests::reference::attention::{self as at, AttnParams};
@@ -156,34 +156,8 @@ fn flash_attn_decode_long_kv() {
             if sinks {
                 inputs.push(InputSpec::new(DType::F32, [n_head, 1, 1, 1]).gen(Gen::Normal(2.0)));
             }
-            set.push(
-                "flash_attn_ext",
-                format!("decode {n_q} queries, {n_kv} keys, sinks {sinks}"),
-                inputs,
-                ggml_tp_tests::case::Check::Nmse(attn_bound(kv)),
-                move |g, x| {
-                    g.flash_attn_ext(
-                        x[0],
-                        x[1],
-                        x[2],
-                        x.get(3).copied(),
-                        x.get(4).copied(),
-                        p.scale,
-                        p.max_bias,
-                        p.softcap,
-                    )
-                },
-                move |x| {
-                    Ok(at::flash_attn_ext(
-                        &x[0],
-                        &x[1],
-                        &x[2],
-                        x.get(3),
-                        x.get(4),
-                        p,
-                    ))
-                },
-            );
+            let params = format!("decode {n_q} queries, {n_kv} keys, sinks {sinks}");
+            push_flash_attn(&mut set, params, inputs, kv, p);
         }
     }
     run(set, seed);

@@ -14,6 +14,45 @@ pub fn add_cases(set: &mut CaseSet) {
     flash_attn(set);
 }
 
+/// A flash_attn_ext case over `inputs` (q, k, v, then an optional mask and optional sinks) with K/V
+/// of type `kv`, checked against the float64 reference.
+pub fn push_flash_attn(
+    set: &mut CaseSet,
+    params: String,
+    inputs: Vec<InputSpec>,
+    kv: DType,
+    p: AttnParams,
+) {
+    set.push(
+        "flash_attn_ext",
+        params,
+        inputs,
+        Check::Nmse(attn_bound(kv)),
+        move |g, x| {
+            g.flash_attn_ext(
+                x[0],
+                x[1],
+                x[2],
+                x.get(3).copied(),
+                x.get(4).copied(),
+                p.scale,
+                p.max_bias,
+                p.softcap,
+            )
+        },
+        move |x| {
+            Ok(at::flash_attn_ext(
+                &x[0],
+                &x[1],
+                &x[2],
+                x.get(3),
+                x.get(4),
+                p,
+            ))
+        },
+    );
+}
+
 fn rope(set: &mut CaseSet) {
     for mode in [RopeMode::Normal, RopeMode::Neox] {
         for t in [DType::F32, DType::F16] {
@@ -167,37 +206,11 @@ fn flash_attn(set: &mut CaseSet) {
             if variant == "sinks" {
                 inputs.push(InputSpec::new(DType::F32, [n_head, 1, 1, 1]).gen(Gen::Normal(2.0)));
             }
-            set.push(
-                "flash_attn_ext",
-                format!(
-                    "{variant} kv {kv} scale {} softcap {} max_bias {}",
-                    p.scale, p.softcap, p.max_bias
-                ),
-                inputs,
-                Check::Nmse(attn_bound(kv)),
-                move |g, x| {
-                    g.flash_attn_ext(
-                        x[0],
-                        x[1],
-                        x[2],
-                        x.get(3).copied(),
-                        x.get(4).copied(),
-                        p.scale,
-                        p.max_bias,
-                        p.softcap,
-                    )
-                },
-                move |x| {
-                    Ok(at::flash_attn_ext(
-                        &x[0],
-                        &x[1],
-                        &x[2],
-                        x.get(3),
-                        x.get(4),
-                        p,
-                    ))
-                },
+            let params = format!(
+                "{variant} kv {kv} scale {} softcap {} max_bias {}",
+                p.scale, p.softcap, p.max_bias
             );
+            push_flash_attn(set, params, inputs, kv, p);
         }
     }
 }

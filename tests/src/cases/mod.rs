@@ -5,6 +5,8 @@ mod attention;
 mod elementwise;
 mod matrix;
 
+pub use attention::push_flash_attn;
+
 use crate::case::{Case, Check, InputSpec, ViewKind};
 use crate::dense::Dense;
 use ggml_core::{DType, Graph, Result, TensorId};

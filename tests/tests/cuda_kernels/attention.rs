@@ -83,35 +83,7 @@ fn push_attn(set: &mut CaseSet, c: AttnCase) {
     let (mut inputs, sinks) = c.inputs();
     inputs.push(InputSpec::new(DType::F16, [c.keys, c.queries + 3, 1, 1]).gen(Gen::Mask));
     inputs.extend(sinks);
-    let p = c.params();
-    set.push(
-        "flash_attn_ext",
-        c.name(),
-        inputs,
-        ggml_tp_tests::case::Check::Nmse(attn_bound(c.kv)),
-        move |g, x| {
-            g.flash_attn_ext(
-                x[0],
-                x[1],
-                x[2],
-                Some(x[3]),
-                x.get(4).copied(),
-                p.scale,
-                p.max_bias,
-                p.softcap,
-            )
-        },
-        move |x| {
-            Ok(at::flash_attn_ext(
-                &x[0],
-                &x[1],
-                &x[2],
-                Some(&x[3]),
-                x.get(4),
-                p,
-            ))
-        },
-    );
+    push_flash_attn(set, c.name(), inputs, c.kv, c.params());
 }
 
 #[test]
