@@ -88,21 +88,4 @@ __device__ inline float atomicAdd(float* p, float v) {
 #define __SHIM_LB_PICK(_1, _2, name, ...) name
 #define __launch_bounds__(...) __SHIM_LB_PICK(__VA_ARGS__, __SHIM_LB2, __SHIM_LB1)(__VA_ARGS__)
 
-// Vector types and their make_ functions (CUDA's vector_types.h; HIP's HIP_vector_type has the
-// same members).
-#define __SHIM_VECTOR2(name, type, align)                                                     \
-    struct __attribute__((aligned(align))) name {                                            \
-        type x, y;                                                                           \
-    };                                                                                       \
-    __device__ inline name make_##name(type x, type y) { return name{x, y}; }
-#define __SHIM_VECTOR4(name, type, align)                                                     \
-    struct __attribute__((aligned(align))) name {                                            \
-        type x, y, z, w;                                                                     \
-    };                                                                                       \
-    __device__ inline name make_##name(type x, type y, type z, type w) { return name{x, y, z, w}; }
-__SHIM_VECTOR2(int2, int, 8)
-__SHIM_VECTOR2(uint2, unsigned, 8)
-__SHIM_VECTOR2(float2, float, 8)
-__SHIM_VECTOR4(int4, int, 16)
-__SHIM_VECTOR4(uint4, unsigned, 16)
-__SHIM_VECTOR4(float4, float, 16)
+#include "vector_types.h"
