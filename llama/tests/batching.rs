@@ -22,7 +22,7 @@ use ggml_core::DType;
 use llama::{BatchSession, Model, Outputs, SeqTokens, Session, SessionOptions};
 use std::path::Path;
 use std::sync::Arc;
-use util::{fixtures, nmse, Mode};
+use util::{arch_dir, nmse, Mode};
 
 /// Prompt length and first step of each stream; every stream then decodes [`DECODE`] tokens.
 const STREAMS: [(usize, usize); 4] = [(23, 0), (5, 0), (17, 2), (9, 3)];
@@ -147,11 +147,7 @@ fn check(dir: &Path, name: &str, ids: &[u32], mode: &Mode, exact: bool) -> f64 {
 
 #[test]
 fn batched_sequences_match_each_sequence_alone() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let modes = [
         Mode::None,
         Mode::Layers(vec![1.0, 1.0]),
@@ -190,11 +186,8 @@ fn part(seq: usize, tokens: &[u32]) -> SeqTokens<'_> {
 
 #[test]
 fn bad_batches_are_refused() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let model = Arc::new(Model::load(fx.join("arch/llama.gguf"), &Mode::None.placement()).unwrap());
+    let Some(dir) = arch_dir() else { return };
+    let model = Arc::new(Model::load(dir.join("llama.gguf"), &Mode::None.placement()).unwrap());
     let mut bs = BatchSession::new(model.clone(), opts(), 2).unwrap();
     let long = vec![1u32; N_CTX + 1];
     let cases: [(Vec<SeqTokens>, &str); 6] = [
@@ -222,11 +215,7 @@ fn bad_batches_are_refused() {
 
 #[test]
 fn recurrent_model_keeps_one_state_per_sequence() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let m = util::arch_fixture(&dir, "qwen35");
     let (ids, n_vocab) = (&m.ids, m.n_vocab);
     let reference = m.reference(&dir);

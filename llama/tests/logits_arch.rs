@@ -13,7 +13,7 @@ use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
 use llama::{BatchSession, Model, ModelError, Outputs, SeqTokens, Session, SessionOptions};
 use std::sync::Arc;
-use util::{argmax, fixtures, nmse, ArchFixture, Mode};
+use util::{arch_dir, argmax, nmse, ArchFixture, Mode};
 
 const MODELS: &[&str] = &[
     "llama",
@@ -97,11 +97,7 @@ fn run_kv(
 
 #[test]
 fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let only = std::env::var("GGML_TP_ARCH").ok();
     let mut failures = Vec::new();
     for m in util::arch_fixtures(&dir) {
@@ -149,11 +145,7 @@ fn arch_fixtures_match_llama_cpp_in_every_split_mode() {
 
 #[test]
 fn f16_and_q8_0_kv_caches_stay_close() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let m = util::arch_fixture(&dir, "llama");
     let (reference, n_vocab) = (m.reference(&dir), m.n_vocab);
     for (kv, limit) in [(DType::F16, 1e-6), (DType::Q8_0, 2e-4)] {
@@ -171,11 +163,7 @@ fn f16_and_q8_0_kv_caches_stay_close() {
 
 #[test]
 fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let m = util::arch_fixture(&dir, "qwen35");
     let (ids, n_vocab) = (&m.ids, m.n_vocab);
     let reference = m.reference(&dir);
@@ -233,11 +221,7 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
 
 #[test]
 fn hybrid_models_refuse_bad_metadata_clearly() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let error = |name: &str, key: &str, value: Value| -> String {
         let file = GgufFile::open(dir.join(format!("{name}.gguf"))).unwrap();
         let mut w = GgufWriter::from_file(&file).unwrap();

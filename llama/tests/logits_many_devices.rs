@@ -12,7 +12,7 @@ mod util;
 
 use llama::{Model, Outputs, Session, SessionOptions};
 use std::sync::Arc;
-use util::{argmax, fixtures, nmse, Mode};
+use util::{arch_dir, argmax, nmse, Mode};
 
 const MODELS: &[&str] = &[
     "llama",
@@ -36,11 +36,7 @@ fn ratio_sets() -> Vec<Vec<f32>> {
 
 #[test]
 fn fixtures_match_over_four_and_eight_devices() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
-    let dir = fx.join("arch");
+    let Some(dir) = arch_dir() else { return };
     let mut failures = Vec::new();
     let mut ran = 0;
     for m in util::arch_fixtures(&dir) {

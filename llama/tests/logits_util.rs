@@ -21,6 +21,16 @@ pub fn fixtures() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
+/// The tiny architecture fixtures' folder (`<fixtures>/arch`), or `None` after printing why the
+/// test is skipped.
+pub fn arch_dir() -> Option<PathBuf> {
+    let dir = fixtures().map(|f| f.join("arch"));
+    if dir.is_none() {
+        println!("skipped: fixtures not found");
+    }
+    dir
+}
+
 /// The real models folder: `GGML_TP_MODELS`, else `<CARGO_MANIFEST_DIR>/../models`.
 pub fn models() -> Option<PathBuf> {
     let dir = match std::env::var_os("GGML_TP_MODELS") {

@@ -14,7 +14,7 @@ use llama::{Model, Outputs, Session, SessionOptions};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
-use util::{fixtures, nmse, Mode};
+use util::{arch_dir, nmse, Mode};
 
 /// Metadata other than the tokenizer's and the names, as comparable strings.
 fn hparams(f: &GgufFile) -> BTreeMap<String, String> {
@@ -35,17 +35,14 @@ fn shapes(f: &GgufFile) -> BTreeMap<String, Vec<u64>> {
 
 #[test]
 fn tiny_presets_have_the_layout_of_the_fixtures() {
-    let Some(fx) = fixtures() else {
-        println!("skipped: fixtures not found");
-        return;
-    };
+    let Some(dir) = arch_dir() else { return };
     for (preset, fixture) in [
         ("tiny-llama-f16", "llama"),
         ("tiny-qwen3moe-q8_0", "qwen3moe"),
         ("tiny-gpt-oss-mxfp4", "gpt-oss"),
     ] {
         let synth = Preset::parse(preset).unwrap().build(1).unwrap();
-        let file = GgufFile::open(fx.join("arch").join(format!("{fixture}.gguf"))).unwrap();
+        let file = GgufFile::open(dir.join(format!("{fixture}.gguf"))).unwrap();
         assert_eq!(hparams(&synth), hparams(&file), "{preset} vs {fixture}");
         assert_eq!(shapes(&synth), shapes(&file), "{preset} vs {fixture}");
     }
