@@ -6,7 +6,7 @@
 //! heads (the query heads of a GQA group are one operand), `k_attn_softmax` to probabilities, and
 //! one batched GEMM per query head of a group writing P·V into the result in place.
 
-use super::{args, fail, Launch, Runner, TDesc};
+use super::{args, contiguous_copy, fail, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
 
 /// Threads per `k_flash_attn` block (`FA_THREADS` in attention.cu).
@@ -209,10 +209,8 @@ fn kv_operand(
     let (ptr, nb) = if in_place(l, dtype) {
         (t.ptr, l.nb)
     } else {
-        let ptr = r.scratch(slot, l.nelements() * dtype.type_size())?;
-        let copy = TDesc::contiguous(ptr, dtype, l.ne)?;
-        r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![t, copy]))?;
-        (ptr, Layout::contiguous(dtype, l.ne).nb)
+        let copy = contiguous_copy(r, t, l, dtype, slot)?;
+        (copy.ptr, Layout::contiguous(dtype, l.ne).nb)
     };
     let es = dtype.type_size();
     Ok((ptr, [nb[1] / es, nb[2] / es, nb[3] / es]))

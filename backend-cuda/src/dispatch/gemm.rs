@@ -8,7 +8,7 @@
 //! SGEMM) every operand that is not readable as F32 in place is converted to F32 in scratch.
 
 use super::gemv::{self, rows_readable};
-use super::{args, fail, type_name, Launch, Runner, TDesc, MAX_BLOCKS};
+use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc, MAX_BLOCKS};
 use ggml_core::{DType, Layout, Result};
 
 /// Scratch slots of converted weights and activations (shared with the GEMV path's).
@@ -96,10 +96,8 @@ pub(super) fn mul_mat(
 
 /// A contiguous copy of `src` as `dtype` in scratch `slot`.
 fn converted(r: &dyn Runner, src: TDesc, l: &Layout, dtype: DType, slot: usize) -> Result<Operand> {
-    let ptr = r.scratch(slot, l.nelements() * dtype.type_size())?;
-    let d = TDesc::contiguous(ptr, dtype, l.ne)?;
-    r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![src, d]))?;
-    Ok(Operand::contiguous(ptr, dtype, l.ne))
+    let copy = contiguous_copy(r, src, l, dtype, slot)?;
+    Ok(Operand::contiguous(copy.ptr, dtype, l.ne))
 }
 
 /// The weights as a GEMM operand: float rows in place (F32 rows only without mixed-precision

@@ -7,7 +7,7 @@
 //! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
 //! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once.
 
-use super::{args, fail, type_name, Launch, Runner, TDesc};
+use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
 
 /// Weight types with GEMV kernels.
@@ -159,11 +159,8 @@ fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
     if rows_readable(&a, la) {
         return Ok((a, *la));
     }
-    let l = Layout::contiguous(DType::F32, la.ne);
-    let ptr = r.scratch(SLOT_WEIGHTS, l.nelements() * 4)?;
-    let d = TDesc::new(ptr, &l)?;
-    r.launch(&Launch::elementwise("k_cpy", l.nelements(), args![a, d]))?;
-    Ok((d, l))
+    let copy = contiguous_copy(r, a, la, DType::F32, SLOT_WEIGHTS)?;
+    Ok((copy, Layout::contiguous(DType::F32, la.ne)))
 }
 
 /// The activations `b` as the kernels for weights of type `wt` take them; sets `x`, `xd`, `vec`.
@@ -184,10 +181,7 @@ fn activations(
     } else if lb.dtype == DType::F32 && lb.is_contiguous() {
         args.x = b.ptr;
     } else {
-        let ptr = r.scratch(SLOT_X, n * 4)?;
-        let d = TDesc::contiguous(ptr, DType::F32, lb.ne)?;
-        r.launch(&Launch::elementwise("k_cpy", n, args![b, d]))?;
-        args.x = ptr;
+        args.x = contiguous_copy(r, b, lb, DType::F32, SLOT_X)?.ptr;
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP,
 pub use ops::compute_node;
 pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
 
-use ggml_core::{Error, Graph, Result, TensorId};
+use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
 use std::borrow::Cow;
 
 /// What a backend provides to run the dispatch on one stream.
@@ -53,6 +53,24 @@ pub trait Runner {
             ),
         ))
     }
+}
+
+/// A contiguous copy of `src` (of layout `l`) as `dtype` in scratch slot `slot` (`k_cpy`).
+fn contiguous_copy(
+    r: &dyn Runner,
+    src: TDesc,
+    l: &Layout,
+    dtype: DType,
+    slot: usize,
+) -> Result<TDesc> {
+    let ptr = r.scratch(slot, l.nelements() * dtype.type_size())?;
+    let copy = TDesc::contiguous(ptr, dtype, l.ne)?;
+    r.launch(&Launch::elementwise(
+        "k_cpy",
+        l.nelements(),
+        args![src, copy],
+    ))?;
+    Ok(copy)
 }
 
 /// An error of the dispatch on `runner`'s backend.
