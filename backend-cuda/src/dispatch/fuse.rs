@@ -189,23 +189,18 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
     let x = graph.tensor(group[0]).src[1];
     let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
     let mut products = Vec::with_capacity(group.len());
+    let mut written = Vec::with_capacity(group.len());
+    let mut read = vec![span(b.ptr, lb)];
     for &n in group {
         let w = graph.tensor(n).src[0];
-        products.push((
-            r.desc(graph, w)?,
-            graph.layout(w),
-            r.desc(graph, n)?,
-            *graph.layout(n),
-        ));
+        let (a, la, d) = (r.desc(graph, w)?, graph.layout(w), r.desc(graph, n)?);
+        written.push(span(d.ptr, graph.layout(n)));
+        read.push(span(a.ptr, la));
+        products.push((a, la, d));
     }
-    let weights: Vec<(TDesc, &Layout)> = products.iter().map(|p| (p.0, p.1)).collect();
-    let written: Vec<(u64, u64)> = products.iter().map(|p| span(p.2.ptr, &p.3)).collect();
-    let mut read = vec![span(b.ptr, lb)];
-    read.extend(products.iter().map(|p| span(p.0.ptr, p.1)));
-    if !gemv::groupable(&weights, lb) || !spans_apart(&written, &read) {
+    if !gemv::groupable(&products, lb) || !spans_apart(&written, &read) {
         return Ok(false);
     }
-    let products: Vec<(TDesc, &Layout, TDesc)> = products.iter().map(|p| (p.0, p.1, p.2)).collect();
     gemv::mul_mat_vec_group(r, &products, b, lb)?;
     Ok(true)
 }

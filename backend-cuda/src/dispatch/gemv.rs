@@ -267,16 +267,16 @@ pub(super) fn mul_mat_vec(
     run(r, la.dtype, args)
 }
 
-/// Whether the products of weights `weights` (descriptor, layout) with the one activation vector
-/// `lb` run as one grouped launch: 2 to [`MAX_GROUP`] two-dimensional products of one column, the
-/// weights of one type and row length with rows the kernels read in place.
-pub fn groupable(weights: &[(TDesc, &Layout)], lb: &Layout) -> bool {
-    let Some(&(_, first)) = weights.first() else {
+/// Whether the products `(weights, their layout, result)` with the one activation vector `lb` run
+/// as one grouped launch: 2 to [`MAX_GROUP`] two-dimensional products of one column, the weights
+/// of one type and row length with rows the kernels read in place.
+pub fn groupable(products: &[(TDesc, &Layout, TDesc)], lb: &Layout) -> bool {
+    let Some(&(_, first, _)) = products.first() else {
         return false;
     };
-    (2..=MAX_GROUP).contains(&weights.len())
+    (2..=MAX_GROUP).contains(&products.len())
         && lb.ne[1..] == [1, 1, 1]
-        && weights.iter().all(|(a, la)| {
+        && products.iter().all(|(a, la, _)| {
             la.dtype == first.dtype
                 && la.ne[0] == lb.ne[0]
                 && la.ne[2..] == [1, 1]
@@ -394,14 +394,27 @@ mod tests {
         let x = Layout::contiguous(DType::F32, [256, 1, 1, 1]);
         let at = |ptr: u64, l: &Layout| TDesc::new(ptr, l).unwrap();
         let (dq, dk, df) = (at(0, &q), at(1 << 20, &k), at(2 << 20, &f));
-        assert!(groupable(&[(dq, &q), (dk, &k), (dk, &k)], &x));
-        assert!(!groupable(&[(dq, &q)], &x), "one product");
-        assert!(!groupable(&[(dq, &q); 4], &x), "more than MAX_GROUP");
-        assert!(!groupable(&[(dq, &q), (df, &f)], &x), "two weight types");
+        let out = TDesc::absent();
+        assert!(groupable(
+            &[(dq, &q, out), (dk, &k, out), (dk, &k, out)],
+            &x
+        ));
+        assert!(!groupable(&[(dq, &q, out)], &x), "one product");
+        assert!(!groupable(&[(dq, &q, out); 4], &x), "more than MAX_GROUP");
+        assert!(
+            !groupable(&[(dq, &q, out), (df, &f, out)], &x),
+            "two weight types"
+        );
         let two = Layout::contiguous(DType::F32, [256, 2, 1, 1]);
-        assert!(!groupable(&[(dq, &q), (dk, &k)], &two), "two columns");
+        assert!(
+            !groupable(&[(dq, &q, out), (dk, &k, out)], &two),
+            "two columns"
+        );
         let short = Layout::contiguous(DType::F32, [128, 1, 1, 1]);
-        assert!(!groupable(&[(dq, &q), (dk, &k)], &short), "row length");
+        assert!(
+            !groupable(&[(dq, &q, out), (dk, &k, out)], &short),
+            "row length"
+        );
     }
 
     #[test]
