@@ -33,16 +33,6 @@ pub fn allocated_on(ordinal: usize) -> usize {
         .map_or(0, |a| a.load(Ordering::Relaxed))
 }
 
-fn count_allocation(ordinal: usize, bytes: isize) {
-    if let Some(a) = ALLOCATED.get(ordinal) {
-        if bytes >= 0 {
-            a.fetch_add(bytes as usize, Ordering::Relaxed);
-        } else {
-            a.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
-        }
-    }
-}
-
 /// Held while a stream captures a CUDA graph. `cuCtxSynchronize` fails while any stream of the
 /// context is capturing, even a stream captured by another thread (another session on the same
 /// device), so context-wide waits take this lock first and run between captures.
@@ -124,7 +114,9 @@ impl CudaBuffer {
             ctx,
             device,
         };
-        count_allocation(b.ordinal(), size as isize);
+        if let Some(a) = ALLOCATED.get(b.ordinal()) {
+            a.fetch_add(size, Ordering::Relaxed);
+        }
         b.fill(0, size, 0)?;
         Ok(b)
     }
@@ -156,7 +148,9 @@ impl Drop for CudaBuffer {
         if self.size > 0 && self.quiesce().is_ok() {
             // SAFETY: allocated in `new`, freed once; no queued work uses it after the synchronize.
             if unsafe { result::free_sync(self.ptr) }.is_ok() {
-                count_allocation(self.ordinal(), -(self.size as isize));
+                if let Some(a) = ALLOCATED.get(self.ordinal()) {
+                    a.fetch_sub(self.size, Ordering::Relaxed);
+                }
             }
         }
     }
