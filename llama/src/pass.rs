@@ -29,6 +29,14 @@ impl Part<'_> {
         self.n_past..self.n_past + self.tokens.len()
     }
 
+    /// How many positions get logits.
+    fn n_outputs(&self) -> usize {
+        match self.outputs {
+            Outputs::All => self.tokens.len(),
+            Outputs::Last => 1,
+        }
+    }
+
     /// The positions whose logits are wanted.
     fn out_positions(&self) -> Vec<usize> {
         let all = self.positions();
@@ -54,7 +62,7 @@ impl Shape {
                         p.seq,
                         p.tokens.len(),
                         kv.n_kv_for(p.positions().end),
-                        p.out_positions().len(),
+                        p.n_outputs(),
                     ]
                 })
                 .collect(),
