@@ -5,7 +5,7 @@
 use backend_hip as _;
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device};
-use ggml_tp_tests::{family_devices, run_family, run_suite};
+use ggml_tp_tests::{check_all_reduce_sum, family_devices, run_family, run_suite};
 use std::sync::Arc;
 
 /// The HIP devices, or `None` after printing why there are none.
@@ -55,22 +55,7 @@ fn rccl_all_reduce_sums() {
         return;
     };
     let comm = comm.unwrap();
-    for (i, (_, d)) in parts.iter().enumerate() {
-        let v: Vec<f32> = (0..count)
-            .map(|k| (k % 97) as f32 + i as f32 * 0.5)
-            .collect();
-        d.buffer.set(0, bytemuck::cast_slice(&v)).unwrap();
-    }
     let data: Vec<DataRef> = parts.iter().map(|p| p.1.clone()).collect();
-    comm.all_reduce(&data, DType::F32, count).unwrap();
-    let n = devs.len() as f32;
-    let half_sum: f32 = (0..devs.len()).map(|i| i as f32 * 0.5).sum();
-    for (_, d) in &parts {
-        let mut out = vec![0f32; count];
-        d.buffer.get(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
-        for (k, &o) in out.iter().enumerate() {
-            assert_eq!(o, (k % 97) as f32 * n + half_sum, "element {k}");
-        }
-    }
+    check_all_reduce_sum(comm.as_ref(), &data, count);
     assert!(comm.all_reduce(&data, DType::Q8_0, 32).is_err());
 }

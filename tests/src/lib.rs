@@ -159,6 +159,31 @@ pub fn run_cases(backend: Arc<dyn Backend>, seed: u64, cases: &[case::Case]) -> 
     report
 }
 
+/// Fills `data` (an F32 buffer of `count` values per device) with a pattern that differs per
+/// device, sums it across the devices with `comm` and checks that every device holds the exact sum.
+pub fn check_all_reduce_sum(
+    comm: &dyn ggml_core::Communicator,
+    data: &[ggml_core::DataRef],
+    count: usize,
+) {
+    for (i, d) in data.iter().enumerate() {
+        let v: Vec<f32> = (0..count)
+            .map(|k| (k % 97) as f32 + i as f32 * 0.5)
+            .collect();
+        d.buffer.set(0, bytemuck::cast_slice(&v)).unwrap();
+    }
+    comm.all_reduce(data, ggml_core::DType::F32, count).unwrap();
+    let n = data.len() as f32;
+    let half_sum: f32 = (0..data.len()).map(|i| i as f32 * 0.5).sum();
+    for d in data {
+        let mut out = vec![0f32; count];
+        d.buffer.get(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+        for (k, &o) in out.iter().enumerate() {
+            assert_eq!(o, (k % 97) as f32 * n + half_sum, "element {k}");
+        }
+    }
+}
+
 /// The devices of the registered backend family `family`, or `None` after printing
 /// `skipped: no <label> device (<why>)` when it has none (no driver, as on CI).
 pub fn family_devices(family: &str, label: &str) -> Option<Vec<Arc<dyn ggml_core::Device>>> {

@@ -6,7 +6,7 @@
 use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device, Graph};
-use ggml_tp_tests::{family_devices, run_family, run_suite};
+use ggml_tp_tests::{check_all_reduce_sum, family_devices, run_family, run_suite};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -91,23 +91,8 @@ fn nccl_all_reduce_sums_and_timing() {
         return;
     };
     let comm = comm.unwrap();
-    for (i, (_, d)) in parts.iter().enumerate() {
-        let v: Vec<f32> = (0..count)
-            .map(|k| (k % 97) as f32 + i as f32 * 0.5)
-            .collect();
-        d.buffer.set(0, bytemuck::cast_slice(&v)).unwrap();
-    }
     let data: Vec<DataRef> = parts.iter().map(|p| p.1.clone()).collect();
-    comm.all_reduce(&data, DType::F32, count).unwrap();
-    let n = devs.len() as f32;
-    let half_sum: f32 = (0..devs.len()).map(|i| i as f32 * 0.5).sum();
-    for (_, d) in &parts {
-        let mut out = vec![0f32; count];
-        d.buffer.get(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
-        for (k, &o) in out.iter().enumerate() {
-            assert_eq!(o, (k % 97) as f32 * n + half_sum, "element {k}");
-        }
-    }
+    check_all_reduce_sum(comm.as_ref(), &data, count);
     // Latency at 16 KB (4096 f32), averaged after a warm-up. The communicator is stream-ordered
     // (calls only queue work), so each call is followed by a wait for every participant.
     let iters = 200;
