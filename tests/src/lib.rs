@@ -11,6 +11,7 @@ pub mod cases;
 pub mod check;
 pub mod codec;
 pub mod dense;
+pub mod emulated;
 pub mod reference;
 pub mod runner;
 #[cfg(test)]

@@ -1,0 +1,271 @@
+//! The GPU kernels on the host, for machines without a GPU (CI's): a device whose streams run the
+//! shared dispatch of `backend_cuda::dispatch` (the one the CUDA and HIP backends drive) with
+//! every kernel of the shared sources compiled for the host ([`program`]: one fiber per GPU
+//! thread, real barriers and warp shuffles) and its BLAS calls computed on the host ([`blas`]).
+//! Numerics, indexing, launch shapes, barrier placement and warp-size assumptions of the kernels
+//! are checked this way; speed and the vendor runtimes (streams, graphs, NCCL) are not.
+//!
+//! Two flavors: [`Flavor::Cuda`] (warps of 32, mixed-precision BLAS with batched products, as the
+//! CUDA backend) and [`Flavor::Hip`] (wavefronts of 64, F32 BLAS without batched products, as the
+//! HIP backend on CDNA GPUs).
+
+mod blas;
+mod program;
+
+pub use program::{source, HostProgram};
+
+use backend_cuda::dispatch::{
+    compute_nodes, supports, BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs,
+    KernelArg, Launch, Runner, TDesc,
+};
+use ggml_core::backend::check_range;
+use ggml_core::host_buffer::{HostBuffer, HostBufferType};
+use ggml_core::{
+    Backend, Buffer, BufferType, DataRef, Device, DeviceCaps, DeviceKind, Error, Event, Graph,
+    Layout, MemoryInfo, Result, TensorId,
+};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Which vendor backend the emulated device resembles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// Warps of 32; BLAS with F16/BF16 operands and strided batched products (cuBLAS).
+    Cuda,
+    /// Wavefronts of 64; BLAS with F32 operands only and no batched products (the HIP backend).
+    Hip,
+}
+
+impl Flavor {
+    pub fn warp_size(self) -> u32 {
+        match self {
+            Flavor::Cuda => 32,
+            Flavor::Hip => 64,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Cuda => "emulated-cuda",
+            Flavor::Hip => "emulated-hip",
+        }
+    }
+}
+
+/// The kernels of each flavor, built once per process.
+fn program(flavor: Flavor) -> Result<Arc<HostProgram>> {
+    static PROGRAMS: OnceLock<Mutex<HashMap<Flavor, Arc<HostProgram>>>> = OnceLock::new();
+    let mut programs = PROGRAMS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = programs.get(&flavor) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(HostProgram::load(flavor)?);
+    programs.insert(flavor, p.clone());
+    Ok(p)
+}
+
+/// A device of `flavor` whose kernels run on the host (compiled on first use; an error says why
+/// when no C++ compiler is found or the kernels do not compile).
+pub fn device(flavor: Flavor) -> Result<Arc<dyn Device>> {
+    Ok(Arc::new(EmulatedDevice {
+        flavor,
+        program: program(flavor)?,
+    }))
+}
+
+struct EmulatedDevice {
+    flavor: Flavor,
+    program: Arc<HostProgram>,
+}
+
+impl EmulatedDevice {
+    fn is_own(buffer: &dyn Buffer) -> bool {
+        buffer.as_any().is::<HostBuffer>()
+    }
+}
+
+impl Device for EmulatedDevice {
+    fn name(&self) -> String {
+        format!("{}:0", self.flavor.name())
+    }
+    fn description(&self) -> String {
+        format!(
+            "the shared GPU kernels on the host, warps of {}",
+            self.flavor.warp_size()
+        )
+    }
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Gpu
+    }
+    fn family(&self) -> &'static str {
+        self.flavor.name()
+    }
+    fn memory(&self) -> MemoryInfo {
+        MemoryInfo {
+            free: 1 << 34,
+            total: 1 << 34,
+            allocated: None,
+        }
+    }
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps::default()
+    }
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        let t = graph.tensor(node);
+        let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
+        supports(&t.op, &src, &t.layout)
+    }
+    fn can_access(&self, buffer: &dyn Buffer) -> bool {
+        Self::is_own(buffer)
+    }
+    fn owns(&self, buffer: &dyn Buffer) -> bool {
+        Self::is_own(buffer)
+    }
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        Arc::new(HostBufferType)
+    }
+    fn new_backend(&self) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(EmulatedStream {
+            device: Arc::new(EmulatedDevice {
+                flavor: self.flavor,
+                program: self.program.clone(),
+            }),
+            scratch: Mutex::default(),
+        }))
+    }
+}
+
+/// A stream of an emulated device: every launch runs to completion before the call returns.
+struct EmulatedStream {
+    device: Arc<EmulatedDevice>,
+    /// Scratch slots of the dispatch, grown on demand.
+    scratch: Mutex<Vec<Option<HostBuffer>>>,
+}
+
+fn fail(msg: String) -> Error {
+    Error::Backend {
+        backend: "emulated".into(),
+        msg,
+    }
+}
+
+struct Done;
+
+impl Event for Done {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+impl Backend for EmulatedStream {
+    fn name(&self) -> String {
+        self.device.name()
+    }
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.clone()
+    }
+    fn copy_async(&self, src: &DataRef, dst: &DataRef, len: usize) -> Result<()> {
+        let mut bytes = vec![0u8; len];
+        src.buffer.get(src.offset, &mut bytes)?;
+        dst.buffer.set(dst.offset, &bytes)
+    }
+    fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        compute_nodes(self, graph, nodes)
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn record_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(Done))
+    }
+    fn wait_event(&self, _event: &dyn Event) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The address of one kernel argument's value.
+fn value_address(arg: &KernelArg) -> *const c_void {
+    match arg {
+        KernelArg::Tensor(v) => (v as *const TDesc).cast(),
+        KernelArg::I32(v) => (v as *const i32).cast(),
+        KernelArg::F32(v) => (v as *const f32).cast(),
+        KernelArg::U64(v) => (v as *const u64).cast(),
+        KernelArg::Gemv(v) => (v as *const GemvArgs).cast(),
+        KernelArg::GemvGroup(v) => (v.as_ref() as *const GemvGroupArgs).cast(),
+    }
+}
+
+impl Runner for EmulatedStream {
+    fn device_name(&self) -> String {
+        self.device.name()
+    }
+    fn family(&self) -> &'static str {
+        self.device.flavor.name()
+    }
+    fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc> {
+        let t = graph.tensor(id);
+        let data = graph.data(id)?;
+        let ptr = data
+            .buffer
+            .host_ptr()
+            .filter(|_| EmulatedDevice::is_own(data.buffer.as_ref()))
+            .ok_or_else(|| {
+                fail(format!(
+                    "tensor {} lives in {}, not in memory of {}",
+                    t.name,
+                    data.buffer.name(),
+                    self.device.name()
+                ))
+            })?;
+        check_range(data.offset, t.nbytes(), data.buffer.size())?;
+        TDesc::new(ptr as u64 + data.offset as u64, &t.layout)
+    }
+    fn scratch(&self, slot: usize, bytes: usize) -> Result<u64> {
+        let mut slots = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.len() <= slot {
+            slots.resize_with(slot + 1, || None);
+        }
+        let fits = slots[slot].as_ref().is_some_and(|b| b.size() >= bytes);
+        if !fits {
+            let b = HostBuffer::new(bytes.max(1))?;
+            // Fresh GPU scratch holds garbage: poisoned here (NaN floats).
+            b.fill(0, b.size(), 0xFF)?;
+            slots[slot] = Some(b);
+        }
+        let b = slots[slot].as_ref().expect("slot filled above");
+        Ok(b.host_ptr().expect("host memory") as u64)
+    }
+    fn launch(&self, l: &Launch) -> Result<()> {
+        let args: Vec<*const c_void> = l.args.iter().map(value_address).collect();
+        self.device
+            .program
+            .run(&l.kernel, l.grid, l.threads, l.shared_bytes, &args)
+    }
+    fn gemm_types(&self) -> GemmTypes {
+        match self.device.flavor {
+            Flavor::Cuda => GemmTypes::Mixed,
+            Flavor::Hip => GemmTypes::F32,
+        }
+    }
+    fn gemm(&self, call: &GemmCall) -> Result<()> {
+        // SAFETY: the dispatch's operands lie in checked tensors or scratch of this stream, with
+        // the call's shapes and leading dimensions.
+        unsafe { blas::gemm(call) };
+        Ok(())
+    }
+    fn has_gemm_batched(&self) -> bool {
+        self.device.flavor == Flavor::Cuda
+    }
+    fn gemm_batched(&self, call: &BatchedGemmCall) -> Result<()> {
+        // SAFETY: as for `gemm`, for every batch.
+        unsafe { blas::gemm_batched(call) };
+        Ok(())
+    }
+}

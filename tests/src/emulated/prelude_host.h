@@ -1,0 +1,103 @@
+// Vendor prelude: the host (tests only). Defines the names the shared kernel sources use, in
+// terms of plain C++ and the fiber scheduler of `fibers.cpp` (one fiber per GPU thread): the
+// thread and block indices, __syncthreads, warp shuffles and warp barriers, __shared__ memory
+// (one copy per OS thread: the blocks of a launch run one after another on it), vector types and
+// bit casts. WARP_SIZE is defined in front (32 as on NVIDIA GPUs, 64 as on AMD wavefronts).
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <type_traits>
+#include <utility>
+
+#define GGML_TP_HOST 1
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static thread_local
+
+struct emu_dim3 {
+    unsigned x, y, z;
+};
+extern thread_local emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+void emu_sync_block();
+void emu_sync_warp();
+unsigned long long emu_exchange(unsigned long long bits, unsigned src_lane);
+
+#define __syncthreads() emu_sync_block()
+#define WARP_SYNC() emu_sync_warp()
+
+template <typename T> inline T emu_shuffle(T v, unsigned src_lane) {
+    static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
+    unsigned long long bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    bits = emu_exchange(bits, src_lane);
+    T r;
+    memcpy(&r, &bits, sizeof(T));
+    return r;
+}
+#define WARP_SHFL_XOR(v, o) emu_shuffle((v), (threadIdx.x % WARP_SIZE) ^ (unsigned)(o))
+#define WARP_SHFL_DOWN(v, o) emu_shuffle((v), (threadIdx.x % WARP_SIZE) + (unsigned)(o))
+
+inline int emu_dot4_i8(int a, int b, int c) {
+    for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
+    return c;
+}
+#define DOT4_I8(a, b, c) emu_dot4_i8((int)(a), (int)(b), (int)(c))
+
+inline float h2f(unsigned short h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+inline unsigned short f2h(float f) {
+    _Float16 v = (_Float16)f;
+    unsigned short h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+// The profiler's hold kernel spins on the clock: nanoseconds here.
+inline long long clock64() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+inline int __float2int_rn(float f) { return (int)nearbyintf(f); }
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+    return r;
+}
+
+// CUDA's integer and float overloads of min and max, as one template (by value, the common type).
+template <typename A, typename B> inline std::common_type_t<A, B> min(A a, B b) { return a < b ? a : b; }
+template <typename A, typename B> inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
+
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
