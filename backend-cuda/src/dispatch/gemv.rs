@@ -5,7 +5,8 @@
 //! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
 //! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
 //! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
-//! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once.
+//! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once; gate and up
+//! with their gated unit too ([`mul_mat_vec_glu`]).
 
 use super::{args, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
@@ -56,6 +57,10 @@ pub(super) fn kernel_name(type_name: &str, columns: usize) -> String {
 
 pub(super) fn group_kernel_name(type_name: &str) -> String {
     format!("k_gemv_group_{type_name}")
+}
+
+pub(super) fn glu_kernel_name(type_name: &str) -> String {
+    format!("k_gemv_glu_{type_name}")
 }
 
 /// Most products of one grouped launch (`GV_GROUP`).
@@ -336,6 +341,56 @@ pub fn mul_mat_vec_group(
     })
 }
 
+/// One single-column product of a gated unit: weights (descriptor, layout) and result.
+pub type GluProduct<'a> = (TDesc, &'a Layout, TDesc);
+
+/// `gate = a_gate b`, `up = a_up b` and `out = glu(gate, up)` (`glu_code`: the `G_*` code of
+/// elementwise.cu) in one launch, for weights of one type and row count (the caller checks
+/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows).
+pub fn mul_mat_vec_glu(
+    r: &dyn Runner,
+    gate: GluProduct,
+    up: GluProduct,
+    (b, lb): (TDesc, &Layout),
+    out: TDesc,
+    glu_code: i32,
+) -> Result<()> {
+    let wt = gate.1.dtype;
+    let [k, m, _, _] = gate.1.ne;
+    let mut x = GemvArgs {
+        k: k as i64,
+        m: m as i64,
+        ncols: 1,
+        b2: 1,
+        r2: 1,
+        r3: 1,
+        nz: 1,
+        ..Default::default()
+    };
+    activations(r, b, lb, wt, &mut x)?;
+    let vec = vector_loads(&gate.0, gate.1, x.x) && vector_loads(&up.0, up.1, x.x);
+    let wpr = warps_per_row(m, row_work(wt, k, vec));
+    let product = |(a, la, d): GluProduct| GemvArgs {
+        w: a.ptr,
+        wnb1: la.nb[1] as i64,
+        wnb2: la.nb[2] as i64,
+        wnb3: la.nb[3] as i64,
+        d: d.ptr,
+        vec: i64::from(vec),
+        wpr: wpr as i64,
+        ..x
+    };
+    let name =
+        glu_kernel_name(type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))?);
+    r.launch(&Launch {
+        kernel: name.into(),
+        grid: [m.div_ceil(THREADS as usize / 32 / wpr) as u32, 1, 1],
+        threads: THREADS,
+        shared_bytes: 0,
+        args: args![product(gate), product(up), out.ptr, glu_code],
+    })
+}
+
 /// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
 /// give NaN columns.
 pub fn mul_mat_id(
@@ -448,6 +503,8 @@ mod tests {
             for c in COLUMN_VARIANTS {
                 assert!(names.contains(&kernel_name(type_name(t).unwrap(), c)));
             }
+            assert!(names.contains(&group_kernel_name(type_name(t).unwrap())));
+            assert!(names.contains(&glu_kernel_name(type_name(t).unwrap())));
         }
         assert!(COLUMN_VARIANTS.contains(&MAX_COLUMNS));
     }
