@@ -70,7 +70,7 @@ pub(super) fn rope_scalars(p: &RopeParams, has_ff: bool) -> Vec<KernelArg> {
 /// Whether `k_rope_rows` takes a rope from `src` to `dst`: float rows of one shape, rotating an
 /// even number of leading elements.
 pub(super) fn rope_rows_fit(p: &RopeParams, src: &Layout, dst: &Layout) -> bool {
-    all_rows(&[src, dst]) && src.ne == dst.ne && p.n_dims % 2 == 0 && p.n_dims <= dst.ne[0]
+    all_rows(&[src, dst]) && src.ne == dst.ne && p.n_dims.is_multiple_of(2) && p.n_dims <= dst.ne[0]
 }
 
 /// The chunks of `k_rope_rows` over `dst`: one per rotated pair and per element past n_dims.
