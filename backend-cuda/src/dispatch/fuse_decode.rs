@@ -155,9 +155,55 @@ pub(super) fn launch_rope_cache(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fuse::fusion_groups;
+    use super::super::fuse::{compute_nodes, fusion_groups};
+    use super::super::{GemmCall, GemmTypes};
     use super::*;
     use ggml_core::{RopeMode, RopeParams};
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// A runner that records the kernels launched; tensor `id` lives at `(id + 1) << 32` unless
+    /// placed elsewhere (to make results overlap operands as the memory planner may).
+    #[derive(Default)]
+    struct Placed {
+        at: HashMap<TensorId, u64>,
+        kernels: RefCell<Vec<String>>,
+    }
+
+    impl Runner for Placed {
+        fn device_name(&self) -> String {
+            "test:0".into()
+        }
+        fn family(&self) -> &'static str {
+            "test"
+        }
+        fn desc(&self, graph: &Graph, id: TensorId) -> Result<TDesc> {
+            let ptr = self.at.get(&id).copied();
+            TDesc::new(ptr.unwrap_or((u64::from(id.0) + 1) << 32), graph.layout(id))
+        }
+        fn scratch(&self, slot: usize, _bytes: usize) -> Result<u64> {
+            Ok((1 << 48) + ((slot as u64) << 40))
+        }
+        fn launch(&self, launch: &Launch) -> Result<()> {
+            self.kernels.borrow_mut().push(launch.kernel.to_string());
+            Ok(())
+        }
+        fn gemm_types(&self) -> GemmTypes {
+            GemmTypes::Mixed
+        }
+        fn gemm(&self, _call: &GemmCall) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The kernels `compute_nodes` launches for `g` with tensors placed at `at`.
+    fn launched(g: &Graph, at: &[(TensorId, TensorId)]) -> Vec<String> {
+        let mut r = Placed::default();
+        let home = |id: TensorId| (u64::from(id.0) + 1) << 32;
+        r.at = at.iter().map(|&(t, over)| (t, home(over))).collect();
+        compute_nodes(&r, g, g.nodes()).unwrap();
+        r.kernels.into_inner()
+    }
 
     /// Gate and up products of `x` by `[k, m]` weights of type `w`, the nodes next to each other.
     fn gate_up(g: &mut Graph, x: TensorId, w: DType, m: usize) -> [TensorId; 2] {
@@ -272,6 +318,49 @@ mod tests {
             fusion_groups(&g, g.nodes()),
             vec![vec![rope], vec![w]],
             "quantized caches stay unfused"
+        );
+    }
+
+    #[test]
+    fn overlapping_memory_falls_back_to_separate_launches() {
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[64, 1]).unwrap();
+        let [gate, up] = gate_up(&mut g, x, DType::F16, 64);
+        let h = g.glu(GluOp::Swiglu, gate, up).unwrap();
+        g.output(h);
+        assert_eq!(launched(&g, &[]), ["k_gemv_glu_f16"]);
+        assert_eq!(
+            launched(&g, &[(h, gate)]),
+            ["k_gemv_glu_f16"],
+            "the gated unit over gate: written last by the same thread"
+        );
+        assert_eq!(
+            launched(&g, &[(h, x)]),
+            ["k_gemv_group_f16", "k_glu_rows"],
+            "the gated unit over the activation the products still read"
+        );
+        assert_eq!(
+            launched(&g, &[(up, x)]),
+            ["k_gemv_f16_1", "k_gemv_f16_1", "k_glu_rows"],
+            "a product over the activation"
+        );
+        let (g, rope, w) = rope_and_write(DType::F16, true);
+        let [x, pos] = [0, 1].map(|i| g.tensor(rope).src[i]);
+        assert_eq!(launched(&g, &[]), ["k_rope_set_rows"]);
+        assert_eq!(
+            launched(&g, &[(rope, x)]),
+            ["k_rope_set_rows"],
+            "rope in place"
+        );
+        assert_eq!(
+            launched(&g, &[(rope, pos)]),
+            ["k_rope_rows", "k_set_rows_rows"],
+            "the rope's result over the positions"
+        );
+        assert_eq!(
+            launched(&g, &[(w, x)]),
+            ["k_rope_rows", "k_set_rows_rows"],
+            "the cache over the rope's source"
         );
     }
 }
