@@ -188,6 +188,7 @@ __device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2,
 #define FAV_KEYS (FAV_TILE / FAV_HALVES)
 #define FAV_MAX_DIMS (FAV_MAX_ROW_BYTES / 2)
 static_assert(FAV_TILE == 64, "the softmax takes two keys of a tile per lane of a warp");
+static_assert(FAV_MAX_HEADS <= FAV_THREADS / 32, "the softmax takes one warp per head");
 
 // The elements of a 16-byte chunk of an F16, BF16 (8) or F32 (4, the rest zeros) row as floats.
 __device__ __forceinline__ void chunk_floats(uint4 c, int type, float (&f)[8]) {
