@@ -167,7 +167,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 31] = [
+pub const NAMED_KERNELS: [&str; 32] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -194,6 +194,7 @@ pub const NAMED_KERNELS: [&str; 31] = [
     "k_concat",
     "k_argsort",
     "k_flash_attn",
+    "k_flash_attn_vec",
     "k_flash_attn_combine",
     "k_attn_softmax",
     "k_quantize_q8",
