@@ -204,11 +204,26 @@ pub(super) fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
     })
 }
 
-/// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
-/// launched) when their weights cannot be grouped or a result overlaps the activation, a weight or
-/// another result. (In node order a product may write where an earlier product's weights were:
-/// the memory planner reuses operands that the order no longer needs. Bound weights never move.)
-fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+/// Single-column products of one activation checked for one launch: the activation (descriptor,
+/// layout), each product's `(weights, their layout, result)`, and the byte spans the products write
+/// (their results) and read (the activation, then the weights).
+pub(super) struct ProductGroup<'g> {
+    pub b: TDesc,
+    pub lb: &'g Layout,
+    pub products: Vec<(TDesc, &'g Layout, TDesc)>,
+    pub written: Vec<(u64, u64)>,
+    pub read: Vec<(u64, u64)>,
+}
+
+/// The products `group` of one activation as a [`ProductGroup`]; `None` when their weights cannot
+/// be grouped or a result overlaps the activation, a weight or another result. (In node order a
+/// product may write where an earlier product's weights were: the memory planner reuses operands
+/// that the order no longer needs. Bound weights never move.)
+pub(super) fn product_group<'g>(
+    r: &dyn Runner,
+    graph: &'g Graph,
+    group: &[TensorId],
+) -> Result<Option<ProductGroup<'g>>> {
     let x = graph.tensor(group[0]).src[1];
     let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
     let mut products = Vec::with_capacity(group.len());
@@ -221,10 +236,23 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
         read.push(span(a.ptr, la));
         products.push((a, la, d));
     }
-    if !gemv::groupable(&products, lb) || !spans_apart(&written, &read) {
+    let fits = gemv::groupable(&products, lb) && spans_apart(&written, &read);
+    Ok(fits.then_some(ProductGroup {
+        b,
+        lb,
+        products,
+        written,
+        read,
+    }))
+}
+
+/// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
+/// launched) when [`product_group`] refuses them.
+fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+    let Some(g) = product_group(r, graph, group)? else {
         return Ok(false);
-    }
-    gemv::mul_mat_vec_group(r, &products, b, lb)?;
+    };
+    gemv::mul_mat_vec_group(r, &g.products, g.b, g.lb)?;
     Ok(true)
 }
 

@@ -6,8 +6,8 @@
 //! so no consumer analysis is needed, and a memory overlap falls back to separate launches.
 //! `GGML_TP_FUSE_DECODE=0` turns both off (for A/B measurements).
 
-use super::fuse::{aliasing_is_safe, span, spans_apart};
-use super::gemv::{self, GluProduct};
+use super::fuse::{aliasing_is_safe, product_group, span, spans_apart};
+use super::gemv;
 use super::ops::{glu_code, rope_rows_chunks, rope_rows_fit, rope_scalars};
 use super::rows::row_contiguous;
 use super::{args, Launch, Runner, TDesc};
@@ -82,38 +82,28 @@ pub(super) fn rope_then_cache(graph: &Graph, nodes: &[TensorId]) -> bool {
 }
 
 /// Launches `[gate, up, glu]` (from [`products_then_glu`]) as one `k_gemv_glu_*`; `false` (nothing
-/// launched) when the weights cannot be grouped, their row counts differ, or memory overlaps: the
-/// products' results must share no byte with each other, the activation or the weights, and the
-/// gated unit's must be exactly one of them or share no byte with any.
+/// launched) when gate and up make no [`product_group`], their row counts differ, or the gated
+/// unit's result is neither exactly one of theirs nor apart from every tensor of the launch.
 pub(super) fn launch_products_glu(
     r: &dyn Runner,
     graph: &Graph,
     [gate, up, glu]: [TensorId; 3],
 ) -> Result<bool> {
     let code = glu_of(graph, glu, gate, up).expect("products_then_glu checked the glu");
-    let x = graph.tensor(gate).src[1];
-    let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
-    let product = |n: TensorId| -> Result<GluProduct> {
-        let w = graph.tensor(n).src[0];
-        Ok((r.desc(graph, w)?, graph.layout(w), r.desc(graph, n)?))
-    };
-    let (pg, pu) = (product(gate)?, product(up)?);
-    let out = r.desc(graph, glu)?;
-    if !gemv::groupable(&[pg, pu], lb) || pg.1.ne[1] != pu.1.ne[1] {
+    let Some(g) = product_group(r, graph, &[gate, up])? else {
         return Ok(false);
-    }
-    let written = [
-        span(pg.2.ptr, graph.layout(gate)),
-        span(pu.2.ptr, graph.layout(up)),
-    ];
-    let read = [span(b.ptr, lb), span(pg.0.ptr, pg.1), span(pu.0.ptr, pu.1)];
+    };
+    let &[pg, pu] = &g.products[..] else {
+        unreachable!("two products make a group of two");
+    };
+    let out = r.desc(graph, glu)?;
     let o = span(out.ptr, graph.layout(glu));
     let out_fits =
-        spans_apart(&[o], &read) && written.iter().all(|&w| w == o || spans_apart(&[o], &[w]));
-    if !spans_apart(&written, &read) || !out_fits {
+        spans_apart(&[o], &g.read) && g.written.iter().all(|&w| w == o || spans_apart(&[o], &[w]));
+    if pg.1.ne[1] != pu.1.ne[1] || !out_fits {
         return Ok(false);
     }
-    gemv::mul_mat_vec_glu(r, pg, pu, (b, lb), out, code)?;
+    gemv::mul_mat_vec_glu(r, pg, pu, (g.b, g.lb), out, code)?;
     Ok(true)
 }
 

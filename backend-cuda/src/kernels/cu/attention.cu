@@ -1,13 +1,13 @@
 // flash_attn_ext. Three paths (dispatch/attention.rs picks one):
 // - k_flash_attn_vec (few queries: decode; any shape without batched BLAS; F16/BF16/F32 K and V in
-//   rows of whole 16-byte chunks): the query heads of a GQA group share K/V loads, keys split over blocks in tiles of 64,
-//   every load of a tile's rows in flight at once; described at the kernel.
-// - k_flash_attn (the same shapes with any other K/V): one block of
-//   FA_THREADS threads per (head, query, sequence) and KV split. Keys are taken in tiles of
-//   FA_THREADS (one score per thread), with an online softmax. Each warp accumulates the values of
-//   its quarter of the tile, each lane FA_DIMS dims per 128 (coalesced rows); the warps'
-//   accumulators meet in shared memory at the end. K/V of any loadable type; F16 and F32 rows are
-//   read directly (vector loads for aligned F16).
+//   rows of whole 16-byte chunks): the query heads of a GQA group share K/V loads, keys split over
+//   blocks in tiles of 64, every load of a tile's rows in flight at once; described at the kernel.
+// - k_flash_attn (the same shapes with any other K/V): one block of FA_THREADS threads per (head,
+//   query, sequence) and KV split. Keys are taken in tiles of FA_THREADS (one score per thread),
+//   with an online softmax. Each warp accumulates the values of its quarter of the tile, each lane
+//   FA_DIMS dims per 128 (coalesced rows); the warps' accumulators meet in shared memory at the
+//   end. K/V of any loadable type; F16 and F32 rows are read directly (vector loads for aligned
+//   F16).
 // With several splits (few query rows, long KV) each block of either kernel writes its partial
 // (max, sum, accumulator) and k_flash_attn_combine merges them, adds the sink and normalizes.
 // - the BLAS path (many queries): scores = K Q^T by strided batched GEMMs over the KV heads (the
