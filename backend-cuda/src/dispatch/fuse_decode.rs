@@ -109,7 +109,9 @@ pub(super) fn launch_products_glu(
 
 /// Launches `rope` and the `set_rows` that writes its result into a cache (from
 /// [`rope_then_cache`]) as one `k_rope_set_rows`; `false` (nothing launched) when the rope's result
-/// or the cache overlaps an operand otherwise than the rope's result being exactly its source.
+/// overlaps an operand otherwise than being exactly its source, or the cache shares a byte with
+/// any other tensor of the pair (its rows are written where `ids` say, not where a thread reads:
+/// even an exact alias would race).
 pub(super) fn launch_rope_cache(
     r: &dyn Runner,
     graph: &Graph,
@@ -127,7 +129,14 @@ pub(super) fn launch_rope_cache(
     let ff = rt.src.get(2).map(|&f| desc(f)).transpose()?;
     let mut read = vec![a, pos, ids];
     read.extend(ff);
-    if !aliasing_is_safe(&[d, cache], &read) {
+    let others: Vec<(u64, u64)> = rt
+        .src
+        .iter()
+        .chain([&rope, &st.src[2]])
+        .map(|&id| Ok(span(desc(id)?.ptr, graph.layout(id))))
+        .collect::<Result<_>>()?;
+    let cache_apart = spans_apart(&[span(cache.ptr, &st.layout)], &others);
+    if !aliasing_is_safe(&[d], &read) || !cache_apart {
         return Ok(false);
     }
     let ff = ff.unwrap_or_else(TDesc::absent);
@@ -347,5 +356,37 @@ mod tests {
             ["k_rope_rows", "k_set_rows_rows"],
             "the cache over the rope's source"
         );
+    }
+
+    #[test]
+    fn a_cache_exactly_over_an_operand_falls_back() {
+        // [d, 4, 4] rope result and source; an F32 cache [d, 4, 4] written through the permute
+        // view: the cache has the very layout of the source and of the result, yet its rows are
+        // written where `ids` say, not where the thread reads or writes them.
+        let (d, n) = (64, 4);
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[d, n, n]).unwrap();
+        let pos = g.new_input(DType::I32, &[n]).unwrap();
+        let cache = g.new_input(DType::F32, &[d, n, n]).unwrap();
+        let ids = g.new_input(DType::I32, &[n]).unwrap();
+        let p = RopeParams::simple(RopeMode::Neox, d, 10000.0);
+        let rope = g.rope(x, pos, None, p).unwrap();
+        let source = g.permute(rope, [0, 2, 1, 3]).unwrap();
+        let w = g.set_rows(cache, source, ids).unwrap();
+        g.output(w);
+        g.output(rope);
+        assert_eq!(launched(&g, &[]), ["k_rope_set_rows"]);
+        assert_eq!(
+            launched(&g, &[(rope, x)]),
+            ["k_rope_set_rows"],
+            "rope in place"
+        );
+        for over in [x, rope] {
+            assert_eq!(
+                launched(&g, &[(w, over)]),
+                ["k_rope_rows", "k_set_rows_rows"],
+                "the cache exactly over {over:?}"
+            );
+        }
     }
 }
