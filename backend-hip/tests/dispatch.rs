@@ -3,13 +3,14 @@
 //! backend's BLAS types and with the HIP backend's, and each launch's arguments are checked against
 //! the kernel's parameter list parsed from the shared sources; the GEMM calls of wide products are
 //! replayed on the host against a direct mul_mat; adjacent products of one activation make one
-//! grouped GEMV launch.
+//! grouped GEMV launch; the decode fusions (gate and up with their gated unit, the rope of k with its
+//! cache write) make one launch each, with the arguments they need.
 
 use backend_cuda::dispatch::{
-    compute_node, compute_nodes, kernel_names, supports, BatchedGemmCall, GemmCall, GemmTypes,
-    KernelArg, Launch, Runner, TDesc,
+    compute_node, compute_nodes, kernel_names, supports, type_name, BatchedGemmCall, GemmCall,
+    GemmTypes, KernelArg, Launch, Runner, TDesc, WEIGHT_TYPES,
 };
-use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
+use ggml_core::{DType, Error, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
@@ -95,6 +96,8 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
         .map(|name| {
             let decl = if name.starts_with("k_gemv_group_") {
                 "k_gemv_group_##name(".to_string()
+            } else if name.starts_with("k_gemv_glu_") {
+                "k_gemv_glu_##name(".to_string()
             } else if name.starts_with("k_gemv_") {
                 "k_gemv_##name##_##NC(".to_string()
             } else if name.starts_with("k_dequant_f16_") {
@@ -119,6 +122,31 @@ fn kind(a: &KernelArg) -> &'static str {
     }
 }
 
+/// Checks the launches `r` recorded (for `what`) against their kernels' signatures, records the
+/// kernels launched, and forgets the launches.
+fn check_launches(
+    r: &Recorder,
+    signatures: &HashMap<String, Vec<&'static str>>,
+    used: &mut BTreeSet<String>,
+    what: &str,
+) {
+    for l in r.launches.borrow_mut().drain(..) {
+        let want = signatures
+            .get(l.kernel.as_ref())
+            .unwrap_or_else(|| panic!("no kernel {}", l.kernel));
+        let got: Vec<_> = l.args.iter().map(kind).collect();
+        assert_eq!(&got, want, "{what} -> {}", l.kernel);
+        assert!(
+            l.grid.iter().all(|&n| n >= 1),
+            "{} grid {:?}",
+            l.kernel,
+            l.grid
+        );
+        assert!(l.threads >= 32 && l.threads % 32 == 0);
+        used.insert(l.kernel.into_owned());
+    }
+}
+
 /// Dispatches every supported compute node of `g` on `r`, checks each launch against its
 /// kernel's signature, and records the kernels launched.
 fn check_graph(
@@ -134,21 +162,7 @@ fn check_graph(
             continue;
         }
         compute_node(r, g, node).unwrap_or_else(|e| panic!("{}: {e}", t.op.name()));
-        for l in r.launches.borrow_mut().drain(..) {
-            let want = signatures
-                .get(l.kernel.as_ref())
-                .unwrap_or_else(|| panic!("no kernel {}", l.kernel));
-            let got: Vec<_> = l.args.iter().map(kind).collect();
-            assert_eq!(&got, want, "{} -> {}", t.op.name(), l.kernel);
-            assert!(
-                l.grid.iter().all(|&n| n >= 1),
-                "{} grid {:?}",
-                l.kernel,
-                l.grid
-            );
-            assert!(l.threads >= 32 && l.threads % 32 == 0);
-            used.insert(l.kernel.into_owned());
-        }
+        check_launches(r, signatures, used, t.op.name());
         for c in r.gemms.borrow_mut().drain(..) {
             if r.types == GemmTypes::F32 {
                 assert_eq!(
@@ -206,6 +220,40 @@ fn extra_graphs() -> Vec<Graph> {
     graphs
 }
 
+/// Graphs of the decode fusions, named: gate and up products with weights of every GEMV type and
+/// their gated unit; the rope of k and its write into F16 and F32 caches through the permute view.
+fn fused_graphs() -> Vec<(String, Graph)> {
+    let mut graphs = Vec::new();
+    for t in WEIGHT_TYPES {
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[512, 1]).unwrap();
+        let wg = g.new_input(t, &[512, 96]).unwrap();
+        let wu = g.new_input(t, &[512, 96]).unwrap();
+        let (gate, up) = (g.mul_mat(wg, x).unwrap(), g.mul_mat(wu, x).unwrap());
+        g.expand(gate);
+        g.expand(up);
+        let h = g.glu(GluOp::Swiglu, gate, up).unwrap();
+        g.output(h);
+        graphs.push((format!("gate, up and swiglu of {t}"), g));
+    }
+    for cache_type in [DType::F16, DType::F32] {
+        let (d, heads, tokens) = (128, 8, 1);
+        let mut g = Graph::new();
+        let x = g.new_input(DType::F32, &[d, heads, tokens]).unwrap();
+        let pos = g.new_input(DType::I32, &[tokens]).unwrap();
+        let ff = g.new_input(DType::F32, &[d / 2]).unwrap();
+        let cache = g.new_input(cache_type, &[d, 256, heads]).unwrap();
+        let ids = g.new_input(DType::I32, &[tokens]).unwrap();
+        let p = RopeParams::simple(RopeMode::Neox, d, 500000.0);
+        let k = g.rope(x, pos, Some(ff), p).unwrap();
+        let kp = g.permute(k, [0, 2, 1, 3]).unwrap();
+        let w = g.set_rows(cache, kp, ids).unwrap();
+        g.output(w);
+        graphs.push((format!("rope of k into a {cache_type} cache"), g));
+    }
+    graphs
+}
+
 #[test]
 fn every_conformance_node_matches_its_kernel_signature() {
     let signatures = kernel_signatures();
@@ -215,11 +263,20 @@ fn every_conformance_node_matches_its_kernel_signature() {
         .map(|case| ggml_tp_tests::runner::build(case).expect("case builds"))
         .collect();
     let extra = extra_graphs();
+    let fused = fused_graphs();
     for types in [GemmTypes::Mixed, GemmTypes::F32] {
         let r = Recorder::new(types);
         for g in built.iter().map(|b| &b.graph).chain(&extra) {
             check_graph(g, &r, &signatures, &mut used);
         }
+        for (what, g) in &fused {
+            compute_nodes(&r, g, g.nodes()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            check_launches(&r, &signatures, &mut used, what);
+        }
+    }
+    for t in WEIGHT_TYPES {
+        let glu = format!("k_gemv_glu_{}", type_name(t).unwrap());
+        assert!(used.contains(&glu), "{glu} never launched");
     }
     // k_hold is the profiler's, not the dispatch's.
     let unused: Vec<_> = backend_cuda::dispatch::NAMED_KERNELS
@@ -362,5 +419,75 @@ fn adjacent_products_of_one_activation_make_one_grouped_launch() {
             args.first[i] < args.first[i + 1],
             "product {i} has row blocks"
         );
+    }
+}
+
+/// The nodes of `g` of the op named `op`, in node order.
+fn nodes_of(g: &Graph, op: &str) -> Vec<TensorId> {
+    g.nodes()
+        .iter()
+        .copied()
+        .filter(|&n| g.tensor(n).op.name() == op)
+        .collect()
+}
+
+#[test]
+fn decode_fusions_make_one_launch_each() {
+    let signatures = kernel_signatures();
+    let mut used = BTreeSet::new();
+    let fused = fused_graphs();
+    let r = Recorder::new(GemmTypes::Mixed);
+    let (what, g) = fused
+        .iter()
+        .find(|(what, _)| what.ends_with(" of q8_0"))
+        .expect("a Q8_0 gated unit");
+    compute_nodes(&r, g, g.nodes()).unwrap();
+    let names: Vec<String> = r
+        .launches
+        .borrow()
+        .iter()
+        .map(|l| l.kernel.to_string())
+        .collect();
+    assert_eq!(names, ["k_quantize_q8", "k_gemv_glu_q8_0"], "{what}");
+    {
+        let launches = r.launches.borrow();
+        let glu = &launches[1];
+        let [KernelArg::Gemv(gate), KernelArg::Gemv(up), KernelArg::U64(out), KernelArg::I32(op)] =
+            glu.args[..]
+        else {
+            panic!("{what}: arguments {:?}", glu.args);
+        };
+        let (products, h) = (nodes_of(g, "mul_mat"), nodes_of(g, "swiglu"));
+        assert_eq!((gate.d, up.d), (address(products[0]), address(products[1])));
+        assert_eq!(out, address(h[0]));
+        assert_eq!(op, 0, "swiglu");
+        assert_eq!((gate.m, up.m, gate.k), (96, 96, 512));
+        assert_eq!(gate.x, up.x, "one quantized activation");
+        let rows_per_block = 4 / gate.wpr as u32;
+        assert_eq!(
+            glu.grid[0],
+            96u32.div_ceil(rows_per_block),
+            "one row group per row"
+        );
+    }
+    check_launches(&r, &signatures, &mut used, what);
+    for (what, g) in fused.iter().filter(|(what, _)| what.starts_with("rope")) {
+        compute_nodes(&r, g, g.nodes()).unwrap();
+        {
+            let launches = r.launches.borrow();
+            let names: Vec<&str> = launches.iter().map(|l| l.kernel.as_ref()).collect();
+            assert_eq!(names, ["k_rope_set_rows"], "{what}");
+            let args = &launches[0].args;
+            let (rope, write) = (nodes_of(g, "rope")[0], nodes_of(g, "set_rows")[0]);
+            let (KernelArg::Tensor(d), KernelArg::Tensor(cache), KernelArg::I32(swap12)) =
+                (&args[3], &args[4], &args[6])
+            else {
+                panic!("{what}: arguments {args:?}");
+            };
+            assert_eq!(d.ptr, address(rope), "{what}: the rope's result");
+            assert_eq!(cache.ptr, address(write), "{what}: the cache");
+            assert_eq!(*swap12, 1, "{what}: through the permute view");
+        }
+        check_launches(&r, &signatures, &mut used, what);
     }
 }

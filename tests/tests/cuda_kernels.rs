@@ -5,8 +5,9 @@
 //! with long rows; flash attention decode over long KV (split-KV partials and their merge) with GQA,
 //! masks and sinks; the small ops' fast paths (row-contiguous kernels) at model sizes, odd sizes and
 //! through views; the fused add -> norm -> mul chains against the same nodes run unfused (bit-equal)
-//! and the float64 reference. Each result is compared with the suite's float64 reference under its
-//! bound. Prints `skipped: no CUDA device` without one.
+//! and the float64 reference; the decode fusions (`cuda_kernels/fusions.rs`). Each result is
+//! compared with the suite's float64 reference under its bound. Prints `skipped: no CUDA device`
+//! without one.
 
 use backend_cuda as _;
 use ggml_core::sched::Scheduler;
@@ -26,6 +27,8 @@ use std::sync::Arc;
 
 #[path = "cuda_kernels/attention.rs"]
 mod attention;
+#[path = "cuda_kernels/fusions.rs"]
+mod fusions;
 
 /// The first CUDA device, or `None` after printing why there is none.
 fn cuda0() -> Option<Arc<dyn Device>> {
@@ -313,8 +316,10 @@ fn small_ops_fast_paths_at_model_sizes() {
     run(set, seed);
 }
 
-/// One chain `x (+ r) -> norm -> (* w)` on the CUDA backend with every result an output, its leaves
-/// filled with `inputs` and its results poisoned; the results' bytes and values, in chain order.
+/// One chain (`x (+ r) -> norm -> (* w)`, or a decode fusion of `fusions.rs`) on the CUDA backend
+/// with every result an output, its leaves filled with `inputs` and its results poisoned; the
+/// results' bytes and values, in chain order. With `apart`, a node between each two results keeps
+/// them from fusing.
 fn run_chain(
     dev: &Arc<dyn Device>,
     inputs: &[(InputSpec, Vec<u8>)],
@@ -335,7 +340,8 @@ fn run_chain(
             ViewKind::Permute(axes) => g.permute(leaf, axes).unwrap(),
             ViewKind::Pad { offset, .. } => {
                 let l = *g.layout(leaf);
-                g.view(leaf, &spec.ne, &l.nb[1..], offset * 4).unwrap()
+                let offset_bytes = offset * spec.dtype.type_size() / spec.dtype.block_size();
+                g.view(leaf, &spec.ne, &l.nb[1..], offset_bytes).unwrap()
             }
         });
     }

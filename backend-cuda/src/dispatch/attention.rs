@@ -1,12 +1,14 @@
 //! flash_attn_ext dispatch. Few queries per KV head (decode), or a backend without batched BLAS,
-//! go to `k_flash_attn` (one block per head, query and sequence; split over the keys when the
-//! rows alone leave the GPU idle, merged by `k_flash_attn_combine`); many queries (prompt
-//! processing) to the BLAS
-//! path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over the KV
-//! heads (the query heads of a GQA group are one operand), `k_attn_softmax` to probabilities, and
-//! one batched GEMM per query head of a group writing P·V into the result in place.
+//! go to `k_flash_attn_vec` when K and V are F16/BF16/F32 rows of whole 16-byte chunks (blocks of
+//! up to [`FAV_MAX_HEADS`] query heads of a GQA group, the keys split over blocks in tiles of
+//! [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and sequence); either splits
+//! over the keys when the rows alone leave the GPU idle, merged by `k_flash_attn_combine`. Many
+//! queries (prompt processing) take the BLAS path: per sequence and chunk of queries, scores =
+//! K·Q^T as one strided batched GEMM over the KV heads (the query heads of a GQA group are one
+//! operand), `k_attn_softmax` to probabilities, and one batched GEMM per query head of a group
+//! writing P·V into the result in place.
 
-use super::{args, contiguous_copy, fail, Launch, Runner, TDesc};
+use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
 
 /// Threads per `k_flash_attn` block (`FA_THREADS` in attention.cu).
@@ -17,6 +19,14 @@ const ROW_THREADS: u32 = 256;
 const FA_TARGET_BLOCKS: usize = 512;
 /// Fewest keys one split handles.
 const FA_MIN_KEYS_PER_SPLIT: usize = 256;
+/// Threads per `k_flash_attn_vec` block (`FAV_THREADS` in attention.cu).
+const FAV_THREADS: u32 = 128;
+/// Keys per tile of `k_flash_attn_vec` (a split is whole tiles).
+const FAV_TILE: usize = 64;
+/// Most query heads one `k_flash_attn_vec` block takes.
+const FAV_MAX_HEADS: usize = 4;
+/// Longest K or V row (bytes) of `k_flash_attn_vec`.
+const FAV_MAX_ROW_BYTES: usize = 1024;
 /// Fewest queries per sequence for the BLAS path.
 const FA_BLAS_MIN_QUERIES: usize = 16;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
@@ -103,6 +113,8 @@ pub(super) fn flash_attn_ext(
     };
     if r.has_gemm_batched() && blas_fits(&a) {
         through_blas(r, &a)
+    } else if vec_fits(&a) {
+        vec_blocks(r, &a)
     } else {
         row_blocks(r, &a)
     }
@@ -121,16 +133,104 @@ fn attention_splits(rows: usize, n_kv: usize) -> (usize, usize) {
     (n_kv.div_ceil(per).max(1), per)
 }
 
+/// How `k_flash_attn_vec` covers a node: query heads per block, blocks per split (head blocks
+/// times KV heads, queries and sequences), splits of the keys and keys per split (whole tiles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct VecPlan {
+    heads_per_block: usize,
+    blocks: usize,
+    splits: usize,
+    kv_per_split: usize,
+}
+
+/// The plan for `group` query heads per KV head, `rows_per_head` = KV heads x queries x
+/// sequences, over `n_kv` keys: the heads of a group share a block (up to [`FAV_MAX_HEADS`]) when
+/// the shared blocks, one per tile at most, still fill half of [`FA_TARGET_BLOCKS`]; otherwise one
+/// head per block. Then as many splits as bring the blocks to [`FA_TARGET_BLOCKS`], one tile each
+/// at least.
+fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize) -> VecPlan {
+    let tiles = n_kv.div_ceil(FAV_TILE).max(1);
+    let shared = group.clamp(1, FAV_MAX_HEADS);
+    let shared_blocks = group.div_ceil(shared) * rows_per_head.max(1);
+    let heads_per_block = if shared_blocks * tiles >= FA_TARGET_BLOCKS / 2 {
+        shared
+    } else {
+        1
+    };
+    let blocks = group.div_ceil(heads_per_block) * rows_per_head.max(1);
+    let wanted = FA_TARGET_BLOCKS.div_ceil(blocks).clamp(1, tiles);
+    let kv_per_split = tiles.div_ceil(wanted) * FAV_TILE;
+    VecPlan {
+        heads_per_block,
+        blocks,
+        splits: n_kv.div_ceil(kv_per_split).max(1),
+        kv_per_split,
+    }
+}
+
+/// Whether `k_flash_attn_vec` reads `t` (K or V, laid out as `l`): F16, BF16 or F32 elements in
+/// rows of whole 16-byte chunks (at most [`FAV_MAX_ROW_BYTES`]), every row 16-byte aligned.
+fn vec_operand(t: &TDesc, l: &Layout) -> bool {
+    let es = l.dtype.type_size();
+    let row = l.ne[0] * es;
+    matches!(l.dtype, DType::F16 | DType::BF16 | DType::F32)
+        && l.nb[0] == es
+        && row.is_multiple_of(16)
+        && (1..=FAV_MAX_ROW_BYTES).contains(&row)
+        && t.ptr.is_multiple_of(16)
+        && l.nb[1..].iter().all(|nb| nb.is_multiple_of(16))
+}
+
+/// Whether the node takes `k_flash_attn_vec`: readable K and V, whole GQA groups, counts in i32.
+fn vec_fits(a: &Attn) -> bool {
+    let heads = a.lq.ne[2];
+    let kv_heads = a.lk.ne[2];
+    vec_operand(&a.k, a.lk)
+        && vec_operand(&a.v, a.lv)
+        && kv_heads > 0
+        && heads.is_multiple_of(kv_heads)
+        && a.lv.ne[2] == kv_heads
+        && a.lk.ne[1] < (1 << 30)
+}
+
+/// `k_flash_attn_vec`: blocks of query heads of one group per KV head, query and sequence, and
+/// split of the keys.
+fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let [_, n_q, heads, seqs] = a.lq.ne;
+    let [_, n_kv, kv_heads, _] = a.lk.ne;
+    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv);
+    let heads_per_block = args![plan.heads_per_block as i32];
+    let blocks = (plan.blocks, FAV_THREADS);
+    let split = (plan.splits, plan.kv_per_split);
+    attend_in_splits(r, a, "k_flash_attn_vec", blocks, heads_per_block, split)
+}
+
 /// `k_flash_attn`: one block per output row (head, query, sequence) and split of the keys.
 fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let rows = a.ld.nrows();
-    let (splits, kv_per_split) = attention_splits(rows, a.lk.ne[1]);
+    let split = attention_splits(rows, a.lk.ne[1]);
+    attend_in_splits(r, a, "k_flash_attn", (rows, FA_THREADS), vec![], split)
+}
+
+/// Launches `kernel` (`k_flash_attn` or `k_flash_attn_vec`) on `blocks` blocks of `threads`
+/// threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
+/// kernel's own arguments `own`, the keys per split and the per-split partials (none for one
+/// split, when the kernel writes the result); then `k_flash_attn_combine` merges the partials.
+fn attend_in_splits(
+    r: &dyn Runner,
+    a: &Attn,
+    kernel: &'static str,
+    (blocks, threads): (usize, u32),
+    own: Vec<KernelArg>,
+    (splits, kv_per_split): (usize, usize),
+) -> Result<()> {
+    let rows = a.ld.nrows();
     let part = if splits == 1 {
         0u64
     } else {
         r.scratch(SLOT_ATTN_PARTS, rows * splits * (a.ld.ne[0] + 2) * 4)?
     };
-    let args = args![
+    let mut args = args![
         a.q,
         a.k,
         a.v,
@@ -141,11 +241,11 @@ fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
         a.max_bias,
         a.softcap,
         a.has_mask,
-        a.has_sinks,
-        kv_per_split as i32,
-        part
+        a.has_sinks
     ];
-    let mut attend = Launch::rows("k_flash_attn", rows, FA_THREADS, 0, args);
+    args.extend(own);
+    args.extend(args![kv_per_split as i32, part]);
+    let mut attend = Launch::rows(kernel, blocks, threads, 0, args);
     attend.grid[1] = splits as u32;
     r.launch(&attend)?;
     if splits == 1 {
@@ -331,9 +431,103 @@ mod tests {
         }
     }
 
+    /// Checks that `plan` covers `n_kv` keys with whole tiles, no empty split, and the heads of a
+    /// group with whole blocks.
+    fn assert_covers(plan: VecPlan, group: usize, rows_per_head: usize, n_kv: usize) {
+        let VecPlan {
+            heads_per_block,
+            blocks,
+            splits,
+            kv_per_split,
+        } = plan;
+        let case = format!("group {group}, {rows_per_head} rows per head, {n_kv} keys: {plan:?}");
+        assert!(
+            (1..=FAV_MAX_HEADS.min(group)).contains(&heads_per_block),
+            "{case}"
+        );
+        assert_eq!(
+            blocks,
+            group.div_ceil(heads_per_block) * rows_per_head,
+            "{case}"
+        );
+        assert!(
+            kv_per_split > 0 && kv_per_split.is_multiple_of(FAV_TILE),
+            "{case}"
+        );
+        assert!(splits * kv_per_split >= n_kv, "{case}");
+        assert!(splits == 1 || (splits - 1) * kv_per_split < n_kv, "{case}");
+    }
+
+    #[test]
+    fn vec_plans_cover_the_keys_and_heads() {
+        for group in [1, 4, 6, 7, 8] {
+            for rows_per_head in [1, 2, 8, 40, 1024] {
+                for n_kv in [0, 1, 7, 63, 64, 65, 255, 256, 257, 4100, 32_768, 131_072] {
+                    let plan = vec_plan(group, rows_per_head, n_kv);
+                    assert_covers(plan, group, rows_per_head, n_kv);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vec_plans_fill_the_gpu_at_decode() {
+        // Llama-3.1-8B decode (8 KV heads, groups of 4): few keys give one head per block and
+        // one tile per split; 16 keys need no combine.
+        let short = vec_plan(4, 8, 16);
+        assert_eq!(
+            (short.heads_per_block, short.blocks, short.splits),
+            (1, 32, 1)
+        );
+        let p = vec_plan(4, 8, 256);
+        assert_eq!(
+            (p.heads_per_block, p.blocks, p.splits, p.kv_per_split),
+            (1, 32, 4, 64)
+        );
+        // A long KV: the group shares its loads and the splits bring the blocks to the target.
+        let long = vec_plan(4, 8, 32_768);
+        assert_eq!((long.heads_per_block, long.blocks), (4, 8));
+        assert_eq!(long.blocks * long.splits, FA_TARGET_BLOCKS);
+        assert_eq!(long.kv_per_split, 32_768 / 64);
+        // Groups beyond one block's heads: 6 = 4 + 2, 8 = 4 + 4.
+        assert_eq!(vec_plan(6, 64, 4100).blocks, 128);
+        assert_eq!(vec_plan(8, 64, 4100).heads_per_block, 4);
+        // Many blocks already: one split.
+        assert_eq!(vec_plan(1, 4096, 1000).splits, 1);
+    }
+
+    #[test]
+    fn vec_operands_are_whole_aligned_chunks() {
+        let ok = |dtype: DType, ne: [usize; 4]| {
+            let l = Layout::contiguous(dtype, ne);
+            let t = TDesc::new(1 << 20, &l).unwrap();
+            vec_operand(&t, &l)
+        };
+        assert!(ok(DType::F16, [128, 7, 8, 1]));
+        assert!(ok(DType::F16, [512, 7, 8, 1]));
+        assert!(ok(DType::BF16, [64, 1, 1, 1]));
+        assert!(ok(DType::F32, [256, 3, 2, 2]));
+        assert!(!ok(DType::F32, [512, 3, 2, 2]), "row over 1024 bytes");
+        assert!(!ok(DType::F16, [100, 3, 2, 1]), "rows of 200 bytes");
+        assert!(!ok(DType::Q8_0, [128, 3, 2, 1]));
+        let l = Layout::contiguous(DType::F16, [128, 4, 1, 1]);
+        assert!(
+            !vec_operand(&TDesc::new(8, &l).unwrap(), &l),
+            "unaligned start"
+        );
+    }
+
     #[test]
     fn constants_match_the_sources() {
         let src = crate::kernels::shared_source();
-        assert!(src.contains(&format!("#define FA_THREADS {FA_THREADS}\n")));
+        for (name, value) in [
+            ("FA_THREADS", FA_THREADS as usize),
+            ("FAV_THREADS", FAV_THREADS as usize),
+            ("FAV_TILE", FAV_TILE),
+            ("FAV_MAX_HEADS", FAV_MAX_HEADS),
+            ("FAV_MAX_ROW_BYTES", FAV_MAX_ROW_BYTES),
+        ] {
+            assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
+        }
     }
 }

@@ -5,8 +5,10 @@
 //! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). Adjacent
 //! single-column products of one activation (q, k and v; gate and up: the model builder puts them
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
-//! `GGML_TP_GROUP_PRODUCTS=0`.
+//! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
+//! the rope of k with its cache write) are in [`super::fuse_decode`].
 
+use super::fuse_decode as decode;
 use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
@@ -40,19 +42,36 @@ pub fn fusion_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
 /// Computes `nodes` of `graph` through `r` in order, fusing the chains of [`fusion_groups`].
 pub fn compute_nodes(r: &dyn Runner, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
     for group in fusion_groups(graph, nodes) {
-        let fused = match group.len() {
-            1 => Ok(false),
-            _ if graph.tensor(group[0]).op == Op::MulMat => launch_products(r, graph, &group),
-            _ => launch_chain(r, graph, &group),
-        };
-        if fused.map_err(|e| at(graph, group[0], e))? {
-            continue;
-        }
-        for &node in &group {
+        let done = launch_fused(r, graph, &group).map_err(|e| at(graph, group[0], e))?;
+        for &node in &group[done..] {
             compute_node(r, graph, node).map_err(|e| at(graph, node, e))?;
         }
     }
     Ok(())
+}
+
+/// Launches the fused chain or product group `group` (from [`chain_len`]) where its memory allows;
+/// returns how many of its leading nodes that computed (0 for none, and for a single node). Gate
+/// and up whose gated unit cannot join them still run as one grouped launch.
+fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usize> {
+    let whole = |launched: bool| if launched { group.len() } else { 0 };
+    Ok(match (group, &graph.tensor(group[0]).op) {
+        ([_], _) => 0,
+        (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
+            if decode::launch_products_glu(r, graph, [gate, up, glu])? {
+                3
+            } else if launch_products(r, graph, &[gate, up])? {
+                2
+            } else {
+                0
+            }
+        }
+        (_, Op::MulMat) => whole(launch_products(r, graph, group)?),
+        (&[rope, set_rows], Op::Rope(_)) => {
+            whole(decode::launch_rope_cache(r, graph, rope, set_rows)?)
+        }
+        _ => whole(launch_chain(r, graph, group)?),
+    })
 }
 
 /// `e` with the op and name of the node it happened at.
@@ -145,7 +164,11 @@ fn products_len(graph: &Graph, nodes: &[TensorId]) -> usize {
 /// Length of the fusable chain or product group at the start of `nodes` (1 when there is none).
 fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
     if graph.tensor(nodes[0]).op == Op::MulMat {
-        return products_len(graph, nodes);
+        let products = products_len(graph, nodes);
+        return products + usize::from(decode::products_then_glu(graph, products, nodes));
+    }
+    if decode::rope_then_cache(graph, nodes) {
+        return 2;
     }
     let norm_at = match nodes {
         [add, norm, ..] if fusable_norm(graph, *norm) && fusable_add(graph, *add, *norm) => 1,
@@ -169,7 +192,7 @@ fn extent(d: &TDesc) -> (u64, u64) {
 /// and layout: each element is then read and written by the same thread, in order) or shares no
 /// byte with it. The memory planner may place a result over an operand that the unfused order no
 /// longer needs; the fused kernel cannot run then.
-fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
+pub(super) fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
     let apart = |x: &TDesc, y: &TDesc| {
         let ((x0, x1), (y0, y1)) = (extent(x), extent(y));
         x1 <= y0 || y1 <= x0
@@ -181,11 +204,26 @@ fn aliasing_is_safe(written: &[TDesc], read: &[TDesc]) -> bool {
     })
 }
 
-/// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
-/// launched) when their weights cannot be grouped or a result overlaps the activation, a weight or
-/// another result. (In node order a product may write where an earlier product's weights were:
-/// the memory planner reuses operands that the order no longer needs. Bound weights never move.)
-fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+/// Single-column products of one activation checked for one launch: the activation (descriptor,
+/// layout), each product's `(weights, their layout, result)`, and the byte spans the products write
+/// (their results) and read (the activation, then the weights).
+pub(super) struct ProductGroup<'g> {
+    pub b: TDesc,
+    pub lb: &'g Layout,
+    pub products: Vec<(TDesc, &'g Layout, TDesc)>,
+    pub written: Vec<(u64, u64)>,
+    pub read: Vec<(u64, u64)>,
+}
+
+/// The products `group` of one activation as a [`ProductGroup`]; `None` when their weights cannot
+/// be grouped or a result overlaps the activation, a weight or another result. (In node order a
+/// product may write where an earlier product's weights were: the memory planner reuses operands
+/// that the order no longer needs. Bound weights never move.)
+pub(super) fn product_group<'g>(
+    r: &dyn Runner,
+    graph: &'g Graph,
+    group: &[TensorId],
+) -> Result<Option<ProductGroup<'g>>> {
     let x = graph.tensor(group[0]).src[1];
     let (b, lb) = (r.desc(graph, x)?, graph.layout(x));
     let mut products = Vec::with_capacity(group.len());
@@ -198,15 +236,28 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
         read.push(span(a.ptr, la));
         products.push((a, la, d));
     }
-    if !gemv::groupable(&products, lb) || !spans_apart(&written, &read) {
+    let fits = gemv::groupable(&products, lb) && spans_apart(&written, &read);
+    Ok(fits.then_some(ProductGroup {
+        b,
+        lb,
+        products,
+        written,
+        read,
+    }))
+}
+
+/// Launches the products `group` (from [`products_len`]) as one grouped GEMV; `false` (nothing
+/// launched) when [`product_group`] refuses them.
+fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+    let Some(g) = product_group(r, graph, group)? else {
         return Ok(false);
-    }
-    gemv::mul_mat_vec_group(r, &products, b, lb)?;
+    };
+    gemv::mul_mat_vec_group(r, &g.products, g.b, g.lb)?;
     Ok(true)
 }
 
 /// First and one-past-last byte of a tensor of layout `l` at `ptr` (rows of whole blocks).
-fn span(ptr: u64, l: &Layout) -> (u64, u64) {
+pub(super) fn span(ptr: u64, l: &Layout) -> (u64, u64) {
     if l.nelements() == 0 {
         return (ptr, ptr);
     }
@@ -216,7 +267,7 @@ fn span(ptr: u64, l: &Layout) -> (u64, u64) {
 }
 
 /// True when no two `written` spans and no written and `read` span share a byte.
-fn spans_apart(written: &[(u64, u64)], read: &[(u64, u64)]) -> bool {
+pub(super) fn spans_apart(written: &[(u64, u64)], read: &[(u64, u64)]) -> bool {
     let apart = |(x0, x1): (u64, u64), (y0, y1): (u64, u64)| x1 <= y0 || y1 <= x0;
     written.iter().enumerate().all(|(i, &w)| {
         let others = written.iter().skip(i + 1).chain(read);

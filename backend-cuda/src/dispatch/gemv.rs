@@ -5,7 +5,8 @@
 //! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
 //! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
 //! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
-//! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once.
+//! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once; gate and up
+//! with their gated unit too ([`mul_mat_vec_glu`]).
 
 use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
@@ -56,6 +57,10 @@ pub(super) fn kernel_name(type_name: &str, columns: usize) -> String {
 
 pub(super) fn group_kernel_name(type_name: &str) -> String {
     format!("k_gemv_group_{type_name}")
+}
+
+pub(super) fn glu_kernel_name(type_name: &str) -> String {
+    format!("k_gemv_glu_{type_name}")
 }
 
 /// Most products of one grouped launch (`GV_GROUP`).
@@ -114,6 +119,36 @@ impl GemvArgs {
             ..Default::default()
         }
     }
+
+    /// The arguments of the single-column product of weights `a` into `d` over the activations
+    /// that `x` names (set by [`activations`]), with `vec` and `wpr` (the grouped and gated-unit
+    /// launches).
+    fn single_column(
+        a: &TDesc,
+        la: &Layout,
+        d: u64,
+        x: &GemvArgs,
+        vec: bool,
+        wpr: usize,
+    ) -> GemvArgs {
+        GemvArgs {
+            x: x.x,
+            xd: x.xd,
+            ncols: 1,
+            b2: 1,
+            r2: 1,
+            r3: 1,
+            nz: 1,
+            vec: i64::from(vec),
+            wpr: wpr as i64,
+            ..GemvArgs::of_weights(a, la, d)
+        }
+    }
+}
+
+/// The kernel-name part of weight type `wt`, or an error when no GEMV kernel takes it.
+fn weight_type_name(r: &dyn Runner, wt: DType) -> Result<&'static str> {
+    type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))
 }
 
 /// Alignment the kernels' loads of type `t` need of rows (and of the weights' start).
@@ -219,10 +254,7 @@ fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
         row_work(wt, args.k as usize, args.vec != 0),
     );
     let rows_per_block = rows_per_group * (THREADS as usize / 32) / wpr;
-    let name = kernel_name(
-        type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))?,
-        columns,
-    );
+    let name = kernel_name(weight_type_name(r, wt)?, columns);
     let nz = args.nz as usize;
     let gy = nz.clamp(1, MAX_GRID_YZ);
     let args = GemvArgs {
@@ -305,31 +337,49 @@ pub fn mul_mat_vec_group(
     for (i, (a, la, d)) in products.iter().enumerate() {
         let vec = vector_loads(a, la, x.x);
         let wpr = warps_per_row(total_rows, row_work(wt, k, vec));
-        group.g[i] = GemvArgs {
-            x: x.x,
-            xd: x.xd,
-            ncols: 1,
-            b2: 1,
-            r2: 1,
-            r3: 1,
-            nz: 1,
-            vec: i64::from(vec),
-            wpr: wpr as i64,
-            ..GemvArgs::of_weights(a, la, d.ptr)
-        };
+        group.g[i] = GemvArgs::single_column(a, la, d.ptr, &x, vec, wpr);
         group.first[i] = blocks as i64;
         blocks += la.ne[1].div_ceil(THREADS as usize / 32 / wpr);
     }
     group.first[products.len()..].fill(blocks as i64);
-    let name = group_kernel_name(
-        type_name(wt).ok_or_else(|| fail(r, format!("no GEMV kernel for {wt}")))?,
-    );
+    let name = group_kernel_name(weight_type_name(r, wt)?);
     r.launch(&Launch {
         kernel: name.into(),
         grid: [blocks as u32, 1, 1],
         threads: THREADS,
         shared_bytes: 0,
         args: args![group],
+    })
+}
+
+/// One single-column product of a gated unit: weights (descriptor, layout) and result.
+pub type GluProduct<'a> = (TDesc, &'a Layout, TDesc);
+
+/// `gate = a_gate b`, `up = a_up b` and `out = glu(gate, up)` (`glu_code`: the `G_*` code of
+/// elementwise.cu) in one launch, for weights of one type and row count (the caller checks
+/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows).
+pub fn mul_mat_vec_glu(
+    r: &dyn Runner,
+    gate: GluProduct,
+    up: GluProduct,
+    (b, lb): (TDesc, &Layout),
+    out: TDesc,
+    glu_code: i32,
+) -> Result<()> {
+    let wt = gate.1.dtype;
+    let [k, m, _, _] = gate.1.ne;
+    let mut x = GemvArgs::default();
+    activations(r, b, lb, wt, &mut x)?;
+    let vec = vector_loads(&gate.0, gate.1, x.x) && vector_loads(&up.0, up.1, x.x);
+    let wpr = warps_per_row(m, row_work(wt, k, vec));
+    let product = |(a, la, d): GluProduct| GemvArgs::single_column(&a, la, d.ptr, &x, vec, wpr);
+    let name = glu_kernel_name(weight_type_name(r, wt)?);
+    r.launch(&Launch {
+        kernel: name.into(),
+        grid: [m.div_ceil(THREADS as usize / 32 / wpr) as u32, 1, 1],
+        threads: THREADS,
+        shared_bytes: 0,
+        args: args![product(gate), product(up), out.ptr, glu_code],
     })
 }
 
@@ -451,6 +501,8 @@ mod tests {
             for c in COLUMN_VARIANTS {
                 assert!(names.contains(&kernel_name(type_name(t).unwrap(), c)));
             }
+            assert!(names.contains(&group_kernel_name(type_name(t).unwrap())));
+            assert!(names.contains(&glu_kernel_name(type_name(t).unwrap())));
         }
         assert!(COLUMN_VARIANTS.contains(&MAX_COLUMNS));
     }

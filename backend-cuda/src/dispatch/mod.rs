@@ -6,6 +6,7 @@
 
 mod attention;
 mod fuse;
+mod fuse_decode;
 mod gemm;
 mod gemv;
 mod ops;
@@ -166,7 +167,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV and dequantizer families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 30] = [
+pub const NAMED_KERNELS: [&str; 32] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -189,9 +190,11 @@ pub const NAMED_KERNELS: [&str; 30] = [
     "k_set_rows",
     "k_set_rows_rows",
     "k_set_rows_q",
+    "k_rope_set_rows",
     "k_concat",
     "k_argsort",
     "k_flash_attn",
+    "k_flash_attn_vec",
     "k_flash_attn_combine",
     "k_attn_softmax",
     "k_quantize_q8",
@@ -208,6 +211,7 @@ pub fn kernel_names() -> Vec<String> {
             names.push(gemv::kernel_name(tn, nc));
         }
         names.push(gemv::group_kernel_name(tn));
+        names.push(gemv::glu_kernel_name(tn));
         if t.is_quantized() {
             names.push(dequant_kernel(tn));
         }

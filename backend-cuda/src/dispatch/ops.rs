@@ -4,7 +4,7 @@
 //! [`super::gemm`].
 
 use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
-use super::{args, attention, gemm, gemv, supports, Launch, Runner, TDesc};
+use super::{args, attention, gemm, gemv, supports, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{
     DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
     UnaryOp,
@@ -25,6 +25,16 @@ fn unary_code(u: UnaryOp) -> i32 {
     }
 }
 
+/// The `G_*` code of a gated unit in elementwise.cu and its parameters (alpha, limit).
+pub(super) fn glu_code(op: GluOp) -> (i32, f32, f32) {
+    match op {
+        GluOp::Swiglu => (0, 0.0, 0.0),
+        GluOp::Geglu => (1, 0.0, 0.0),
+        GluOp::GegluErf => (2, 0.0, 0.0),
+        GluOp::SwigluOai { alpha, limit } => (3, alpha, limit),
+    }
+}
+
 fn yarn_corr_dim(n_dims: usize, n_ctx_orig: usize, n_rot: f32, base: f32) -> f32 {
     n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
         / (2.0 * base.ln())
@@ -35,6 +45,37 @@ fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
     let start = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
     let end = yarn_corr_dim(p.n_dims, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
     [start.max(0.0), end.min(p.n_dims as f32 - 1.0)]
+}
+
+/// The rope kernels' arguments after the tensors: n_dims, neox, has_ff, the frequency parameters
+/// and the YaRN correction dims.
+pub(super) fn rope_scalars(p: &RopeParams, has_ff: bool) -> Vec<KernelArg> {
+    let [corr0, corr1] = yarn_corr_dims(p);
+    let n_dims = p.n_dims as i32;
+    let neox = i32::from(p.mode == RopeMode::Neox);
+    let (fb, fs, ef, af) = (p.freq_base, p.freq_scale, p.ext_factor, p.attn_factor);
+    args![
+        n_dims,
+        neox,
+        i32::from(has_ff),
+        fb,
+        fs,
+        ef,
+        af,
+        corr0,
+        corr1
+    ]
+}
+
+/// Whether `k_rope_rows` takes a rope from `src` to `dst`: float rows of one shape, rotating an
+/// even number of leading elements.
+pub(super) fn rope_rows_fit(p: &RopeParams, src: &Layout, dst: &Layout) -> bool {
+    all_rows(&[src, dst]) && src.ne == dst.ne && p.n_dims.is_multiple_of(2) && p.n_dims <= dst.ne[0]
+}
+
+/// The chunks of `k_rope_rows` over `dst`: one per rotated pair and per element past n_dims.
+pub(super) fn rope_rows_chunks(p: &RopeParams, dst: &Layout) -> usize {
+    dst.nelements() - dst.nrows() * (p.n_dims / 2)
 }
 
 /// The operands of `k_cpy_rows` for a float copy from `s` (layout `sl`) to `d` (layout `dl`), if it
@@ -122,12 +163,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
         Op::Glu { op, swapped } => {
             let fused = i32::from(t.src.len() == 1);
             let swapped = i32::from(*swapped);
-            let (code, alpha, limit): (i32, f32, f32) = match *op {
-                GluOp::Swiglu => (0, 0.0, 0.0),
-                GluOp::Geglu => (1, 0.0, 0.0),
-                GluOp::GegluErf => (2, 0.0, 0.0),
-                GluOp::SwigluOai { alpha, limit } => (3, alpha, limit),
-            };
+            let (code, alpha, limit) = glu_code(*op);
             let (a, b) = (src(0)?, src(1)?);
             let fast = if fused == 1 {
                 let l = layouts[0];
@@ -175,29 +211,10 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             Launch::rows("k_soft_max", nrows, 256, 0, a)
         }
         Op::Rope(p) => {
-            let [corr0, corr1] = yarn_corr_dims(p);
-            let n_dims = p.n_dims as i32;
-            let neox = i32::from(p.mode == RopeMode::Neox);
-            let has_ff = i32::from(t.src.len() > 2);
-            let (fb, fs, ef, af) = (p.freq_base, p.freq_scale, p.ext_factor, p.attn_factor);
-            let a = args![
-                src(0)?,
-                src(1)?,
-                src(2)?,
-                d,
-                n_dims,
-                neox,
-                has_ff,
-                fb,
-                fs,
-                ef,
-                af,
-                corr0,
-                corr1
-            ];
-            if all_rows(&[layouts[0], dl]) && same_shape(0) && p.n_dims % 2 == 0 && p.n_dims <= ne0
-            {
-                Launch::elementwise("k_rope_rows", n - nrows * (p.n_dims / 2), a)
+            let mut a = args![src(0)?, src(1)?, src(2)?, d];
+            a.extend(rope_scalars(p, t.src.len() > 2));
+            if rope_rows_fit(p, layouts[0], dl) {
+                Launch::elementwise("k_rope_rows", rope_rows_chunks(p, dl), a)
             } else {
                 Launch::elementwise("k_rope", n, a)
             }

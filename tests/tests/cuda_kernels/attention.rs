@@ -1,4 +1,4 @@
-//! Flash attention on a CUDA device (part of the `cuda_kernels` tests): the row-block kernel (few
+//! Flash attention on a CUDA device (part of the `cuda_kernels` tests): the decode kernels (few
 //! queries) and the BLAS path (queries >= 16) against the float64 reference.
 
 use super::*;
@@ -211,6 +211,81 @@ fn flash_attn_few_queries() {
             d: 64,
             dv: 64,
             ..AttnCase::new(DType::F32, 4, 1, 1, 5000)
+        },
+    );
+    run(set, seed);
+}
+
+#[test]
+fn flash_attn_vec_splits_and_head_blocks() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    // One query over key counts around the tile (64) and split sizes, GQA 1/4/8: one head per
+    // block, one tile per split (the last one partial or a single key).
+    for (heads, kv_heads) in [(4, 4), (8, 2), (16, 2)] {
+        for keys in [1, 7, 255, 256, 257] {
+            push_attn(
+                &mut set,
+                AttnCase {
+                    kv_view: true,
+                    ..AttnCase::new(DType::F16, heads, kv_heads, 1, keys)
+                },
+            );
+        }
+    }
+    // Long KV: the heads of a group share a block (GQA 4 and 8, and 6 = 4 + 2 over 5 queries),
+    // several tiles per split; sinks, softcap and ALiBi on shared blocks.
+    push_attn(
+        &mut set,
+        AttnCase {
+            kv_view: true,
+            sinks: true,
+            ..AttnCase::new(DType::F16, 8, 2, 1, 8192)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            softcap: 30.0,
+            ..AttnCase::new(DType::BF16, 16, 2, 1, 4100)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            max_bias: 8.0,
+            sinks: true,
+            ..AttnCase::new(DType::F16, 6, 1, 5, 4100)
+        },
+    );
+    // Head sizes 64, 256 and 512 (F16: one, two and four passes of 256 bytes), D_v != D_k, F32
+    // rows (two passes at D 128), several sequences.
+    for (d, keys) in [(64, 257), (256, 4100), (512, 257)] {
+        push_attn(
+            &mut set,
+            AttnCase {
+                d,
+                dv: d,
+                kv_view: true,
+                ..AttnCase::new(DType::F16, 8, 2, 1, keys)
+            },
+        );
+    }
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 192,
+            dv: 128,
+            seqs: 2,
+            ..AttnCase::new(DType::F32, 4, 1, 2, 300)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 256,
+            dv: 64,
+            ..AttnCase::new(DType::BF16, 4, 4, 3, 70)
         },
     );
     run(set, seed);

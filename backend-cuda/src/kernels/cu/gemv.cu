@@ -9,7 +9,8 @@
 // lane decodes units from there; units past the last whole chunk, unaligned rows and the other
 // quantized types are decoded from global memory directly. mul_mat_id uses the same kernels with one column per (expert slot,
 // token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
-// single-column products of one activation vector in one launch.
+// single-column products of one activation vector in one launch; k_gemv_glu_<type> runs the gate
+// and up products of one activation vector and writes the gated unit too.
 
 #define GV_THREADS 128
 #define GV_WARPS (GV_THREADS / 32)
@@ -116,10 +117,11 @@ __device__ __forceinline__ void gemv_staged(const GV& g, const u8* const (&rows)
     }
 }
 
+// Sums acc over each warp into part[warp][r * NC + c] (every thread of the block takes part), then
+// waits for the block.
 template <int NC, int R>
-__device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64 rb, i64 dcol0, int ncols, bool bad) {
-    __shared__ float part[GV_WARPS][R * NC];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+__device__ __forceinline__ void warp_partials(float (&acc)[R][NC], float (*part)[R * NC]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int r = 0; r < R; r++) {
 #pragma unroll
@@ -130,52 +132,37 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
         }
     }
     __syncthreads();
-    const int wpr = (int)g.wpr;
+}
+
+// Total of partial sum i over the wpr warps of row group grp.
+template <int N>
+__device__ __forceinline__ float group_total(const float (*part)[N], int grp, int wpr, int i) {
+    float s = 0.0f;
+    for (int w = grp * wpr; w < (grp + 1) * wpr; w++) s += part[w][i];
+    return s;
+}
+
+template <int NC, int R>
+__device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64 rb, i64 dcol0, int ncols, bool bad) {
+    __shared__ float part[GV_WARPS][R * NC];
+    warp_partials<NC, R>(acc, part);
+    const int tid = threadIdx.x, wpr = (int)g.wpr;
     if (tid < (GV_WARPS / wpr) * R * NC) {
         int grp = tid / (R * NC), rc = tid % (R * NC);
         int r = rc / NC, c = rc % NC;
         i64 row = rb + grp * R + r;
         if (c < ncols && row < g.m) {
-            float s = 0.0f;
-            for (int w = grp * wpr; w < (grp + 1) * wpr; w++) s += part[w][rc];
+            float s = group_total<R * NC>(part, grp, wpr, rc);
             ((float*)g.d)[(dcol0 + c) * g.m + row] = bad ? __int_as_float(0x7fc00000) : s;
         }
     }
 }
 
-// Block bx of the row blocks of g (blockIdx.x for a single product). Inlined into each kernel (as
-// every function holding shared memory): on AMD GPUs the shared memory of a function that is not
-// gets reserved in every kernel of the program.
+// acc[r][c] = dot(row r, column col0 + c) over the share of thread t of the nt threads (wpr warps)
+// of its row group.
 template <int T, int NC, int R>
-__device__ __forceinline__ void gemv(const GV& g, i64 bx) {
-    const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
-    if (z >= g.nz) return;
-    const int tid = threadIdx.x;
-    const u8* wb = (const u8*)g.w;
-    i64 col0, dcol0;
-    bool bad = false;
-    if (g.ids) {
-        i64 slot = z % g.n_used, tok = z / g.n_used;
-        int e = *(const int*)((const u8*)g.ids + slot * g.ids_nb0 + tok * g.ids_nb1);
-        bad = e < 0 || e >= g.n_exp;
-        wb += (bad ? 0 : e) * g.wnb2;
-        col0 = slot % g.b1 + g.b1 * tok;
-        dcol0 = z;
-    } else {
-        i64 i2 = z % g.b2, i3 = z / g.b2;
-        wb += (i2 / g.r2) * g.wnb2 + (i3 / g.r3) * g.wnb3;
-        col0 = z * g.ncols;
-        dcol0 = col0;
-    }
-    const int ncols = (int)g.ncols;
-    // Row group of this thread, its first row, and the thread's place among the group's.
-    const int wpr = (int)g.wpr, nt = 32 * wpr, t = tid % nt;
-    const i64 rb = bx * (GV_WARPS / wpr) * R;
-    const i64 r0 = rb + (tid / nt) * R;
-    const u8* rows[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = wb + min(r0 + r, g.m - 1) * g.wnb1;
-    float acc[R][NC];
+__device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R], int t, int nt, i64 col0, int ncols,
+                                          float (&acc)[R][NC]) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -184,7 +171,7 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
         const int nu = (int)(g.k / 32);
         int first_direct = 0;
         if (staged_type<T>() && g.vec) {
-            gemv_staged<T, NC, R>(g, rows, t / 32, wpr, col0, ncols, acc);
+            gemv_staged<T, NC, R>(g, rows, t / 32, nt / 32, col0, ncols, acc);
             first_direct = nu / GV_CHUNK * GV_CHUNK;
         }
 #pragma unroll 2
@@ -229,6 +216,42 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
             }
         }
     }
+}
+
+// Block bx of the row blocks of g (blockIdx.x for a single product). Inlined into each kernel (as
+// every function holding shared memory): on AMD GPUs the shared memory of a function that is not
+// gets reserved in every kernel of the program.
+template <int T, int NC, int R>
+__device__ __forceinline__ void gemv(const GV& g, i64 bx) {
+    const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
+    if (z >= g.nz) return;
+    const int tid = threadIdx.x;
+    const u8* wb = (const u8*)g.w;
+    i64 col0, dcol0;
+    bool bad = false;
+    if (g.ids) {
+        i64 slot = z % g.n_used, tok = z / g.n_used;
+        int e = *(const int*)((const u8*)g.ids + slot * g.ids_nb0 + tok * g.ids_nb1);
+        bad = e < 0 || e >= g.n_exp;
+        wb += (bad ? 0 : e) * g.wnb2;
+        col0 = slot % g.b1 + g.b1 * tok;
+        dcol0 = z;
+    } else {
+        i64 i2 = z % g.b2, i3 = z / g.b2;
+        wb += (i2 / g.r2) * g.wnb2 + (i3 / g.r3) * g.wnb3;
+        col0 = z * g.ncols;
+        dcol0 = col0;
+    }
+    const int ncols = (int)g.ncols;
+    // Row group of this thread, its first row, and the thread's place among the group's.
+    const int wpr = (int)g.wpr, nt = 32 * wpr, t = tid % nt;
+    const i64 rb = bx * (GV_WARPS / wpr) * R;
+    const i64 r0 = rb + (tid / nt) * R;
+    const u8* rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = wb + min(r0 + r, g.m - 1) * g.wnb1;
+    float acc[R][NC];
+    gemv_rows<T, NC, R>(g, rows, t, nt, col0, ncols, acc);
     gemv_store<NC, R>(g, acc, rb, dcol0, ncols, bad);
 }
 
@@ -253,9 +276,35 @@ __device__ __forceinline__ void gemv_group(const GVGroup& gg) {
     gemv<T, 1, 1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
 }
 
+// The gate and up products of one activation vector and the gated unit glu(gate, up) (op: G_SWIGLU,
+// G_GEGLU or G_GEGLU_ERF of elementwise.cu) in one launch: row group i of the grid takes row i of
+// both weights (two rows sharing each activation load, as the kernels of several columns do) and
+// writes gate[i], up[i], then out[i] (in that order: out may be gate's or up's memory). gate and
+// up share the activations, k, vec and wpr.
+template <int T>
+__device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, int op) {
+    __shared__ float part[GV_WARPS][2];
+    const int tid = threadIdx.x, wpr = (int)gate.wpr, nt = 32 * wpr, grp = tid / nt;
+    const i64 row0 = (i64)blockIdx.x * (GV_WARPS / wpr), at = min(row0 + grp, gate.m - 1);
+    const u8* const rows[2] = {(const u8*)gate.w + at * gate.wnb1, (const u8*)up.w + at * up.wnb1};
+    float acc[2][1];
+    gemv_rows<T, 1, 2>(gate, rows, tid % nt, nt, 0, 1, acc);
+    warp_partials<1, 2>(acc, part);
+    const i64 row = row0 + tid;
+    if (tid < GV_WARPS / wpr && row < gate.m) {
+        const float g = group_total<2>(part, tid, wpr, 0), u = group_total<2>(part, tid, wpr, 1);
+        ((float*)gate.d)[row] = g;
+        ((float*)up.d)[row] = u;
+        ((float*)out)[row] = glu_fn(op, g, u, 0.0f, 0.0f);
+    }
+}
+
 #define GEMV_KERNELS(name, T) \
     GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { gemv_group<T>(gg); }
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { gemv_group<T>(gg); } \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { \
+        gemv_glu<T>(gate, up, out, op); \
+    }
 
 GEMV_KERNELS(f32, T_F32)
 GEMV_KERNELS(f16, T_F16)

@@ -1,7 +1,8 @@
 // Rotary embedding (ggml's rope_ext): Normal (adjacent pairs) and NeoX (halves) layouts, partial
 // rotation, frequency factors and YaRN (ramp mix and magnitude scaling). k_rope: one thread per
 // element through the strides; k_rope_rows, the fast path for row-contiguous float rows: one thread
-// per rotated pair (or per element past n_dims), 32-bit index arithmetic. The YaRN correction dims
+// per rotated pair (or per element past n_dims), 32-bit index arithmetic; k_rope_set_rows of
+// rows.cu does the same and writes the result into a cache's rows too. The YaRN correction dims
 // are computed on the host.
 
 struct RopeArgs {
@@ -59,29 +60,40 @@ extern "C" __global__ void k_rope(TD a, TD pos, TD ff, TD d, int n_dims, int neo
     }
 }
 
+// Chunk c of k_rope_rows: the rotated pair k of row i of a written to d (or, past n_dims, one
+// element copied). Sets the row i, the n (2 or 1) element indices `at` and their values y; returns n.
+__device__ __forceinline__ int rope_chunk(const RopeArgs& ra, const TD& a, const TD& pos, const TD& ff, const TD& d,
+                                          u32 c, u32* i, u32* at, float* y) {
+    const u32 h = (u32)ra.n_dims / 2, per_row = (u32)d.ne[0] - h;
+    const u32 k = chunk_row(c, per_row, d, i);
+    const u8* src = row_at(a, i);
+    u8* dst = row_at(d, i);
+    if (k >= h) {
+        at[0] = k + h;
+        ld_row<1>(src, a.type, at[0], y);
+        st_row<1>(dst, d.type, at[0], y);
+        return 1;
+    }
+    at[0] = ra.neox ? k : 2 * k;
+    at[1] = ra.neox ? k + h : 2 * k + 1;
+    float cs, sn, x[2];
+    rope_cs(ra, ff, k, (float)*(const int*)(pos.ptr + (i64)i[1] * pos.nb[0]), &cs, &sn);
+    ld_row<1>(src, a.type, at[0], x);
+    ld_row<1>(src, a.type, at[1], x + 1);
+    y[0] = x[0] * cs - x[1] * sn;
+    y[1] = x[0] * sn + x[1] * cs;
+    st_row<1>(dst, d.type, at[0], y);
+    st_row<1>(dst, d.type, at[1], y + 1);
+    return 2;
+}
+
 extern "C" __global__ void k_rope_rows(TD a, TD pos, TD ff, TD d, int n_dims, int neox, int has_ff,
                                        float freq_base, float freq_scale, float ext_factor, float attn_factor,
                                        float corr0, float corr1) {
     const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
-    const u32 h = (u32)n_dims / 2, per_row = (u32)d.ne[0] - h;
-    CHUNK_LOOP(c, per_row * nrows32(d)) {
-        u32 i[3];
-        u32 k = chunk_row(c, per_row, d, i);
-        const u8* src = row_at(a, i);
-        u8* dst = row_at(d, i);
-        float x[2];
-        if (k >= h) {
-            ld_row<1>(src, a.type, k + h, x);
-            st_row<1>(dst, d.type, k + h, x);
-            continue;
-        }
-        u32 first = neox ? k : 2 * k, second = neox ? k + h : 2 * k + 1;
-        float cs, sn;
-        rope_cs(ra, ff, k, (float)*(const int*)(pos.ptr + (i64)i[1] * pos.nb[0]), &cs, &sn);
-        ld_row<1>(src, a.type, first, x);
-        ld_row<1>(src, a.type, second, x + 1);
-        float y[2] = {x[0] * cs - x[1] * sn, x[0] * sn + x[1] * cs};
-        st_row<1>(dst, d.type, first, y);
-        st_row<1>(dst, d.type, second, y + 1);
+    CHUNK_LOOP(c, ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d)) {
+        u32 i[3], at[2];
+        float y[2];
+        rope_chunk(ra, a, pos, ff, d, c, i, at, y);
     }
 }

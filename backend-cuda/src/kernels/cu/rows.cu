@@ -1,6 +1,7 @@
 // Copies and row gathers: cpy/cont between any layouts and types (k_cpy; k_cpy_q quantizes to
-// Q8_0/Q4_0 with ggml's reference quantizers), get_rows, set_rows (k_set_rows, k_set_rows_q) and
-// concat. Element order follows ggml: the i-th element of the source goes to the i-th of the result.
+// Q8_0/Q4_0 with ggml's reference quantizers), get_rows, set_rows (k_set_rows, k_set_rows_q; and
+// k_rope_set_rows, a rope whose result goes into a cache too) and concat. Element order follows
+// ggml: the i-th element of the source goes to the i-th of the result.
 // The `_rows` kernels are the fast paths for row-contiguous float rows (see ld_row): one thread per
 // chunk of 1 or 4 elements (`vec`), 32-bit index arithmetic.
 
@@ -195,4 +196,25 @@ template <int V> __device__ void set_rows_rows(const TD& d, const TD& s, const T
 extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
     if (vec == 4) set_rows_rows<4>(d, s, ids);
     else set_rows_rows<1>(d, s, ids);
+}
+
+// k_rope_rows (rope.cu) that also writes its result into the rows `ids` of a cache: set_rows of the
+// result, or of its view with axes 1 and 2 swapped when swap12 ([d, heads, tokens] -> [d, tokens,
+// heads]); ids out of the cache's rows write nothing there, as in k_set_rows_rows.
+extern "C" __global__ void k_rope_set_rows(TD a, TD pos, TD ff, TD d, TD cache, TD ids, int swap12, int n_dims,
+                                           int neox, int has_ff, float freq_base, float freq_scale,
+                                           float ext_factor, float attn_factor, float corr0, float corr1) {
+    const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
+    CHUNK_LOOP(c, ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d)) {
+        u32 i[3], at[2];
+        float y[2];
+        const int n = rope_chunk(ra, a, pos, ff, d, c, i, at, y);
+        // The row of the set_rows source: its axes 1, 2, 3.
+        const u32 j[3] = {swap12 ? i[1] : i[0], swap12 ? i[0] : i[1], i[2]};
+        const int row = id_at(ids, j[0], j[1], j[2]);
+        if (row < 0 || row >= cache.ne[1]) continue;
+        const u32 to[3] = {(u32)row, j[1], j[2]};
+        u8* crow = row_at(cache, to);
+        for (int e = 0; e < n; e++) st_row<1>(crow, cache.type, at[e], y + e);
+    }
 }

@@ -1,0 +1,164 @@
+//! The decode fusions on a CUDA device (part of the `cuda_kernels` tests): gate and up products of
+//! one activation with their gated unit in one `k_gemv_glu_<type>` launch (every weight type, long
+//! and short rows, one to four warps per row, odd row lengths, unaligned rows), and the rope of k
+//! with its cache write in one `k_rope_set_rows` (F16 and F32 caches, through the permute view as
+//! the models write K, decode and prefill). Every result of a chain is checked: the products
+//! against the float64 reference, the gated unit against the float64 unit of the products the
+//! launch wrote, the rope and the cache bit-equal to the unfused run and within the reference
+//! bounds. Every input stays alive to the end (an output), as a model's weights and inputs do, so
+//! that the planner places no result over them and the fused launches run.
+
+use super::*;
+
+/// Leaves of `specs` drawn from their generators and encoded in their types.
+fn draw_inputs(rng: &mut StdRng, specs: &[InputSpec]) -> Vec<(InputSpec, Vec<u8>)> {
+    specs
+        .iter()
+        .map(|s| {
+            let leaf_ne = s.view.leaf_ne(s.ne);
+            let v = draw_leaf(rng, s.gen, leaf_ne);
+            (*s, encode(s.dtype, leaf_ne, &v.data).unwrap())
+        })
+        .collect()
+}
+
+/// The values the ops see of `inputs`: decoded from their bytes, through their views.
+fn seen_values(inputs: &[(InputSpec, Vec<u8>)]) -> Vec<Dense> {
+    inputs
+        .iter()
+        .map(|(s, bytes)| {
+            let leaf = decode(s.dtype, s.view.leaf_ne(s.ne), bytes).unwrap();
+            s.view.apply(&leaf, s.ne)
+        })
+        .collect()
+}
+
+/// Asserts NMSE(`got`, `want`) <= `bound`, naming `what`; returns 1 (one result checked).
+fn within(what: &str, got: &Dense, want: &Dense, bound: f64) -> usize {
+    let e = nmse(&got.data, &want.data);
+    assert!(e <= bound, "{what}: NMSE {e:e} > {bound:e}");
+    1
+}
+
+#[test]
+fn gate_up_and_gated_unit_in_one_launch() {
+    let Some(dev) = cuda0() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let ops = [GluOp::Swiglu, GluOp::Geglu, GluOp::GegluErf];
+    // (weight type, row length, rows, weight view): 2560 = 10 K-quant blocks; 4096 x 1000 (four
+    // warps per row), 256 x 8200 (one warp per row), odd and unaligned float rows (scalar loads).
+    let mut shapes: Vec<(DType, usize, usize, ViewKind)> = WEIGHTS
+        .iter()
+        .map(|&w| (w, 2560, 67, ViewKind::Contig))
+        .collect();
+    for w in [DType::F16, DType::Q8_0, DType::Q4K] {
+        shapes.push((w, 4096, 1000, ViewKind::Contig));
+        shapes.push((w, 256, 8200, ViewKind::Contig));
+    }
+    for w in [DType::F32, DType::F16, DType::BF16] {
+        shapes.push((w, 4099, 19, ViewKind::Contig));
+        shapes.push((w, 1024, 21, ViewKind::Pad { pad: 3, offset: 1 }));
+    }
+    let mut checked = 0;
+    for (case, &(w, k, m, view)) in shapes.iter().enumerate() {
+        let op = ops[case % ops.len()];
+        let specs = [
+            InputSpec::new(DType::F32, [k, 1, 1, 1]).gen(Gen::Normal(1.0)),
+            InputSpec::new(w, [k, m, 1, 1]).view(view),
+            InputSpec::new(w, [k, m, 1, 1]).view(view),
+        ];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let build = |g: &mut Graph, t: &[TensorId]| {
+            t.iter().for_each(|&input| g.output(input));
+            let gate = g.mul_mat(t[1], t[0]).unwrap();
+            let up = g.mul_mat(t[2], t[0]).unwrap();
+            vec![gate, up, g.glu(op, gate, up).unwrap()]
+        };
+        let got = run_chain(&dev, &inputs, &build, false);
+        let seen = seen_values(&inputs);
+        let what = format!("{w} [{k}, {m}] {view:?} {op:?}");
+        let (gate, up) = (&got[0].1, &got[1].1);
+        let bound = weight_bound(w);
+        checked += within(
+            &format!("{what}: gate"),
+            gate,
+            &mx::mul_mat(&seen[1], &seen[0]),
+            bound,
+        );
+        checked += within(
+            &format!("{what}: up"),
+            up,
+            &mx::mul_mat(&seen[2], &seen[0]),
+            bound,
+        );
+        let class = if op == GluOp::Swiglu {
+            Class::Math
+        } else {
+            Class::Approx
+        };
+        checked += within(
+            &format!("{what}: gated unit"),
+            &got[2].1,
+            &ew::glu(op, gate, up),
+            float_bound(class, DType::F32),
+        );
+    }
+    println!("{checked} results of fused gate, up and gated unit within the reference bounds");
+}
+
+#[test]
+fn rope_and_cache_write_in_one_launch() {
+    let Some(dev) = cuda0() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    for cache_type in [DType::F16, DType::F32] {
+        for mode in [RopeMode::Neox, RopeMode::Normal] {
+            // Decode and prefill of 8 KV heads of 128; a partial rotation of 64-element heads.
+            for (d, n_dims, heads, tokens) in [(128, 128, 8, 1), (128, 128, 8, 37), (64, 32, 3, 5)]
+            {
+                let rows = 300;
+                let p = RopeParams::simple(mode, n_dims, 500000.0);
+                let specs = [
+                    InputSpec::new(DType::F32, [d, heads, tokens, 1]),
+                    InputSpec::ids([tokens, 1, 1, 1], 8192, false),
+                    InputSpec::new(DType::F32, [n_dims / 2, 1, 1, 1]).gen(Gen::Uniform(1.0, 8.0)),
+                    InputSpec::new(cache_type, [d, rows, heads, 1]),
+                    InputSpec::ids([tokens, 1, 1, 1], rows, true),
+                ];
+                let inputs = draw_inputs(&mut rng, &specs);
+                let build = |g: &mut Graph, t: &[TensorId]| {
+                    t.iter().for_each(|&input| g.output(input));
+                    let k = g.rope(t[0], t[1], Some(t[2]), p).unwrap();
+                    let kp = g.permute(k, [0, 2, 1, 3]).unwrap();
+                    vec![k, g.set_rows(t[3], kp, t[4]).unwrap()]
+                };
+                let fused = run_chain(&dev, &inputs, &build, false);
+                let unfused = run_chain(&dev, &inputs, &build, true);
+                let seen = seen_values(&inputs);
+                let what = format!("{cache_type} cache, {mode:?}, d {d} n_dims {n_dims}, {heads} heads, {tokens} tokens");
+                for (k, name) in ["rope", "cache"].iter().enumerate() {
+                    assert_eq!(fused[k].0, unfused[k].0, "{what}: {name} fused != unfused");
+                }
+                let rope = at::rope(&seen[0], &seen[1], Some(&seen[2]), &p);
+                let approx = Class::Approx;
+                checked += within(
+                    &format!("{what}: rope"),
+                    &fused[0].1,
+                    &rope,
+                    float_bound(approx, DType::F32),
+                );
+                let stored = round_trip(cache_type, &rope.permute([0, 2, 1, 3])).unwrap();
+                let cache = mx::set_rows(&seen[3], &stored, &seen[4]);
+                checked += within(
+                    &format!("{what}: cache"),
+                    &fused[1].1,
+                    &cache,
+                    float_bound(approx, cache_type),
+                );
+            }
+        }
+    }
+    println!(
+        "{checked} results of fused rope and cache write bit-equal to the unfused run and within the reference bounds"
+    );
+}
