@@ -10,6 +10,7 @@
 
 use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
+use std::sync::OnceLock;
 
 /// Threads per `k_flash_attn` block (`FA_THREADS` in attention.cu).
 pub(super) const FA_THREADS: u32 = 128;
@@ -113,7 +114,7 @@ pub(super) fn flash_attn_ext(
     };
     if r.has_gemm_batched() && blas_fits(&a) {
         through_blas(r, &a)
-    } else if vec_fits(&a) {
+    } else if vec_attention_on() && vec_fits(&a) {
         vec_blocks(r, &a)
     } else {
         row_blocks(r, &a)
@@ -179,6 +180,13 @@ fn vec_operand(t: &TDesc, l: &Layout) -> bool {
         && (1..=FAV_MAX_ROW_BYTES).contains(&row)
         && t.ptr.is_multiple_of(16)
         && l.nb[1..].iter().all(|nb| nb.is_multiple_of(16))
+}
+
+/// Whether decode attention may take `k_flash_attn_vec` (`GGML_TP_ATTN_VEC=0` keeps
+/// `k_flash_attn`, for A/B measurements).
+fn vec_attention_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| ggml_core::env::flag("GGML_TP_ATTN_VEC", true))
 }
 
 /// Whether the node takes `k_flash_attn_vec`: readable K and V, whole GQA groups, counts in i32.

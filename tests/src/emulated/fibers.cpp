@@ -2,11 +2,17 @@
 // calling OS thread, each of its GPU threads as a fiber (ucontext) with its own stack. A fiber runs
 // until it reaches a barrier (__syncthreads, a warp barrier, a warp shuffle) or returns; the
 // scheduler then releases a warp whose lanes all wait at a warp barrier, and the block once every
-// live thread waits at __syncthreads. With EMU_WAVES_SKIP_EXITED_LANES (AMD wavefronts, whose
-// shuffles involve only the lanes still running) a lane that returned does not hold its warp back,
-// but a shuffle reading from it is an error; without it (CUDA's full-mask shuffles and __syncwarp)
-// every lane must arrive. A warp barrier that some lane never reaches is a deadlock on a GPU and
-// an error here, as is __syncthreads that a thread waiting at a warp barrier never reaches.
+// live thread waits at __syncthreads. With EMU_WAVES_SKIP_EXITED_LANES (AMD wavefronts run in
+// lockstep: a shuffle involves only the lanes on its path) lanes that returned or wait at
+// __syncthreads do not hold their warp back, but a shuffle reading from one is an error; without
+// it (CUDA's full-mask shuffles and __syncwarp) every lane must arrive, and a warp barrier that
+// some lane never reaches is a deadlock on a GPU and an error here, as is __syncthreads that a
+// thread waiting at a warp barrier never reaches.
+// The kernels are compiled with trapping alignment and array-bounds checks: a misaligned vector
+// access (a fault on a GPU too) or an index outside a shared or local array traps, and a trap or a
+// segmentation fault inside a kernel ends the launch with an error instead of the process.
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -37,6 +43,8 @@ struct Launch {
     unsigned long long lanes[MAX_THREADS];  // the values of a warp shuffle in flight
     unsigned char* dynamic_shared;
     char fault[256];  // the first misuse seen by a fiber (reported when the launch ends)
+    sigjmp_buf trapped;  // where a trap or fault inside a kernel resumes
+    bool in_kernel;
 };
 
 thread_local Launch* launch_state;
@@ -66,8 +74,11 @@ bool run_block(Launch* l, unsigned threads, char* error, size_t error_len) {
         makecontext(&f.context, fiber_main, 0);
         f.state = RUNNABLE;
     }
-    for (;;) {
-        for (unsigned t = 0; t < threads; t++) {
+    for (unsigned sweep = 0;; sweep++) {
+        // Every other sweep runs the threads in reverse order, so that a read racing with another
+        // thread's write (a missing barrier) sees the old value in one direction or the other.
+        for (unsigned i = 0; i < threads; i++) {
+            unsigned t = sweep % 2 ? threads - 1 - i : i;
             if (l->fibers[t].state != RUNNABLE) continue;
             l->current = t;
             threadIdx = {t, 0, 0};
@@ -81,7 +92,7 @@ bool run_block(Launch* l, unsigned threads, char* error, size_t error_len) {
             for (unsigned t = w; t < end; t++) {
                 FiberState s = l->fibers[t].state;
                 any_waits |= s == AT_WARP_BARRIER;
-                whole_warp_waits &= s == AT_WARP_BARRIER || (EMU_WAVES_SKIP_EXITED_LANES && s == DONE);
+                whole_warp_waits &= s == AT_WARP_BARRIER || (EMU_WAVES_SKIP_EXITED_LANES && s != RUNNABLE);
                 all_done &= s == DONE;
                 all_at_block_barrier &= s == AT_BLOCK_BARRIER || s == DONE;
             }
@@ -113,13 +124,38 @@ bool run_block(Launch* l, unsigned threads, char* error, size_t error_len) {
     }
 }
 
+struct sigaction previous_ill, previous_segv;
+
+// A trap or fault inside a kernel resumes the launch's scheduler with an error; any other goes to
+// the handler that was there before (restored, the instruction faults again).
+void on_fault(int sig, siginfo_t*, void*) {
+    Launch* l = launch_state;
+    if (l && l->in_kernel) siglongjmp(l->trapped, sig);
+    sigaction(sig, sig == SIGILL ? &previous_ill : &previous_segv, nullptr);
+}
+
+bool install_fault_handlers() {
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_sigaction = on_fault;
+    a.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&a.sa_mask);
+    return sigaction(SIGILL, &a, &previous_ill) == 0 && sigaction(SIGSEGV, &a, &previous_segv) == 0;
+}
+
 Launch* state_of_this_thread() {
+    static bool handlers = install_fault_handlers();
     thread_local Launch* l = nullptr;
-    if (!l) {
+    if (!l && handlers) {
         l = (Launch*)calloc(1, sizeof(Launch));
         void* stacks = mmap(nullptr, MAX_THREADS * STACK_BYTES, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (!l || stacks == MAP_FAILED) return nullptr;
+        // The fault handler's own stack (a fiber's stack may be what overflowed).
+        stack_t alt;
+        alt.ss_sp = malloc(1 << 16);
+        alt.ss_size = 1 << 16;
+        alt.ss_flags = 0;
+        if (!l || stacks == MAP_FAILED || !alt.ss_sp || sigaltstack(&alt, nullptr) != 0) return nullptr;
         l->stacks = (char*)stacks;
     }
     return l;
@@ -137,8 +173,10 @@ unsigned long long emu_exchange(unsigned long long bits, unsigned src_lane) {
     emu_sync_warp();
     unsigned src = base + src_lane;
     bool in_warp = src_lane < WARP_SIZE && src < blockDim.x;
-    if (in_warp && l->fibers[src].state == DONE && !l->fault[0])
-        snprintf(l->fault, sizeof l->fault, "block (%u,%u,%u) thread %u: a shuffle reads lane %u, which returned",
+    FiberState source_state = in_warp ? l->fibers[src].state : RUNNABLE;
+    if ((source_state == DONE || source_state == AT_BLOCK_BARRIER) && !l->fault[0])
+        snprintf(l->fault, sizeof l->fault,
+                 "block (%u,%u,%u) thread %u: a shuffle reads lane %u, which is not on its path",
                  blockIdx.x, blockIdx.y, blockIdx.z, t, src_lane);
     unsigned long long got = in_warp ? l->lanes[src] : bits;
     emu_sync_warp();
@@ -157,7 +195,7 @@ extern "C" int emu_run(void (*entry)(void**), void** args, const unsigned grid[3
     }
     Launch* l = state_of_this_thread();
     if (!l) {
-        snprintf(error, error_len, "no memory for the fiber stacks");
+        snprintf(error, error_len, "no memory for the fiber stacks or no fault handlers");
         return -1;
     }
     // Dynamic shared memory starts as garbage on a GPU: poisoned here (NaN floats).
@@ -175,12 +213,23 @@ extern "C" int emu_run(void (*entry)(void**), void** args, const unsigned grid[3
     blockDim = {threads, 1, 1};
     gridDim = {grid[0], grid[1], grid[2]};
     int rc = 0;
-    for (unsigned z = 0; z < grid[2] && rc == 0; z++)
-        for (unsigned y = 0; y < grid[1] && rc == 0; y++)
-            for (unsigned x = 0; x < grid[0] && rc == 0; x++) {
-                blockIdx = {x, y, z};
-                if (!run_block(l, threads, error, error_len)) rc = -1;
-            }
+    l->in_kernel = true;
+    if (int sig = sigsetjmp(l->trapped, 1)) {
+        snprintf(error, error_len,
+                 "%s in block (%u,%u,%u) thread %u: a misaligned access, an index outside a shared or "
+                 "local array, or an address outside mapped memory",
+                 sig == SIGILL ? "trap" : "segmentation fault", blockIdx.x, blockIdx.y, blockIdx.z,
+                 threadIdx.x);
+        rc = -1;
+    } else {
+        for (unsigned z = 0; z < grid[2] && rc == 0; z++)
+            for (unsigned y = 0; y < grid[1] && rc == 0; y++)
+                for (unsigned x = 0; x < grid[0] && rc == 0; x++) {
+                    blockIdx = {x, y, z};
+                    if (!run_block(l, threads, error, error_len)) rc = -1;
+                }
+    }
+    l->in_kernel = false;
     launch_state = nullptr;
     free(shared);
     if (rc == 0 && l->fault[0]) {

@@ -112,6 +112,14 @@ fn compiler() -> Result<String> {
         })
 }
 
+/// Whether `cxx` is clang (whose option for trapping checks differs from GCC's).
+fn is_clang(cxx: &str) -> bool {
+    Command::new(cxx)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("clang"))
+}
+
 /// Compiles `src` into a shared library under the temporary directory, unless one built from the
 /// same source by the same compiler is there already.
 fn build(src: &str, label: &str) -> Result<PathBuf> {
@@ -128,6 +136,18 @@ fn build(src: &str, label: &str) -> Result<PathBuf> {
     let cpp = dir.join(format!("kernels-{label}-{tag}.cpp"));
     let tmp = dir.join(format!("kernels-{label}-{tag}.so.part"));
     std::fs::write(&cpp, src).map_err(|e| fail(format!("writing {}: {e}", cpp.display())))?;
+    // Misaligned accesses and indices outside arrays trap (see fibers.cpp), without a runtime.
+    let traps: &[&str] = if is_clang(&cxx) {
+        &[
+            "-fsanitize=alignment,bounds",
+            "-fsanitize-trap=alignment,bounds",
+        ]
+    } else {
+        &[
+            "-fsanitize=alignment,bounds",
+            "-fsanitize-undefined-trap-on-error",
+        ]
+    };
     let out = Command::new(&cxx)
         .args([
             "-std=c++17",
@@ -136,8 +156,9 @@ fn build(src: &str, label: &str) -> Result<PathBuf> {
             "-fPIC",
             "-shared",
             "-w",
-            "-o",
         ])
+        .args(traps)
+        .arg("-o")
         .arg(&tmp)
         .arg(&cpp)
         .output()

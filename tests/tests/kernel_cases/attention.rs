@@ -1,4 +1,4 @@
-//! Flash attention on a CUDA device (part of the `cuda_kernels` tests): the decode kernels (few
+//! Flash attention on the kernels' device (part of `kernel_cases`): the decode kernels (few
 //! queries) and the BLAS path (queries >= 16) against the float64 reference.
 
 use super::*;

@@ -1,4 +1,4 @@
-//! The decode fusions on a CUDA device (part of the `cuda_kernels` tests): gate and up products of
+//! The decode fusions on the kernels' device (part of `kernel_cases`): gate and up products of
 //! one activation with their gated unit in one `k_gemv_glu_<type>` launch (every weight type, long
 //! and short rows, one to four warps per row, odd row lengths, unaligned rows), and the rope of k
 //! with its cache write in one `k_rope_set_rows` (F16 and F32 caches, through the permute view as
@@ -42,7 +42,7 @@ fn within(what: &str, got: &Dense, want: &Dense, bound: f64) -> usize {
 
 #[test]
 fn gate_up_and_gated_unit_in_one_launch() {
-    let Some(dev) = cuda0() else { return };
+    let Some(dev) = kernel_device() else { return };
     let mut rng = StdRng::seed_from_u64(seed());
     let ops = [GluOp::Swiglu, GluOp::Geglu, GluOp::GegluErf];
     // (weight type, row length, rows, weight view): 2560 = 10 K-quant blocks; 4096 x 1000 (four
@@ -108,7 +108,7 @@ fn gate_up_and_gated_unit_in_one_launch() {
 
 #[test]
 fn rope_and_cache_write_in_one_launch() {
-    let Some(dev) = cuda0() else { return };
+    let Some(dev) = kernel_device() else { return };
     let mut rng = StdRng::seed_from_u64(seed());
     let mut checked = 0;
     for cache_type in [DType::F16, DType::F32] {
