@@ -8,6 +8,7 @@ use backend_cpu::device::cpu_devices;
 use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
+use ggml_tp_tests::emulated::{self, Flavor};
 use llama::Placement;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,12 +50,20 @@ pub enum Mode {
 }
 
 /// The device family the logit tests run on: `GGML_TP_TEST_FAMILY` (e.g. `cuda` on the GPU
-/// machine), else `cpu`.
+/// machine, `emulated-cuda` or `emulated-hip` for the GPU kernels on the host), else `cpu`.
 pub fn family() -> String {
     std::env::var("GGML_TP_TEST_FAMILY").unwrap_or_else(|_| "cpu".into())
 }
 
-/// `n` devices of the test family (virtual CPU devices, or the first `n` registered ones).
+/// The emulated flavor `fam` names, if it names one.
+fn emulated_flavor(fam: &str) -> Option<Flavor> {
+    [Flavor::Cuda, Flavor::Hip]
+        .into_iter()
+        .find(|f| f.name() == fam)
+}
+
+/// `n` devices of the test family (virtual CPU devices, emulated GPUs, or the first `n`
+/// registered ones).
 pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
     let fam = family();
     if fam == "cpu" {
@@ -63,6 +72,9 @@ pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
             .into_iter()
             .map(|d| d as Arc<dyn Device>)
             .collect();
+    }
+    if let Some(flavor) = emulated_flavor(&fam) {
+        return emulated::devices(flavor, n).unwrap();
     }
     let devs: Vec<Arc<dyn Device>> = ggml_core::registry::devices()
         .into_iter()
@@ -76,9 +88,9 @@ pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
     devs.into_iter().take(n).collect()
 }
 
-/// How many devices of the test family exist (CPU devices are virtual: any number).
+/// How many devices of the test family exist (CPU and emulated devices are virtual: any number).
 pub fn available() -> usize {
-    if family() == "cpu" {
+    if family() == "cpu" || emulated_flavor(&family()).is_some() {
         usize::MAX
     } else {
         ggml_core::registry::devices()

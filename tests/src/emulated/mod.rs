@@ -19,7 +19,7 @@ use backend_cuda::dispatch::{
     KernelArg, Launch, Runner, TDesc,
 };
 use ggml_core::backend::check_range;
-use ggml_core::host_buffer::{HostBuffer, HostBufferType};
+use ggml_core::host_buffer::HostBuffer;
 use ggml_core::{
     Backend, Buffer, BufferType, DataRef, Device, DeviceCaps, DeviceKind, Error, Event, Graph,
     Layout, MemoryInfo, Result, TensorId,
@@ -71,26 +71,99 @@ fn program(flavor: Flavor) -> Result<Arc<HostProgram>> {
 /// A device of `flavor` whose kernels run on the host (compiled on first use; an error says why
 /// when no C++ compiler is found or the kernels do not compile).
 pub fn device(flavor: Flavor) -> Result<Arc<dyn Device>> {
-    Ok(Arc::new(EmulatedDevice {
-        flavor,
-        program: program(flavor)?,
-    }))
+    Ok(devices(flavor, 1)?.remove(0))
 }
 
+/// `n` devices of `flavor` (`<flavor>:0` ..), each owning its own memory, as GPUs do: a split
+/// over them copies between devices or reduces through host staging.
+pub fn devices(flavor: Flavor, n: usize) -> Result<Vec<Arc<dyn Device>>> {
+    let program = program(flavor)?;
+    Ok((0..n)
+        .map(|ordinal| {
+            Arc::new(EmulatedDevice {
+                flavor,
+                ordinal,
+                program: program.clone(),
+            }) as Arc<dyn Device>
+        })
+        .collect())
+}
+
+#[derive(Clone)]
 struct EmulatedDevice {
     flavor: Flavor,
+    ordinal: usize,
     program: Arc<HostProgram>,
 }
 
 impl EmulatedDevice {
-    fn is_own(buffer: &dyn Buffer) -> bool {
-        buffer.as_any().is::<HostBuffer>()
+    fn is_own(&self, buffer: &dyn Buffer) -> bool {
+        buffer
+            .as_any()
+            .downcast_ref::<DeviceMemory>()
+            .is_some_and(|m| m.ordinal == self.ordinal && m.flavor == self.flavor)
+    }
+}
+
+/// Memory of one emulated device: host memory the host copies through `Buffer`, which kernels of
+/// that device alone address.
+struct DeviceMemory {
+    host: HostBuffer,
+    flavor: Flavor,
+    ordinal: usize,
+}
+
+impl Buffer for DeviceMemory {
+    fn size(&self) -> usize {
+        self.host.size()
+    }
+    fn name(&self) -> String {
+        format!("{}:{}", self.flavor.name(), self.ordinal)
+    }
+    fn host_ptr(&self) -> Option<*mut u8> {
+        None
+    }
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.host.set(offset, data)
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.host.get(offset, out)
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.host.fill(offset, len, value)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+struct DeviceMemoryType {
+    flavor: Flavor,
+    ordinal: usize,
+}
+
+impl BufferType for DeviceMemoryType {
+    fn name(&self) -> String {
+        format!("{}:{}", self.flavor.name(), self.ordinal)
+    }
+    fn alignment(&self) -> usize {
+        256
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
+        Ok(Arc::new(DeviceMemory {
+            host: HostBuffer::new(size)?,
+            flavor: self.flavor,
+            ordinal: self.ordinal,
+        }))
     }
 }
 
 impl Device for EmulatedDevice {
     fn name(&self) -> String {
-        format!("{}:0", self.flavor.name())
+        format!("{}:{}", self.flavor.name(), self.ordinal)
     }
     fn description(&self) -> String {
         format!(
@@ -120,20 +193,20 @@ impl Device for EmulatedDevice {
         supports(&t.op, &src, &t.layout)
     }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
-        Self::is_own(buffer)
+        self.is_own(buffer)
     }
     fn owns(&self, buffer: &dyn Buffer) -> bool {
-        Self::is_own(buffer)
+        self.is_own(buffer)
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
-        Arc::new(HostBufferType)
+        Arc::new(DeviceMemoryType {
+            flavor: self.flavor,
+            ordinal: self.ordinal,
+        })
     }
     fn new_backend(&self) -> Result<Arc<dyn Backend>> {
         Ok(Arc::new(EmulatedStream {
-            device: Arc::new(EmulatedDevice {
-                flavor: self.flavor,
-                program: self.program.clone(),
-            }),
+            device: Arc::new(self.clone()),
             scratch: Mutex::default(),
         }))
     }
@@ -214,8 +287,10 @@ impl Runner for EmulatedStream {
         let data = graph.data(id)?;
         let ptr = data
             .buffer
-            .host_ptr()
-            .filter(|_| EmulatedDevice::is_own(data.buffer.as_ref()))
+            .as_any()
+            .downcast_ref::<DeviceMemory>()
+            .filter(|_| self.device.is_own(data.buffer.as_ref()))
+            .and_then(|m| m.host.host_ptr())
             .ok_or_else(|| {
                 fail(format!(
                     "tensor {} lives in {}, not in memory of {}",
