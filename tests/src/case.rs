@@ -126,6 +126,10 @@ impl InputSpec {
 pub enum Check {
     /// Normalized MSE at most this bound, and no NaN/Inf where the reference is finite.
     Nmse(f64),
+    /// As `Nmse`, with every reference value counted as at least `terms` large in the norm: for
+    /// results that are sums of terms of about that size (a scale with a bias), which are only as
+    /// precise as their terms where they cancel to near zero.
+    NmseOfTerms { bound: f64, terms: f64 },
     /// Bit-equal values (integer results).
     Exact,
     /// The result is, per row, a permutation of 0..ne0 that sorts input 0 in this order.

@@ -44,6 +44,16 @@ pub fn weight_bound(w: DType) -> f64 {
     }
 }
 
+/// The check of a matrix product with weights of type `w` over rows of `k` elements: its results
+/// sum `k` terms of about unit size (the suite draws N(0, 1) inputs), so they are about sqrt(k)
+/// large, and one that cancels to near zero is only as precise as that (counted as that large).
+pub fn product_check(w: DType, k: usize) -> Check {
+    Check::NmseOfTerms {
+        bound: weight_bound(w),
+        terms: (k as f64).sqrt(),
+    }
+}
+
 /// NMSE bound of storing F32 values into `target` (cpy, cast, set_rows), against the round trip
 /// through ggml-core's reference quantizer: float targets must round to nearest exactly; quantized
 /// ones may differ in the odd tie or in reciprocal precision, a small part of the format's own error.
@@ -94,32 +104,8 @@ pub fn compare(
         return Err(format!("result shape {:?}, expected {:?}", got.ne, want.ne));
     }
     match check {
-        Check::Nmse(bound) => {
-            if let Some(k) =
-                (0..got.len()).find(|&k| !got.data[k].is_finite() && want.data[k].is_finite())
-            {
-                return Err(format!(
-                    "element {k} is {} (reference {}): unwritten or overflowed output",
-                    got.data[k], want.data[k]
-                ));
-            }
-            // A bound loose enough for F16 precision admits F16 intermediates (ggml's fp16 GELU
-            // table), which also have F16's subnormal floor.
-            let floor = if bound >= float_bound(Class::Exact, DType::F16) {
-                magnitude_floor(DType::F16)
-            } else {
-                magnitude_floor(out)
-            };
-            let e = nmse_floor(&got.data, &want.data, floor);
-            if e <= bound {
-                Ok(format!("nmse {e:.3e}"))
-            } else {
-                Err(format!(
-                    "nmse {e:.3e} > bound {bound:.1e}; {}",
-                    first_diffs(got, want)
-                ))
-            }
-        }
+        Check::Nmse(bound) => nmse_check(bound, 0.0, out, got, want),
+        Check::NmseOfTerms { bound, terms } => nmse_check(bound, terms, out, got, want),
         Check::Exact => {
             match (0..got.len()).find(|&k| got.data[k].to_bits() != want.data[k].to_bits()) {
                 None => Ok("exact".into()),
@@ -214,4 +200,39 @@ pub fn attn_bound(kv: DType) -> f64 {
     weight_bound(kv)
         .max(accumulate)
         .max(float_bound(Class::Math, DType::F32))
+}
+
+/// The NMSE check of `got` against `want` under `bound`, reference values counted as at least
+/// `terms` large (see [`Check::NmseOfTerms`]).
+fn nmse_check(
+    bound: f64,
+    terms: f64,
+    out: DType,
+    got: &Dense,
+    want: &Dense,
+) -> Result<String, String> {
+    if let Some(k) = (0..got.len()).find(|&k| !got.data[k].is_finite() && want.data[k].is_finite())
+    {
+        return Err(format!(
+            "element {k} is {} (reference {}): unwritten or overflowed output",
+            got.data[k], want.data[k]
+        ));
+    }
+    // A bound loose enough for F16 precision admits F16 intermediates (ggml's fp16 GELU
+    // table), which also have F16's subnormal floor.
+    let floor = if bound >= float_bound(Class::Exact, DType::F16) {
+        magnitude_floor(DType::F16)
+    } else {
+        magnitude_floor(out)
+    }
+    .max(terms);
+    let e = nmse_floor(&got.data, &want.data, floor);
+    if e <= bound {
+        Ok(format!("nmse {e:.3e}"))
+    } else {
+        Err(format!(
+            "nmse {e:.3e} > bound {bound:.1e}; {}",
+            first_diffs(got, want)
+        ))
+    }
 }

@@ -39,7 +39,7 @@ fn every_case_builds_and_its_reference_matches_the_graph_shape() {
             "case #{i} {} (seed {seed})",
             case.describe()
         );
-        if matches!(case.check, Check::Nmse(_)) {
+        if matches!(case.check, Check::Nmse(_) | Check::NmseOfTerms { .. }) {
             assert!(
                 want.data.iter().all(|v| v.is_finite()),
                 "case #{i} {}: reference not finite (seed {seed})",
@@ -148,6 +148,24 @@ fn comparisons_reject_wrong_results() {
     let tiny_got = Dense::from_vec([1, 1, 1, 1], vec![-4.94e-6]);
     assert!(compare(Check::Nmse(1e-6), DType::F16, &tiny_got, &tiny, &tiny).is_ok());
     assert!(compare(Check::Nmse(1e-9), DType::F32, &tiny_got, &tiny, &tiny).is_err());
+    // A result that cancels to near zero is judged against the size of its terms.
+    let near_zero = Dense::from_vec([1, 1, 1, 1], vec![0.005832567811012268]);
+    let rounded = Dense::from_vec([1, 1, 1, 1], vec![0.005832552909851074]);
+    assert!(compare(
+        Check::Nmse(1e-12),
+        DType::F32,
+        &rounded,
+        &near_zero,
+        &near_zero
+    )
+    .is_err());
+    let terms = Check::NmseOfTerms {
+        bound: 1e-12,
+        terms: 0.5,
+    };
+    assert!(compare(terms, DType::F32, &rounded, &near_zero, &near_zero).is_ok());
+    let wrong = Dense::from_vec([1, 1, 1, 1], vec![0.0059]);
+    assert!(compare(terms, DType::F32, &wrong, &near_zero, &near_zero).is_err());
 
     let vals = Dense::from_vec([4, 1, 1, 1], vec![2.0, 5.0, 5.0, 1.0]);
     let tie_swapped = Dense::from_vec([4, 1, 1, 1], vec![2.0, 1.0, 0.0, 3.0]);

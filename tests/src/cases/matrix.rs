@@ -3,7 +3,7 @@
 
 use super::{CaseSet, STORE_TARGETS, WEIGHTS};
 use crate::case::{Check, Gen, InputSpec, ViewKind};
-use crate::check::{float_bound, store_bound, weight_bound, Class};
+use crate::check::{float_bound, product_check, store_bound, Class};
 use crate::codec::round_trip;
 use crate::dense::Dense;
 use crate::reference::matrix as mx;
@@ -66,7 +66,7 @@ fn mul_mat(set: &mut CaseSet) {
                 "mul_mat",
                 format!("variant {variant}"),
                 vec![a, b],
-                Check::Nmse(weight_bound(w)),
+                product_check(w, k),
                 |g, x| g.mul_mat(x[0], x[1]),
                 |x| Ok(mx::mul_mat(&x[0], &x[1])),
             );
@@ -97,7 +97,7 @@ fn mul_mat_id(set: &mut CaseSet) {
                 "mul_mat_id",
                 params,
                 vec![experts, b, ids],
-                Check::Nmse(weight_bound(w)),
+                product_check(w, k),
                 |g, x| g.mul_mat_id(x[0], x[1], x[2]),
                 |x| Ok(mx::mul_mat_id(&x[0], &x[1], &x[2])),
             );

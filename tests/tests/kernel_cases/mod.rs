@@ -14,7 +14,7 @@ use ggml_core::sched::Scheduler;
 use ggml_core::{DType, Device, GluOp, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
 use ggml_tp_tests::case::{draw_leaf, Check, Gen, InputSpec, ViewKind};
 use ggml_tp_tests::cases::{push_flash_attn, CaseSet, WEIGHTS};
-use ggml_tp_tests::check::{float_bound, nmse, store_bound, weight_bound, Class};
+use ggml_tp_tests::check::{float_bound, nmse, product_check, store_bound, weight_bound, Class};
 use ggml_tp_tests::codec::{decode, encode, round_trip};
 use ggml_tp_tests::dense::Dense;
 use ggml_tp_tests::reference::attention::{self as at, AttnParams};
@@ -47,11 +47,12 @@ fn run(set: CaseSet, seed: u64) {
 }
 
 fn push_mul_mat(set: &mut CaseSet, params: String, a: InputSpec, b: InputSpec, w: DType) {
+    let check = product_check(w, a.ne[0]);
     set.push(
         "mul_mat",
         params,
         vec![a, b],
-        ggml_tp_tests::case::Check::Nmse(weight_bound(w)),
+        check,
         |g, x| g.mul_mat(x[0], x[1]),
         |x| Ok(mx::mul_mat(&x[0], &x[1])),
     );
@@ -129,7 +130,7 @@ fn mul_mat_id_long_rows() {
                 "mul_mat_id",
                 format!("{n_used} of 8 experts, b rows {b1}"),
                 vec![experts, b, ids],
-                ggml_tp_tests::case::Check::Nmse(weight_bound(w)),
+                product_check(w, 1024),
                 |g, x| g.mul_mat_id(x[0], x[1], x[2]),
                 |x| Ok(mx::mul_mat_id(&x[0], &x[1], &x[2])),
             );
@@ -574,7 +575,7 @@ fn push_grouped_products(set: &mut CaseSet, w: DType, k: usize, rows: &[usize]) 
         "mul_mat",
         format!("grouped products of rows {rows:?}"),
         inputs,
-        Check::Nmse(weight_bound(w)),
+        product_check(w, k),
         move |g, x| {
             let products: Vec<TensorId> = (0..n)
                 .map(|i| g.mul_mat(x[i], x[n]))
