@@ -1,21 +1,77 @@
 //! The BLAS calls of the shared dispatch on the host: `d = a^T b` ([`GemmCall`], F32, F16 or BF16
 //! operands) and the strided batched product ([`BatchedGemmCall`], F16 or F32 operands), both
-//! column-major with F32 results and accumulation, as cuBLAS computes them.
+//! column-major with F32 results and accumulation, as cuBLAS computes them. Operands are converted
+//! to F32 vectors of the summed axis first, so that every result is one contiguous dot product;
+//! columns of the result are spread over the host's cores.
 
 use backend_cuda::dispatch::{BatchedGemmCall, GemmCall};
 use ggml_core::DType;
 use half::{bf16, f16};
 
-/// Element `i` of a column-major operand of type `dtype` at host address `base`.
+/// `count` vectors of `len` elements as F32, vector `v` element `l` at `element(v, l)` (an index
+/// into the array of `dtype` at host address `base`).
 ///
 /// # Safety
-/// `base` must point at a live host array of `dtype` holding element `i`.
-unsafe fn element(base: u64, dtype: DType, i: usize) -> f32 {
-    match dtype {
-        DType::F16 => (*(base as *const f16).add(i)).to_f32(),
-        DType::BF16 => (*(base as *const bf16).add(i)).to_f32(),
-        _ => *(base as *const f32).add(i),
+/// `base` must point at a live host array of `dtype` holding every element indexed.
+unsafe fn vectors(
+    base: u64,
+    dtype: DType,
+    count: usize,
+    len: usize,
+    element: impl Fn(usize, usize) -> usize,
+) -> Vec<f32> {
+    let mut out = Vec::with_capacity(count * len);
+    for v in 0..count {
+        for l in 0..len {
+            let i = element(v, l);
+            out.push(match dtype {
+                DType::F16 => (*(base as *const f16).add(i)).to_f32(),
+                DType::BF16 => (*(base as *const bf16).add(i)).to_f32(),
+                _ => *(base as *const f32).add(i),
+            });
+        }
     }
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `d[col * ldd + row] = rows[row] . cols[col]` for every row and column (vectors of `k`),
+/// columns spread over the cores.
+///
+/// # Safety
+/// `d` must be valid for writes at every index written.
+unsafe fn products(rows: &[f32], cols: &[f32], k: usize, d: *mut f32, ldd: usize) {
+    let (m, n) = (rows.len() / k.max(1), cols.len() / k.max(1));
+    if k == 0 {
+        for col in 0..n {
+            for row in 0..m {
+                *d.add(col * ldd + row) = 0.0;
+            }
+        }
+        return;
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(n.max(1));
+    let per = n.div_ceil(threads);
+    let d = d as usize;
+    std::thread::scope(|s| {
+        for first in (0..n).step_by(per.max(1)) {
+            s.spawn(move || {
+                let d = d as *mut f32;
+                for col in first..(first + per).min(n) {
+                    let c = &cols[col * k..(col + 1) * k];
+                    for (row, r) in rows.chunks_exact(k).enumerate() {
+                        // SAFETY: each thread writes its own columns, all inside `d`.
+                        unsafe { *d.add(col * ldd + row) = dot(r, c) };
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// Computes one [`GemmCall`].
@@ -24,18 +80,10 @@ unsafe fn element(base: u64, dtype: DType, i: usize) -> f32 {
 /// The operands must lie in live host memory with the call's shapes and leading dimensions.
 pub unsafe fn gemm(c: &GemmCall) {
     let (m, n, k) = (c.m as usize, c.n as usize, c.k as usize);
-    let (lda, ldb, ldd) = (c.lda as usize, c.ldb as usize, c.ldd as usize);
-    let d = c.d as *mut f32;
-    for col in 0..n {
-        for row in 0..m {
-            let mut acc = 0.0f32;
-            for l in 0..k {
-                acc +=
-                    element(c.a, c.a_type, row * lda + l) * element(c.b, c.b_type, col * ldb + l);
-            }
-            *d.add(col * ldd + row) = acc;
-        }
-    }
+    let (lda, ldb) = (c.lda as usize, c.ldb as usize);
+    let rows = vectors(c.a, c.a_type, m, k, |row, l| row * lda + l);
+    let cols = vectors(c.b, c.b_type, n, k, |col, l| col * ldb + l);
+    products(&rows, &cols, k, c.d as *mut f32, c.ldd as usize);
 }
 
 /// Computes one [`BatchedGemmCall`]: `d[b] = op(a[b]) op(b[b])` for every batch `b`.
@@ -44,22 +92,27 @@ pub unsafe fn gemm(c: &GemmCall) {
 /// As for [`gemm`], for every batch at its stride.
 pub unsafe fn gemm_batched(c: &BatchedGemmCall) {
     let (m, n, k) = (c.m as usize, c.n as usize, c.k as usize);
-    let (lda, ldb, ldd) = (c.lda as usize, c.ldb as usize, c.ldd as usize);
+    let (lda, ldb) = (c.lda as usize, c.ldb as usize);
     let size = c.dtype.type_size() as u64;
     for batch in 0..c.batch as u64 {
         let a = c.a + batch * c.stride_a as u64 * size;
         let b = c.b + batch * c.stride_b as u64 * size;
         let d = (c.d as *mut f32).add(batch as usize * c.stride_d as usize);
-        for j in 0..n {
-            for i in 0..m {
-                let mut acc = 0.0f32;
-                for l in 0..k {
-                    let ai = if c.trans_a { l + i * lda } else { i + l * lda };
-                    let bi = if c.trans_b { j + l * ldb } else { l + j * ldb };
-                    acc += element(a, c.dtype, ai) * element(b, c.dtype, bi);
-                }
-                *d.add(i + j * ldd) = acc;
+        // Row i of op(a) and column j of op(b), each along the summed axis.
+        let rows = vectors(a, c.dtype, m, k, |i, l| {
+            if c.trans_a {
+                l + i * lda
+            } else {
+                i + l * lda
             }
-        }
+        });
+        let cols = vectors(b, c.dtype, n, k, |j, l| {
+            if c.trans_b {
+                j + l * ldb
+            } else {
+                l + j * ldb
+            }
+        });
+        products(&rows, &cols, k, d, c.ldd as usize);
     }
 }
