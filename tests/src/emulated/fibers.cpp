@@ -189,8 +189,20 @@ unsigned char* emu_dynamic_shared() { return launch_state->dynamic_shared; }
 // `shared_bytes` of dynamic shared memory. Returns 0, or -1 with `error` filled.
 extern "C" int emu_run(void (*entry)(void**), void** args, const unsigned grid[3], unsigned threads,
                        unsigned shared_bytes, char* error, size_t error_len) {
+    // The launch limits of CUDA (a launch beyond them fails there with an invalid configuration).
     if (threads == 0 || threads > MAX_THREADS) {
         snprintf(error, error_len, "%u threads per block (1..=%u)", threads, MAX_THREADS);
+        return -1;
+    }
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 0x7fffffffu || grid[1] > 65535 ||
+        grid[2] > 65535) {
+        snprintf(error, error_len, "grid (%u, %u, %u) outside (1..2^31, 1..65535, 1..65535)", grid[0],
+                 grid[1], grid[2]);
+        return -1;
+    }
+    if (shared_bytes > 48 * 1024) {
+        snprintf(error, error_len, "%u bytes of dynamic shared memory (48 KiB without an opt-in)",
+                 shared_bytes);
         return -1;
     }
     Launch* l = state_of_this_thread();
