@@ -38,21 +38,19 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// `d[col * ldd + row] = rows[row] . cols[col]` for every row and column (vectors of `k`),
+/// `d[col * ldd + row] = rows[row] . cols[col]` for the `m` rows and `n` columns (vectors of `k`;
+/// with `k` = 0 every result is 0, as a device's share of a product over a zero-size slice),
 /// columns spread over the cores.
 ///
 /// # Safety
 /// `d` must be valid for writes at every index written.
-unsafe fn products(rows: &[f32], cols: &[f32], k: usize, d: *mut f32, ldd: usize) {
-    let (m, n) = (rows.len() / k.max(1), cols.len() / k.max(1));
-    if k == 0 {
-        for col in 0..n {
-            for row in 0..m {
-                *d.add(col * ldd + row) = 0.0;
-            }
-        }
-        return;
-    }
+unsafe fn products(
+    rows: &[f32],
+    cols: &[f32],
+    (m, n, k): (usize, usize, usize),
+    d: *mut f32,
+    ldd: usize,
+) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |t| t.get())
         .min(n.max(1));
@@ -64,7 +62,8 @@ unsafe fn products(rows: &[f32], cols: &[f32], k: usize, d: *mut f32, ldd: usize
                 let d = d as *mut f32;
                 for col in first..(first + per).min(n) {
                     let c = &cols[col * k..(col + 1) * k];
-                    for (row, r) in rows.chunks_exact(k).enumerate() {
+                    for row in 0..m {
+                        let r = &rows[row * k..(row + 1) * k];
                         // SAFETY: each thread writes its own columns, all inside `d`.
                         unsafe { *d.add(col * ldd + row) = dot(r, c) };
                     }
@@ -83,7 +82,7 @@ pub unsafe fn gemm(c: &GemmCall) {
     let (lda, ldb) = (c.lda as usize, c.ldb as usize);
     let rows = vectors(c.a, c.a_type, m, k, |row, l| row * lda + l);
     let cols = vectors(c.b, c.b_type, n, k, |col, l| col * ldb + l);
-    products(&rows, &cols, k, c.d as *mut f32, c.ldd as usize);
+    products(&rows, &cols, (m, n, k), c.d as *mut f32, c.ldd as usize);
 }
 
 /// Computes one [`BatchedGemmCall`]: `d[b] = op(a[b]) op(b[b])` for every batch `b`.
@@ -113,6 +112,6 @@ pub unsafe fn gemm_batched(c: &BatchedGemmCall) {
                 l + j * ldb
             }
         });
-        products(&rows, &cols, k, d, c.ldd as usize);
+        products(&rows, &cols, (m, n, k), d, c.ldd as usize);
     }
 }
