@@ -115,3 +115,44 @@ pub unsafe fn gemm_batched(c: &BatchedGemmCall) {
         products(&rows, &cols, (m, n, k), d, c.ldd as usize);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(a: &[f32], b: &[f32], d: &mut [f32], (m, n, k): (usize, usize, usize)) -> GemmCall {
+        GemmCall {
+            m: m as i32,
+            n: n as i32,
+            k: k as i32,
+            a: a.as_ptr() as u64,
+            a_type: DType::F32,
+            lda: k.max(1) as i32,
+            b: b.as_ptr() as u64,
+            b_type: DType::F32,
+            ldb: k.max(1) as i32,
+            d: d.as_mut_ptr() as u64,
+            ldd: m as i32,
+        }
+    }
+
+    #[test]
+    fn products_match_direct_sums_and_k_zero_writes_zeros() {
+        let (m, n, k) = (5, 7, 9);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+        let b: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
+        let mut d = vec![f32::NAN; m * n];
+        // SAFETY: the arrays hold the call's shapes.
+        unsafe { gemm(&call(&a, &b, &mut d, (m, n, k))) };
+        for col in 0..n {
+            for row in 0..m {
+                let want: f32 = (0..k).map(|l| a[row * k + l] * b[col * k + l]).sum();
+                assert_eq!(d[col * m + row], want, "({row}, {col})");
+            }
+        }
+        let mut d = vec![f32::NAN; m * n];
+        // SAFETY: as above; with k = 0 no operand element is read.
+        unsafe { gemm(&call(&[], &[], &mut d, (m, n, 0))) };
+        assert!(d.iter().all(|&v| v == 0.0), "{d:?}");
+    }
+}
