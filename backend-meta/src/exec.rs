@@ -54,16 +54,6 @@ pub struct MetaBackend {
     barrier: Mutex<RankBarrier>,
 }
 
-struct Done;
-impl Event for Done {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
-
 impl MetaBackend {
     pub(crate) fn new(device: Arc<MetaDevice>) -> Result<MetaBackend> {
         let backends = device
@@ -361,7 +351,7 @@ impl Backend for MetaBackend {
     }
     fn record_event(&self) -> Result<Arc<dyn Event>> {
         self.synchronize()?;
-        Ok(Arc::new(Done))
+        Ok(Arc::new(ggml_core::CompletedEvent))
     }
     fn wait_event(&self, event: &dyn Event) -> Result<()> {
         event.synchronize()

@@ -182,6 +182,19 @@ pub trait Event: Send + Sync {
     fn is_done(&self) -> bool;
 }
 
+/// The event of a stream whose work is complete when it is queued (a synchronous stream): nothing
+/// to wait for.
+pub struct CompletedEvent;
+
+impl Event for CompletedEvent {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
 /// One device: memory, capabilities, op support, streams.
 pub trait Device: Send + Sync {
     /// Unique name, e.g. `cpu:0`, `cuda:1`.

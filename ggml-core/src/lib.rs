@@ -15,7 +15,8 @@ pub mod sched;
 pub mod tensor;
 
 pub use backend::{
-    Backend, Buffer, BufferType, Communicator, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
+    Backend, Buffer, BufferType, Communicator, CompletedEvent, Device, DeviceCaps, DeviceKind,
+    Event, MemoryInfo,
 };
 pub use dtype::{DType, QK_K};
 pub use error::{Error, Result};

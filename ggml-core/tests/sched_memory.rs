@@ -48,15 +48,6 @@ impl Device for PlanOnlyDevice {
 }
 
 struct PlanOnlyBackend;
-struct Done;
-impl Event for Done {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
 impl Backend for PlanOnlyBackend {
     fn name(&self) -> String {
         "plan".into()
@@ -74,7 +65,7 @@ impl Backend for PlanOnlyBackend {
         Ok(())
     }
     fn record_event(&self) -> Result<Arc<dyn Event>> {
-        Ok(Arc::new(Done))
+        Ok(Arc::new(ggml_core::CompletedEvent))
     }
     fn wait_event(&self, _event: &dyn Event) -> Result<()> {
         Ok(())

@@ -93,16 +93,6 @@ impl Device for Accel {
     }
 }
 
-struct Done;
-impl Event for Done {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
-
 struct AccelStream;
 impl Backend for AccelStream {
     fn name(&self) -> String {
@@ -141,7 +131,7 @@ impl Backend for AccelStream {
         Ok(())
     }
     fn record_event(&self) -> Result<Arc<dyn Event>> {
-        Ok(Arc::new(Done))
+        Ok(Arc::new(ggml_core::CompletedEvent))
     }
     fn wait_event(&self, _e: &dyn Event) -> Result<()> {
         Ok(())

@@ -226,17 +226,6 @@ fn fail(msg: String) -> Error {
     }
 }
 
-struct Done;
-
-impl Event for Done {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
-
 impl Backend for EmulatedStream {
     fn name(&self) -> String {
         self.device.name()
@@ -256,7 +245,7 @@ impl Backend for EmulatedStream {
         Ok(())
     }
     fn record_event(&self) -> Result<Arc<dyn Event>> {
-        Ok(Arc::new(Done))
+        Ok(Arc::new(ggml_core::CompletedEvent))
     }
     fn wait_event(&self, _event: &dyn Event) -> Result<()> {
         Ok(())

@@ -47,33 +47,19 @@ inline int emu_dot4_i8(int a, int b, int c) {
 }
 #define DOT4_I8(a, b, c) emu_dot4_i8((int)(a), (int)(b), (int)(c))
 
-inline float h2f(unsigned short h) {
-    _Float16 v;
-    memcpy(&v, &h, 2);
-    return (float)v;
+// The bit casts of CUDA's intrinsics, through one copy of the bits.
+template <typename To, typename From> inline To emu_bits(From v) {
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To r;
+    memcpy(&r, &v, sizeof r);
+    return r;
 }
-inline unsigned short f2h(float f) {
-    _Float16 v = (_Float16)f;
-    unsigned short h;
-    memcpy(&h, &v, 2);
-    return h;
-}
+inline float __uint_as_float(unsigned u) { return emu_bits<float>(u); }
+inline float __int_as_float(int i) { return emu_bits<float>(i); }
+inline unsigned __float_as_uint(float f) { return emu_bits<unsigned>(f); }
+inline float h2f(unsigned short h) { return (float)emu_bits<_Float16>(h); }
+inline unsigned short f2h(float f) { return emu_bits<unsigned short>((_Float16)f); }
 
-inline float __uint_as_float(unsigned u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
-inline unsigned __float_as_uint(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 // The profiler's hold kernel spins on the clock: nanoseconds here.
 inline long long clock64() {
     timespec t;

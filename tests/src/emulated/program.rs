@@ -91,8 +91,15 @@ fn dynamic_shared_as_pointer(line: &str) -> String {
     }
 }
 
+/// A C++ compiler: its command and whether it is clang (whose option for trapping checks differs
+/// from GCC's).
+struct Compiler {
+    command: String,
+    clang: bool,
+}
+
 /// The C++ compiler: `CXX`, else the first of clang++-16, clang++, g++ and c++ that runs.
-fn compiler() -> Result<String> {
+fn compiler() -> Result<Compiler> {
     let candidates: Vec<String> = match std::env::var("CXX") {
         Ok(c) => vec![c],
         Err(_) => ["clang++-16", "clang++", "g++", "c++"]
@@ -101,29 +108,23 @@ fn compiler() -> Result<String> {
     };
     candidates
         .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
+        .find_map(|command| {
+            let out = Command::new(&command).arg("--version").output().ok()?;
+            let clang = String::from_utf8_lossy(&out.stdout).contains("clang");
+            out.status.success().then_some(Compiler { command, clang })
         })
         .ok_or_else(|| {
             fail("no C++ compiler for the host kernels: install clang-16 or g++, or set CXX".into())
         })
 }
 
-/// Whether `cxx` is clang (whose option for trapping checks differs from GCC's).
-fn is_clang(cxx: &str) -> bool {
-    Command::new(cxx)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("clang"))
-}
-
 /// Compiles `src` into a shared library under the temporary directory, unless one built from the
 /// same source by the same compiler is there already.
 fn build(src: &str, label: &str) -> Result<PathBuf> {
-    let cxx = compiler()?;
+    let Compiler {
+        command: cxx,
+        clang,
+    } = compiler()?;
     let mut h = DefaultHasher::new();
     (src, &cxx).hash(&mut h);
     let dir = std::env::temp_dir().join("ggml-tp-host-kernels");
@@ -137,7 +138,7 @@ fn build(src: &str, label: &str) -> Result<PathBuf> {
     let tmp = dir.join(format!("kernels-{label}-{tag}.so.part"));
     std::fs::write(&cpp, src).map_err(|e| fail(format!("writing {}: {e}", cpp.display())))?;
     // Misaligned accesses and indices outside arrays trap (see fibers.cpp), without a runtime.
-    let traps: &[&str] = if is_clang(&cxx) {
+    let traps: &[&str] = if clang {
         &[
             "-fsanitize=alignment,bounds",
             "-fsanitize-trap=alignment,bounds",
