@@ -156,7 +156,7 @@ impl Device for CpuDevice {
         buffer
             .as_any()
             .downcast_ref::<crate::memory::CpuBuffer>()
-            .is_some_and(|b| Arc::ptr_eq(b.account(), &self.account))
+            .is_some_and(|b| Arc::ptr_eq(b.memory().account(), &self.account))
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         self.buffer_type.clone()

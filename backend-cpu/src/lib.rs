@@ -13,7 +13,7 @@ pub mod view;
 
 pub use comm::CpuCommunicator;
 pub use device::{cpu_devices, default_devices, CpuDevice};
-pub use memory::{CpuBuffer, CpuBufferType};
+pub use memory::{CpuBuffer, CpuBufferType, CpuMemory};
 pub use reg::CpuReg;
 pub use stream::CpuBackend;
 pub use view::TView;

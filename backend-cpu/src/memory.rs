@@ -1,10 +1,10 @@
-//! Host memory of the CPU devices: [`CpuBuffer`] (a 64-byte aligned allocation) and [`CpuBufferType`]
-//! (its allocator), with per-device accounting against a memory budget ([`MemAccount`]).
+//! Host memory of the CPU devices: [`CpuMemory`] (a 64-byte aligned allocation) behind the shared host
+//! buffer as [`CpuBuffer`], its allocator [`CpuBufferType`], and per-device accounting against a memory
+//! budget ([`MemAccount`]).
 
-use ggml_core::host_buffer::HostSpan;
+use ggml_core::host_buffer::{HostBuffer, HostMemory};
 use ggml_core::{Buffer, BufferType, Error, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
-use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -62,37 +62,34 @@ impl MemAccount {
 }
 
 /// A 64-byte aligned host allocation (possibly empty), accounted on its device until dropped.
-pub struct CpuBuffer {
+pub struct CpuMemory {
     ptr: NonNull<u8>,
     size: usize,
     account: Arc<MemAccount>,
 }
 
-impl CpuBuffer {
-    fn span(&self) -> HostSpan {
-        // SAFETY: the allocation (or the dangling pointer of an empty buffer) covers `size` bytes
-        // for the buffer's life.
-        unsafe { HostSpan::new(self.ptr.as_ptr(), self.size) }
-    }
+/// A CPU device's buffer: its [`CpuMemory`] behind the shared host-memory [`HostBuffer`].
+pub type CpuBuffer = HostBuffer<CpuMemory>;
 
-    /// The account (device) this buffer's memory is charged to.
+impl CpuMemory {
+    /// The account (device) this memory is charged to.
     pub fn account(&self) -> &Arc<MemAccount> {
         &self.account
     }
 }
 
-// SAFETY: the buffer is a plain heap block; concurrent access ordering is the scheduler's job (see
-// `Buffer`), and the methods here copy through raw pointers without creating overlapping references.
-unsafe impl Send for CpuBuffer {}
-unsafe impl Sync for CpuBuffer {}
+// SAFETY: the memory is a plain heap block; concurrent access ordering is the scheduler's job (see
+// `Buffer`), and the buffer copies through raw pointers without creating overlapping references.
+unsafe impl Send for CpuMemory {}
+unsafe impl Sync for CpuMemory {}
 
-impl CpuBuffer {
+impl CpuMemory {
     /// Allocates `size` zeroed bytes against `account`.
     pub fn new(size: usize, account: Arc<MemAccount>) -> Result<Self> {
         account.reserve(size)?;
         if size == 0 {
             let ptr = NonNull::new(CPU_ALIGNMENT as *mut u8).expect("non-null");
-            return Ok(CpuBuffer { ptr, size, account });
+            return Ok(CpuMemory { ptr, size, account });
         }
         let oom = |account: &MemAccount| {
             account.release(size);
@@ -108,13 +105,13 @@ impl CpuBuffer {
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         match NonNull::new(raw) {
-            Some(ptr) => Ok(CpuBuffer { ptr, size, account }),
+            Some(ptr) => Ok(CpuMemory { ptr, size, account }),
             None => Err(oom(&account)),
         }
     }
 }
 
-impl Drop for CpuBuffer {
+impl Drop for CpuMemory {
     fn drop(&mut self) {
         if self.size > 0 {
             // SAFETY: allocated in `new` with this size and alignment.
@@ -129,27 +126,17 @@ impl Drop for CpuBuffer {
     }
 }
 
-impl Buffer for CpuBuffer {
-    fn size(&self) -> usize {
+// SAFETY: the allocation (or the aligned dangling pointer of an empty block) covers `size` bytes for
+// the value's life.
+unsafe impl HostMemory for CpuMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn len(&self) -> usize {
         self.size
     }
     fn name(&self) -> String {
         format!("{}:host", self.account.device)
-    }
-    fn host_ptr(&self) -> Option<*mut u8> {
-        Some(self.ptr.as_ptr())
-    }
-    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.span().set(offset, data)
-    }
-    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.span().get(offset, out)
-    }
-    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.span().fill(offset, len, value)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -178,7 +165,10 @@ impl BufferType for CpuBufferType {
         true
     }
     fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(CpuBuffer::new(size, self.account.clone())?))
+        Ok(Arc::new(CpuBuffer::from_memory(CpuMemory::new(
+            size,
+            self.account.clone(),
+        )?)))
     }
 }
 

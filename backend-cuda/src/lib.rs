@@ -22,7 +22,7 @@ pub mod stream;
 pub use comm::{NcclCommunicator, ReducePath, ReducePolicy};
 pub use device::CudaDevice;
 pub use graph_cache::GraphStats;
-pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType};
+pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType, PinnedMemory};
 pub use reg::{cuda_devices, CudaReg};
 pub use rendezvous::Rendezvous;
 pub use stream::CudaBackend;

@@ -7,7 +7,7 @@
 use crate::{cu, err};
 use cudarc::driver::{result, sys, CudaContext};
 use ggml_core::backend::check_range;
-use ggml_core::host_buffer::HostSpan;
+use ggml_core::host_buffer::{HostBuffer, HostMemory};
 use ggml_core::{Buffer, BufferType, Error, Result};
 use parking_lot::{Mutex, MutexGuard};
 use std::any::Any;
@@ -21,7 +21,7 @@ const STAGED_MIN: usize = 64 << 10;
 const STAGED_MAX: usize = 64 << 20;
 
 /// The process's bounce buffer of [`CudaBuffer::get`] (portable: any device copies into it).
-static STAGING: Mutex<Option<PinnedBuffer>> = parking_lot::const_mutex(None);
+static STAGING: Mutex<Option<PinnedMemory>> = parking_lot::const_mutex(None);
 
 /// Bytes of live [`CudaBuffer`]s per device ordinal (devices past the table are not counted).
 static ALLOCATED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
@@ -192,7 +192,7 @@ impl Buffer for CudaBuffer {
             let fits = staging.as_ref().is_some_and(|s| s.size >= out.len());
             if !fits {
                 *staging = None;
-                *staging = Some(PinnedBuffer::new(
+                *staging = Some(PinnedMemory::new(
                     self.ctx.clone(),
                     out.len().next_power_of_two(),
                 )?);
@@ -265,20 +265,20 @@ impl BufferType for CudaBufferType {
 }
 
 /// Page-locked host memory (`cuMemHostAlloc`, portable to every context).
-pub struct PinnedBuffer {
+pub struct PinnedMemory {
     ptr: *mut u8,
     size: usize,
     ctx: Arc<CudaContext>,
 }
 
 // SAFETY: a plain host allocation; access ordering is the scheduler's job, as for every buffer.
-unsafe impl Send for PinnedBuffer {}
-unsafe impl Sync for PinnedBuffer {}
+unsafe impl Send for PinnedMemory {}
+unsafe impl Sync for PinnedMemory {}
 
-impl PinnedBuffer {
+impl PinnedMemory {
     pub fn new(ctx: Arc<CudaContext>, size: usize) -> Result<Self> {
         if size == 0 {
-            return Ok(PinnedBuffer {
+            return Ok(PinnedMemory {
                 ptr: std::ptr::NonNull::dangling().as_ptr(),
                 size,
                 ctx,
@@ -293,19 +293,11 @@ impl PinnedBuffer {
         })? as *mut u8;
         // SAFETY: `size` bytes were just allocated.
         unsafe { std::ptr::write_bytes(ptr, 0, size) };
-        Ok(PinnedBuffer { ptr, size, ctx })
+        Ok(PinnedMemory { ptr, size, ctx })
     }
 }
 
-impl PinnedBuffer {
-    fn span(&self) -> HostSpan {
-        // SAFETY: the pinned allocation (or the dangling pointer of an empty buffer) covers `size`
-        // bytes for the buffer's life.
-        unsafe { HostSpan::new(self.ptr, self.size) }
-    }
-}
-
-impl Drop for PinnedBuffer {
+impl Drop for PinnedMemory {
     fn drop(&mut self) {
         if self.size > 0 && self.ctx.bind_to_thread().is_ok() {
             let _ = synchronize_context(&self.ctx);
@@ -315,29 +307,22 @@ impl Drop for PinnedBuffer {
     }
 }
 
-impl Buffer for PinnedBuffer {
-    fn size(&self) -> usize {
+// SAFETY: the pinned allocation (or the dangling pointer of an empty block) covers `size` bytes
+// for the value's life.
+unsafe impl HostMemory for PinnedMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
         self.size
     }
     fn name(&self) -> String {
         "cuda_host".into()
     }
-    fn host_ptr(&self) -> Option<*mut u8> {
-        Some(self.ptr)
-    }
-    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.span().set(offset, data)
-    }
-    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.span().get(offset, out)
-    }
-    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.span().fill(offset, len, value)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
+
+/// Page-locked host memory as a buffer.
+pub type PinnedBuffer = HostBuffer<PinnedMemory>;
 
 /// Allocates [`PinnedBuffer`]s.
 pub struct PinnedBufferType {
@@ -361,6 +346,9 @@ impl BufferType for PinnedBufferType {
         true
     }
     fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(PinnedBuffer::new(self.ctx.clone(), size)?))
+        Ok(Arc::new(PinnedBuffer::from_memory(PinnedMemory::new(
+            self.ctx.clone(),
+            size,
+        )?)))
     }
 }

@@ -18,7 +18,7 @@ pub mod stream;
 
 pub use comm::RcclCommunicator;
 pub use device::HipDevice;
-pub use memory::{HipBuffer, HipBufferType, PinnedBuffer, PinnedBufferType};
+pub use memory::{HipBuffer, HipBufferType, PinnedBuffer, PinnedBufferType, PinnedMemory};
 pub use reg::{hip_devices, HipReg};
 pub use stream::HipBackend;
 

@@ -6,7 +6,7 @@
 use crate::device::DeviceCtx;
 use crate::ffi::hip;
 use ggml_core::backend::check_range;
-use ggml_core::host_buffer::HostSpan;
+use ggml_core::host_buffer::{HostBuffer, HostMemory};
 use ggml_core::{Buffer, BufferType, Error, Result};
 use std::any::Any;
 use std::ffi::c_void;
@@ -183,20 +183,20 @@ impl BufferType for HipBufferType {
 }
 
 /// Page-locked host memory (`hipHostAlloc`, portable to every device).
-pub struct PinnedBuffer {
+pub struct PinnedMemory {
     ptr: *mut u8,
     size: usize,
     ctx: DeviceCtx,
 }
 
 // SAFETY: a plain host allocation; access ordering is the scheduler's job, as for every buffer.
-unsafe impl Send for PinnedBuffer {}
-unsafe impl Sync for PinnedBuffer {}
+unsafe impl Send for PinnedMemory {}
+unsafe impl Sync for PinnedMemory {}
 
-impl PinnedBuffer {
+impl PinnedMemory {
     pub fn new(ctx: DeviceCtx, size: usize) -> Result<Self> {
         if size == 0 {
-            return Ok(PinnedBuffer {
+            return Ok(PinnedMemory {
                 ptr: std::ptr::NonNull::dangling().as_ptr(),
                 size,
                 ctx,
@@ -217,17 +217,12 @@ impl PinnedBuffer {
         let ptr = p as *mut u8;
         // SAFETY: `size` bytes were just allocated.
         unsafe { std::ptr::write_bytes(ptr, 0, size) };
-        Ok(PinnedBuffer { ptr, size, ctx })
+        Ok(PinnedMemory { ptr, size, ctx })
     }
 
-    fn span(&self) -> HostSpan {
-        // SAFETY: the pinned allocation (or the dangling pointer of an empty buffer) covers `size`
-        // bytes for the buffer's life.
-        unsafe { HostSpan::new(self.ptr, self.size) }
-    }
 }
 
-impl Drop for PinnedBuffer {
+impl Drop for PinnedMemory {
     fn drop(&mut self) {
         if self.size > 0 && self.ctx.synchronize().is_ok() {
             // SAFETY: allocated in `new`, freed once; no queued copy uses it after the synchronize.
@@ -236,29 +231,22 @@ impl Drop for PinnedBuffer {
     }
 }
 
-impl Buffer for PinnedBuffer {
-    fn size(&self) -> usize {
+// SAFETY: the pinned allocation (or the dangling pointer of an empty block) covers `size` bytes
+// for the value's life.
+unsafe impl HostMemory for PinnedMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
         self.size
     }
     fn name(&self) -> String {
         "hip_host".into()
     }
-    fn host_ptr(&self) -> Option<*mut u8> {
-        Some(self.ptr)
-    }
-    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.span().set(offset, data)
-    }
-    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.span().get(offset, out)
-    }
-    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.span().fill(offset, len, value)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
+
+/// Page-locked host memory as a buffer.
+pub type PinnedBuffer = HostBuffer<PinnedMemory>;
 
 /// Allocates [`PinnedBuffer`]s.
 pub struct PinnedBufferType {
@@ -282,6 +270,8 @@ impl BufferType for PinnedBufferType {
         true
     }
     fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(PinnedBuffer::new(self.ctx, size)?))
+        Ok(Arc::new(PinnedBuffer::from_memory(PinnedMemory::new(
+            self.ctx, size,
+        )?)))
     }
 }

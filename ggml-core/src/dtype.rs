@@ -48,6 +48,23 @@ impl DType {
         DType::MXFP4,
     ];
 
+    /// The types a weight matrix may be stored in: what `mul_mat`, `mul_mat_id` and `get_rows` take
+    /// as weights on every backend (the one list the kernels, their dispatch and the tests share).
+    pub const WEIGHTS: [DType; 12] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+        DType::MXFP4,
+    ];
+
     /// Elements per block (1 for scalar types).
     pub const fn block_size(self) -> usize {
         match self {

@@ -1,9 +1,52 @@
-//! On/off switches read from the environment, one spelling for every crate: unset or empty means
-//! the default, `0`, `off` and `false` mean off, anything else on.
+//! Settings read from the environment, one spelling for every crate. Each crate gathers its
+//! `GGML_TP_*` variables into one typed settings struct, read once through these functions (the
+//! README's settings table lists them all):
+//! - [`flag`]: unset or empty means the default, `0`, `off` and `false` mean off, anything else on;
+//! - [`count`]: a positive whole number (unset, empty, `0` or unreadable: none);
+//! - [`bytes`]: a byte count, or `off` / `never` for [`usize::MAX`] (a threshold never reached);
+//! - [`text`]: the value as it is (unset or empty: none).
+//!
+//! A value that cannot be read is reported once on stderr and treated as unset.
+
+use std::path::PathBuf;
 
 /// The switch `var`, or `default` when it is unset or empty.
 pub fn flag(var: &str, default: bool) -> bool {
-    parse_flag(std::env::var(var).ok().as_deref(), default)
+    parse_flag(text(var).as_deref(), default)
+}
+
+/// The positive count in `var`.
+pub fn count(var: &str) -> Option<usize> {
+    let value = text(var)?;
+    let parsed = parse_count(&value);
+    if parsed.is_none() {
+        warn(var, &value, "a positive whole number");
+    }
+    parsed
+}
+
+/// The byte count in `var` (`off` or `never`: [`usize::MAX`]).
+pub fn bytes(var: &str) -> Option<usize> {
+    let value = text(var)?;
+    let parsed = parse_bytes(&value);
+    if parsed.is_none() {
+        warn(var, &value, "a byte count, `off` or `never`");
+    }
+    parsed
+}
+
+/// The value of `var`, trimmed; none when unset or empty.
+pub fn text(var: &str) -> Option<String> {
+    let value = std::env::var(var).ok()?;
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_string())
+}
+
+/// The value of `var` as a path; none when unset or empty.
+pub fn path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn parse_flag(value: Option<&str>, default: bool) -> bool {
@@ -14,9 +57,24 @@ fn parse_flag(value: Option<&str>, default: bool) -> bool {
     }
 }
 
+fn parse_count(value: &str) -> Option<usize> {
+    value.parse().ok().filter(|&n: &usize| n > 0)
+}
+
+fn parse_bytes(value: &str) -> Option<usize> {
+    match value {
+        "off" | "never" => Some(usize::MAX),
+        n => n.parse().ok(),
+    }
+}
+
+fn warn(var: &str, value: &str, expected: &str) {
+    eprintln!("ggml-tp: {var}={value:?} is not {expected}; ignored");
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_flag;
+    use super::{parse_bytes, parse_count, parse_flag};
 
     #[test]
     fn unset_and_empty_keep_the_default_the_rest_decides() {
@@ -30,5 +88,27 @@ mod tests {
                 assert!(parse_flag(Some(on), default), "{on}");
             }
         }
+    }
+
+    #[test]
+    fn counts_are_positive_and_bytes_may_be_off() {
+        assert_eq!(parse_count("3"), Some(3));
+        for bad in ["0", "-1", "x", "1.5"] {
+            assert_eq!(parse_count(bad), None, "{bad}");
+        }
+        assert_eq!(parse_bytes("0"), Some(0));
+        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
+        assert_eq!(parse_bytes("off"), Some(usize::MAX));
+        assert_eq!(parse_bytes("never"), Some(usize::MAX));
+        assert_eq!(parse_bytes("1M"), None);
+    }
+
+    #[test]
+    fn text_is_trimmed_and_empty_is_unset() {
+        // A variable name no one sets.
+        assert_eq!(super::text("GGML_TP_TEST_UNSET_VARIABLE_CORE"), None);
+        assert_eq!(super::count("GGML_TP_TEST_UNSET_VARIABLE_CORE"), None);
+        assert_eq!(super::bytes("GGML_TP_TEST_UNSET_VARIABLE_CORE"), None);
+        assert!(super::flag("GGML_TP_TEST_UNSET_VARIABLE_CORE", true));
     }
 }

@@ -1,6 +1,8 @@
-//! Plain host memory as a [`Buffer`]: an anonymous memory map, page-aligned, zero-filled and committed
-//! by the OS only where touched (so a large, sparsely used arena costs little). Used for staging,
-//! composite-device arenas and tests.
+//! Host memory as a [`Buffer`]: one implementation ([`HostBuffer`]) over any owned block of host
+//! memory ([`HostMemory`]): the CPU devices' aligned blocks, the GPUs' pinned memory, and the anonymous
+//! memory map of [`MappedMemory`] (page-aligned, zero-filled and committed by the OS only where
+//! touched, so a large, sparsely used arena costs little; used for staging, composite-device arenas
+//! and tests).
 
 use crate::backend::{check_range, Buffer, BufferType};
 use crate::error::{Error, Result};
@@ -9,10 +11,9 @@ use std::any::Any;
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 
-/// A host address range with the bounds-checked copies every host-memory buffer needs
-/// (`Buffer::set`/`get`/`fill`), so each buffer kind only owns its allocation.
+/// A host address range with the bounds-checked copies of [`HostBuffer`].
 #[derive(Clone, Copy, Debug)]
-pub struct HostSpan {
+struct HostSpan {
     ptr: *mut u8,
     len: usize,
 }
@@ -20,12 +21,12 @@ pub struct HostSpan {
 impl HostSpan {
     /// # Safety
     /// `ptr` must be valid for reads and writes of `len` bytes for as long as the span is used.
-    pub unsafe fn new(ptr: *mut u8, len: usize) -> HostSpan {
+    unsafe fn new(ptr: *mut u8, len: usize) -> HostSpan {
         HostSpan { ptr, len }
     }
 
     /// Copies `data` to `offset`.
-    pub fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+    fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
         check_range(offset, data.len(), self.len)?;
         // SAFETY: the range is inside the span (checked); `copy` allows overlap.
         unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) };
@@ -33,7 +34,7 @@ impl HostSpan {
     }
 
     /// Copies `out.len()` bytes from `offset`.
-    pub fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         check_range(offset, out.len(), self.len)?;
         // SAFETY: as for `set`.
         unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
@@ -41,7 +42,7 @@ impl HostSpan {
     }
 
     /// Fills `len` bytes at `offset` with `value`.
-    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         check_range(offset, len, self.len)?;
         // SAFETY: as for `set`.
         unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
@@ -49,59 +50,66 @@ impl HostSpan {
     }
 }
 
-/// Host memory backed by an anonymous mapping.
-pub struct HostBuffer {
-    map: UnsafeCell<Option<MmapMut>>,
-    size: usize,
-    ptr: *mut u8,
-}
-
-// SAFETY: the mapping lives as long as the buffer; concurrent access to the same bytes is ordered by
-// the scheduler, as for every buffer.
-unsafe impl Send for HostBuffer {}
-unsafe impl Sync for HostBuffer {}
-
-impl HostBuffer {
-    /// A zero-filled buffer of `size` bytes.
-    pub fn new(size: usize) -> Result<HostBuffer> {
-        if size == 0 {
-            return Ok(HostBuffer {
-                map: UnsafeCell::new(None),
-                size: 0,
-                ptr: std::ptr::NonNull::dangling().as_ptr(),
-            });
-        }
-        let mut map = MmapMut::map_anon(size).map_err(|e| Error::OutOfMemory {
-            device: format!("host ({e})"),
-            requested: size,
-            available: 0,
-        })?;
-        let ptr = map.as_mut_ptr();
-        Ok(HostBuffer {
-            map: UnsafeCell::new(Some(map)),
-            size,
-            ptr,
-        })
+/// An owned block of host memory: what each kind of host-memory buffer allocates and frees (an
+/// anonymous map here, an aligned heap block on CPU devices, pinned memory on GPUs). [`HostBuffer`]
+/// turns any of them into a [`Buffer`].
+///
+/// # Safety
+/// [`HostMemory::ptr`] must be valid for reads and writes of [`HostMemory::len`] bytes for as long as
+/// the value lives, and may be shared between threads (access to the same bytes is ordered by the
+/// scheduler, as for every buffer).
+pub unsafe trait HostMemory: Send + Sync + 'static {
+    /// The first byte (a dangling, aligned pointer when empty).
+    fn ptr(&self) -> *mut u8;
+    /// Bytes in the block.
+    fn len(&self) -> usize;
+    /// Whether the block is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
+    /// The buffer name reported by [`Buffer::name`].
+    fn name(&self) -> String;
 }
 
-impl HostBuffer {
+/// Host memory as a [`Buffer`]: the one implementation of the bounds-checked copies over any
+/// [`HostMemory`]. The default memory is an anonymous mapping ([`MappedMemory`]).
+pub struct HostBuffer<M: HostMemory = MappedMemory> {
+    memory: M,
+}
+
+impl<M: HostMemory> HostBuffer<M> {
+    /// A buffer over `memory`.
+    pub fn from_memory(memory: M) -> HostBuffer<M> {
+        HostBuffer { memory }
+    }
+
+    /// The memory under the buffer.
+    pub fn memory(&self) -> &M {
+        &self.memory
+    }
+
     fn span(&self) -> HostSpan {
-        // SAFETY: the mapping (or the dangling pointer of an empty buffer) covers `size` bytes for
-        // the buffer's life.
-        unsafe { HostSpan::new(self.ptr, self.size) }
+        // SAFETY: `HostMemory` promises `len` valid bytes at `ptr` for the memory's life.
+        unsafe { HostSpan::new(self.memory.ptr(), self.memory.len()) }
     }
 }
 
-impl Buffer for HostBuffer {
+impl HostBuffer {
+    /// A zero-filled buffer of `size` bytes in an anonymous mapping.
+    pub fn new(size: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer::from_memory(MappedMemory::new(size)?))
+    }
+}
+
+impl<M: HostMemory> Buffer for HostBuffer<M> {
     fn size(&self) -> usize {
-        self.size
+        self.memory.len()
     }
     fn name(&self) -> String {
-        "host".into()
+        self.memory.name()
     }
     fn host_ptr(&self) -> Option<*mut u8> {
-        Some(self.ptr)
+        Some(self.memory.ptr())
     }
     fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.span().set(offset, data)
@@ -117,7 +125,57 @@ impl Buffer for HostBuffer {
     }
 }
 
-impl Drop for HostBuffer {
+/// Host memory backed by an anonymous mapping: page-aligned, zero-filled, committed where touched.
+pub struct MappedMemory {
+    map: UnsafeCell<Option<MmapMut>>,
+    size: usize,
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapping lives as long as the value; concurrent access to the same bytes is ordered by
+// the scheduler, as for every buffer.
+unsafe impl Send for MappedMemory {}
+unsafe impl Sync for MappedMemory {}
+
+impl MappedMemory {
+    /// A zero-filled mapping of `size` bytes (none for 0).
+    pub fn new(size: usize) -> Result<MappedMemory> {
+        if size == 0 {
+            return Ok(MappedMemory {
+                map: UnsafeCell::new(None),
+                size: 0,
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+            });
+        }
+        let mut map = MmapMut::map_anon(size).map_err(|e| Error::OutOfMemory {
+            device: format!("host ({e})"),
+            requested: size,
+            available: 0,
+        })?;
+        let ptr = map.as_mut_ptr();
+        Ok(MappedMemory {
+            map: UnsafeCell::new(Some(map)),
+            size,
+            ptr,
+        })
+    }
+}
+
+// SAFETY: the mapping (or the dangling pointer of an empty block) covers `size` bytes for the
+// value's life.
+unsafe impl HostMemory for MappedMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.size
+    }
+    fn name(&self) -> String {
+        "host".into()
+    }
+}
+
+impl Drop for MappedMemory {
     fn drop(&mut self) {
         self.map.get_mut().take();
     }

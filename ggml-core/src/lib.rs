@@ -12,6 +12,7 @@ pub mod op;
 pub mod quant;
 pub mod registry;
 pub mod sched;
+pub mod settings;
 pub mod tensor;
 
 pub use backend::{

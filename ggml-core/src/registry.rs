@@ -147,8 +147,8 @@ fn registry() -> &'static Mutex<Registry> {
 
 /// The plugin directory: `GGML_TP_PLUGIN_DIR` if set, else the executable's directory.
 pub fn plugin_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("GGML_TP_PLUGIN_DIR") {
-        return Some(PathBuf::from(d));
+    if let Some(d) = &crate::settings::settings().plugin_dir {
+        return Some(d.clone());
     }
     std::env::current_exe()
         .ok()?
