@@ -11,6 +11,8 @@ use std::fmt::Write;
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::limits::MAX_RENDERED_BYTES;
+
 /// How to write: Python's `json.dumps` options.
 struct Style {
     indent: Option<String>,
@@ -26,13 +28,20 @@ pub(crate) fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) => Some(match v.as_str() {
-            Some(s) => s.to_string(),
-            None => " ".repeat(usize::try_from(v.as_i64().unwrap_or(-1)).map_err(|_| {
-                Error::new(
-                    ErrorKind::InvalidOperation,
-                    "tojson: indent must be a non-negative integer or a string",
-                )
-            })?),
+            Some(s) => {
+                super::limits::check_width("tojson indent", s.chars().count())?;
+                s.to_string()
+            }
+            None => {
+                let width = usize::try_from(v.as_i64().unwrap_or(-1)).map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: indent must be a non-negative integer or a string",
+                    )
+                })?;
+                super::limits::check_width("tojson indent", width)?;
+                " ".repeat(width)
+            }
         }),
     };
     let (item_sep, key_sep) = match kwargs.get::<Option<Vec<String>>>("separators")? {
@@ -122,6 +131,12 @@ fn write_container(
         }
     };
     for i in 0..n {
+        if out.len() > MAX_RENDERED_BYTES {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: the text exceeds {MAX_RENDERED_BYTES} bytes"),
+            ));
+        }
         if i > 0 {
             out.push_str(&style.item_sep);
         }

@@ -9,8 +9,12 @@
 //! plus any extra variables (e.g. `enable_thinking`).
 //!
 //! A GGUF without a template gets llama.cpp's fallback, ChatML ([`CHATML_TEMPLATE`]).
+//!
+//! A render is bounded ([`limits`]): a fuel budget of instructions, a cap on the rendered bytes, and
+//! small padding widths; a hostile template ends with [`ChatError::Render`].
 
 mod json;
+mod limits;
 mod time;
 
 use std::collections::BTreeMap;
@@ -224,9 +228,12 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
+        let mut out = limits::CappedOutput::default();
         template
-            .render(ctx)
-            .map_err(|e| ChatError::Render(describe(&e)))
+            .render_captured_to(ctx, &mut out)
+            .map_err(|e| ChatError::Render(describe(&e)))?;
+        String::from_utf8(out.bytes)
+            .map_err(|_| ChatError::Render("the rendered prompt is not UTF-8".into()))
     }
 
     /// `rendered` without a leading BOS text when the tokenizer adds BOS itself (`add_bos`), and
@@ -287,8 +294,11 @@ fn environment() -> Environment<'static> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_fuel(Some(limits::FUEL));
+    env.set_unknown_method_callback(limits::unknown_method);
     env.add_filter("tojson", json::tojson);
+    env.add_filter("indent", limits::indent);
+    env.add_filter("format", limits::format);
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
@@ -335,5 +345,35 @@ mod tests {
 
         let err = ChatTemplate::new("{% for %}", "", "").unwrap_err();
         assert!(matches!(err, ChatError::Syntax(_)), "{err}");
+    }
+
+    #[test]
+    fn hostile_templates_end_with_an_error() {
+        let wide_indent = format!("{{{{ messages|tojson(indent='{}') }}}}", "&".repeat(300));
+        let hostile = [
+            "{{ messages|tojson(indent=1000000000000) }}",
+            wide_indent.as_str(),
+            "{{ 'x'|indent(1000000000000) }}",
+            "{{ 'x'|indent(width=1000000000000) }}",
+            "{{ '%1000000000000d'|format(1) }}",
+            "{{ '{:>1000000000000}'.format(1) }}",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}",
+        ];
+        for src in hostile {
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            let err = t.render(&[Message::user("hi")], true).unwrap_err();
+            assert!(matches!(err, ChatError::Render(_)), "{src}: {err}");
+        }
+        let t = ChatTemplate::new(
+            "{{ messages|tojson(indent=2) }}|{{ 'a'|indent(4) }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[Message::user("hi")], false).unwrap(),
+            "[\n  {\n    \"role\": \"user\",\n    \"content\": \"hi\"\n  }\n]|a"
+        );
     }
 }
