@@ -10,6 +10,7 @@ pub mod model;
 mod pass;
 pub mod runtime;
 pub mod sampling;
+pub mod settings;
 pub mod slot_file;
 pub mod state;
 pub mod tokenizer;
