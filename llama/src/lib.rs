@@ -1,16 +1,17 @@
-//! llama: the GGUF model runtime of ggml-tp (tokenizers, architectures, KV cache, sampling) and the
-//! `ggml-tp` command-line program.
+//! llama: the GGUF model runtime of ggml-tp (tokenizers, architectures, KV cache, sampling, chat
+//! templates, generation, slot files). The `ggml-tp` program and its HTTP server are the `ggml-tp`
+//! crate; this library needs no async runtime, command-line parser or progress bar.
 
 pub mod arch;
 pub mod chat;
-pub mod cli;
 pub mod generate;
 pub mod kv;
 pub mod model;
 mod pass;
 pub mod runtime;
 pub mod sampling;
-pub mod server;
+pub mod settings;
+pub mod slot_file;
 pub mod state;
 pub mod tokenizer;
 

@@ -4,8 +4,8 @@
 //! graph: a batch of the same make-up (sequences, their token counts, attended cache lengths and
 //! outputs; typically every decode step while the cache length stays in one
 //! [`crate::kv::KV_PAD`] step) runs it again with new inputs, without building or planning, which
-//! saves the host that work per token. `GGML_TP_TIMING=1` keeps the host time of each phase and
-//! prints it when the session drops.
+//! saves the host that work per token. `GGML_TP_TIMING=1` ([`crate::settings`]) keeps the host time
+//! of each phase and prints it when the session drops.
 
 use crate::arch::forward::{self, Inputs, SeqInputs};
 use crate::kv::{self, KvCache};
@@ -119,7 +119,7 @@ pub(crate) struct Passes {
 
 impl Passes {
     pub fn new() -> Passes {
-        let timing = ggml_core::env::flag("GGML_TP_TIMING", false).then(PassTiming::default);
+        let timing = crate::settings::settings().timing.then(PassTiming::default);
         Passes {
             last: None,
             stats: PassStats::default(),

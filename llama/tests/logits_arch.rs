@@ -189,7 +189,7 @@ fn recurrent_state_carries_over_resets_and_refuses_partial_truncation() {
     };
     slots.eval(&[part]).unwrap();
     let path = std::env::temp_dir().join(format!("qwen35-slot-{}.bin", std::process::id()));
-    let e = llama::server::slot_file::save(&slots, 0, &ids[..40], &path).unwrap_err();
+    let e = llama::slot_file::save(&slots, 0, &ids[..40], &path).unwrap_err();
     assert!(e.to_string().contains("recurrent"), "{e}");
     assert!(!path.exists());
     let e = s.truncate(20).unwrap_err();

@@ -1,8 +1,9 @@
 //! `cargo xtask ci`: the whole CI, in order, stopping at the first failing step.
 //!
-//! Steps: `cargo fmt --check`, clippy with `-D warnings`, one release build per entry of `FEATURE_BUILDS`,
-//! then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after fetching the
-//! real models (`cargo xtask models`) that the logit checks use. Each step is timed.
+//! Steps: `cargo fmt --check`, clippy with `-D warnings`, the workspace's release build and a
+//! `cargo check` of every other entry of `FEATURE_BUILDS` (the program's vendor features, the library
+//! alone), then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after
+//! fetching the real models (`cargo xtask models`) that the logit checks use. Each step is timed.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -12,19 +13,52 @@ use anyhow::{bail, Context, Result};
 
 use crate::{paths, process};
 
-/// A build of one feature set: a package with features, or the plain workspace (`package: None`).
+/// One feature set that CI compiles.
 pub struct FeatureBuild {
+    /// The package, or the plain workspace (`None`).
     pub package: Option<&'static str>,
+    /// `--no-default-features`: only `features` are on.
+    pub no_default_features: bool,
     pub features: &'static [&'static str],
+    /// `cargo check` of every target rather than a release build: enough to show the feature set
+    /// compiles, at a fraction of a release build's time (the tests use the workspace's build).
+    pub check: bool,
 }
 
-/// Every feature set that CI builds. Add backends here, e.g.
-/// `FeatureBuild { package: Some("backend-cuda"), features: &["cuda"] }`; an entry whose package is not
-/// (yet) a workspace member is skipped with a note.
-pub const FEATURE_BUILDS: &[FeatureBuild] = &[FeatureBuild {
-    package: None,
-    features: &[],
-}];
+impl FeatureBuild {
+    /// The release build of the whole workspace with default features, which the tests then use.
+    const fn workspace() -> FeatureBuild {
+        FeatureBuild {
+            package: None,
+            no_default_features: false,
+            features: &[],
+            check: false,
+        }
+    }
+
+    /// A check of `package` with exactly `features`.
+    const fn check_only(package: &'static str, features: &'static [&'static str]) -> FeatureBuild {
+        FeatureBuild {
+            package: Some(package),
+            no_default_features: true,
+            features,
+            check: true,
+        }
+    }
+}
+
+/// Every feature set that CI compiles: the workspace, the `ggml-tp` program without vendors, with
+/// each vendor alone and with all of them, and the `llama` library alone. Add backends here; an entry
+/// whose package is not (yet) a workspace member is skipped with a note.
+pub const FEATURE_BUILDS: &[FeatureBuild] = &[
+    FeatureBuild::workspace(),
+    FeatureBuild::check_only("ggml-tp", &[]),
+    FeatureBuild::check_only("ggml-tp", &["cuda"]),
+    FeatureBuild::check_only("ggml-tp", &["hip"]),
+    FeatureBuild::check_only("ggml-tp", &["vulkan"]),
+    FeatureBuild::check_only("ggml-tp", &["cuda", "hip", "vulkan"]),
+    FeatureBuild::check_only("llama", &[]),
+];
 
 /// One CI step: a name and the cargo arguments to run, or a reason it is skipped.
 struct Step {
@@ -63,27 +97,32 @@ fn workspace_members() -> Result<Vec<String>> {
         .collect())
 }
 
-/// The build step of one feature set.
+/// The build (or check) step of one feature set.
 fn build_step(build: &FeatureBuild, members: &[String]) -> Step {
-    let mut args: Vec<String> = ["build", "--release", "--all-targets", "--locked"]
-        .map(String::from)
-        .to_vec();
-    let name = match build.package {
+    let mut args: Vec<String> = if build.check {
+        vec!["check".into()]
+    } else {
+        vec!["build".into(), "--release".into()]
+    };
+    args.extend(["--all-targets", "--locked"].map(String::from));
+    let mut name = match build.package {
         None => {
             args.push("--workspace".into());
-            "build workspace".to_string()
+            format!("{} workspace", args[0])
         }
         Some(pkg) => {
             args.extend(["--package".into(), pkg.into()]);
-            format!("build {pkg}")
+            format!("{} {pkg}", args[0])
         }
     };
-    let name = if build.features.is_empty() {
-        name
-    } else {
+    if build.no_default_features {
+        args.push("--no-default-features".into());
+        name.push_str(" --no-default-features");
+    }
+    if !build.features.is_empty() {
         args.extend(["--features".into(), build.features.join(",")]);
-        format!("{name} --features {}", build.features.join(","))
-    };
+        name = format!("{name} --features {}", build.features.join(","));
+    }
     match build.package {
         Some(pkg) if !members.iter().any(|m| m == pkg) => Step {
             name,
@@ -188,4 +227,49 @@ fn print_summary(timings: &[(String, String)], total: Duration) {
         println!("  {name:<40} {took:>10}");
     }
     println!("  {:<40} {:>10}", "total", secs(total));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_sets_become_cargo_arguments() {
+        let members = ["ggml-tp".to_string()];
+        let all = build_step(&FeatureBuild::workspace(), &members);
+        assert_eq!(all.name, "build workspace");
+        assert_eq!(
+            all.args.unwrap(),
+            [
+                "build",
+                "--release",
+                "--all-targets",
+                "--locked",
+                "--workspace"
+            ]
+        );
+        let one = build_step(
+            &FeatureBuild::check_only("ggml-tp", &["cuda", "hip"]),
+            &members,
+        );
+        assert_eq!(
+            one.name,
+            "check ggml-tp --no-default-features --features cuda,hip"
+        );
+        assert_eq!(
+            one.args.unwrap(),
+            [
+                "check",
+                "--all-targets",
+                "--locked",
+                "--package",
+                "ggml-tp",
+                "--no-default-features",
+                "--features",
+                "cuda,hip"
+            ]
+        );
+        let absent = build_step(&FeatureBuild::check_only("nothing", &[]), &members);
+        assert!(absent.args.unwrap_err().contains("not in the workspace"));
+    }
 }

@@ -66,6 +66,16 @@ fn build(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
     Ok(executables(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Builds the `ggml-tp` program (package `ggml-tp`, default features) in release; its path.
+pub fn build_program() -> Result<PathBuf> {
+    let built = build(&["build", "-p", "ggml-tp", "--bin", "ggml-tp"])?;
+    built
+        .into_iter()
+        .find(|(name, _)| name == "ggml-tp")
+        .map(|(_, exe)| exe)
+        .context("cargo built no ggml-tp")
+}
+
 /// Copies `exe` into `dir` as `name`, stripped of debug information when `strip` is present.
 fn place(exe: &Path, dir: &Path, name: &str) -> Result<()> {
     let dst = dir.join(name);
@@ -128,12 +138,7 @@ pub fn pack(p: &Pack) -> Result<()> {
         place(exe, &out, example)?;
     }
     if p.program {
-        let built = build(&["build", "-p", "llama", "--bin", "ggml-tp"])?;
-        let (_, exe) = built
-            .iter()
-            .find(|(name, _)| name == "ggml-tp")
-            .context("cargo built no ggml-tp")?;
-        place(exe, &out, "ggml-tp")?;
+        place(&build_program()?, &out, "ggml-tp")?;
     }
     for f in &p.fixtures {
         copy_tree(&fixtures_dir().join(f), &out.join("fx").join(f))?;

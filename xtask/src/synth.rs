@@ -28,15 +28,7 @@ pub fn write(presets: &[String], out_dir: &Path) -> Result<()> {
         presets.to_vec()
     };
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    process::run(Command::new(env!("CARGO")).current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "llama",
-        "--bin",
-        "ggml-tp",
-    ]))?;
-    let exe = root.join("target/release/ggml-tp");
+    let exe = crate::device::build_program()?;
     for p in &presets {
         let file = out_dir.join(format!("{p}.gguf"));
         process::run(Command::new(&exe).args(["synth", p, "-o"]).arg(&file))?;

@@ -7,15 +7,15 @@ use super::api::{
 };
 use super::engine::{Engine, Event, GenRequest, SlotAction};
 use super::metrics::Metrics;
-use crate::chat::{ChatTemplate, Message};
-use crate::sampling::Sampler;
-use crate::tokenizer::Tokenizer;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use llama::chat::{ChatTemplate, Message};
+use llama::sampling::Sampler;
+use llama::tokenizer::Tokenizer;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::convert::Infallible;

@@ -2,9 +2,9 @@
 //! JSON of responses and stream chunks, and the error type whose body is
 //! `{"error": {"message", "type", "code"}}`.
 
-use crate::sampling::SamplingParams;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use llama::sampling::SamplingParams;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@
 
 use super::load::{load, ModelArgs};
 use super::{CliError, CliResult};
-use crate::runtime::{Outputs, Session};
+use llama::runtime::{Outputs, Session};
 use std::path::{Path, PathBuf};
 
 /// Options of `logits`.

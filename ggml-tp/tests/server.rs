@@ -15,7 +15,7 @@ use backend_meta::MetaDevice;
 use futures::StreamExt;
 use ggml_core::backend::Device;
 use ggml_core::DType;
-use llama::server::{Server, ServerConfig};
+use ggml_tp::server::{Server, ServerConfig};
 use llama::Placement;
 use serde_json::{json, Value};
 use std::path::PathBuf;

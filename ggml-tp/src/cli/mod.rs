@@ -15,11 +15,13 @@ pub mod run;
 pub mod serve;
 pub mod synth;
 
-// Links the CUDA and HIP families into the registry (registered through `inventory`).
+// Links the GPU families of the enabled features into the registry (registered through `inventory`).
 #[cfg(feature = "cuda")]
 use backend_cuda as _;
 #[cfg(feature = "hip")]
 use backend_hip as _;
+#[cfg(feature = "vulkan")]
+use backend_vulkan as _;
 use clap::{Parser, Subcommand};
 use std::fmt;
 

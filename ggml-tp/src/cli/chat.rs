@@ -5,8 +5,8 @@
 use super::load::{load, ModelArgs};
 use super::run::{print_now, speed_line, SamplingArgs};
 use super::{CliError, CliResult};
-use crate::chat::{ChatTemplate, Message};
-use crate::generate::{Generator, StopReason};
+use llama::chat::{ChatTemplate, Message};
+use llama::generate::{Generator, StopReason};
 use std::io::{BufRead, IsTerminal};
 
 /// Options of `chat`.

@@ -7,9 +7,9 @@
 
 use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
-use crate::model::Placement;
-use crate::runtime::{Outputs, Session};
 use ggml_core::backend::Device;
+use llama::model::Placement;
+use llama::runtime::{Outputs, Session};
 use std::sync::Arc;
 use std::time::Instant;
 

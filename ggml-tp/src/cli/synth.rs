@@ -1,10 +1,10 @@
 //! `ggml-tp synth PRESET -o FILE`: writes a random-weight model with published shapes
-//! ([`crate::model::synthetic`]) as a GGUF file, the same bytes `bench --synthetic PRESET` measures,
+//! ([`llama::model::synthetic`]) as a GGUF file, the same bytes `bench --synthetic PRESET` measures,
 //! so that other programs can be measured on an identical model.
 
 use super::load::SYNTHETIC_SEED;
 use super::{CliError, CliResult};
-use crate::model::synthetic::Preset;
+use llama::model::synthetic::Preset;
 use std::io::Write;
 use std::path::PathBuf;
 

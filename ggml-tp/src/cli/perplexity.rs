@@ -12,7 +12,7 @@
 use super::load::{load, ModelArgs};
 use super::logits::f32_bytes;
 use super::{CliError, CliResult};
-use crate::runtime::{Outputs, Session};
+use llama::runtime::{Outputs, Session};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;

@@ -6,13 +6,13 @@
 //!   reasons `stop`/`length`, `usage` with `prompt_tokens_details.cached_tokens`;
 //!   `stream_options.include_usage` adds a usage chunk). Sampling fields `temperature`, `top_p`,
 //!   `seed`, `presence_penalty`, `frequency_penalty`, `stop`, plus `top_k`, `min_p`,
-//!   `repeat_penalty` ([`crate::sampling`]; llama.cpp's defaults where absent, a fresh seed when
+//!   `repeat_penalty` ([`llama::sampling`]; llama.cpp's defaults where absent, a fresh seed when
 //!   none is given) and llama.cpp's `id_slot` (run in that slot) and `cache_prompt` (reuse the
 //!   prefix a slot's cache shares with the prompt; default true). Chat prompts are rendered with
-//!   the model's template ([`crate::chat`]).
+//!   the model's template ([`llama::chat`]).
 //! * `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET /slots`.
 //! * `POST /slots/{id}?action=save&filename=X`, `action=restore`, `action=erase`: a slot's tokens and
-//!   KV cache to and from a file in the configured directory ([`slot_file`]).
+//!   KV cache to and from a file in the configured directory ([`llama::slot_file`]).
 //!
 //! Requests run in slots, each a sequence with its own region of one KV cache, served by one
 //! inference thread that advances every active slot per step in one forward pass (continuous
@@ -25,12 +25,7 @@ pub mod api;
 pub mod engine;
 pub mod handlers;
 pub mod metrics;
-pub mod slot_file;
 
-use crate::chat::{ChatError, ChatTemplate};
-use crate::model::{Model, ModelError, Placement};
-use crate::runtime::{BatchSession, SessionOptions};
-use crate::tokenizer::{Tokenizer, TokenizerError};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
@@ -38,6 +33,10 @@ use engine::{Engine, WorkerSetup};
 use ggml_core::gguf::{GgufError, GgufFile};
 use ggml_core::DType;
 use handlers::AppState;
+use llama::chat::{ChatError, ChatTemplate};
+use llama::model::{Model, ModelError, Placement};
+use llama::runtime::{BatchSession, SessionOptions};
+use llama::tokenizer::{Tokenizer, TokenizerError};
 use metrics::Metrics;
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,23 +1,23 @@
 //! The options every model-loading command shares (`-m` or `--synthetic`, `--split-mode`,
 //! `--devices`, `--cpu-devices`, `--tensor-split`, `-t`, `-c`, `--cache-type`), the [`Placement`]
 //! they describe and the loading of a model (a GGUF file, or a random-weight model built in memory,
-//! [`crate::model::synthetic`]) with a progress bar on stderr.
+//! [`llama::model::synthetic`]) with a progress bar on stderr.
 //!
 //! `bench` accepts several models, split modes and CPU device counts and runs every combination
 //! ([`ModelArgs::setups`]); the other commands take one of each ([`ModelArgs::setup`]).
 
 use super::{CliError, CliResult};
-use crate::model::synthetic::Preset;
-use crate::model::{Model, ModelError, Placement};
-use crate::runtime::SessionOptions;
-use crate::tokenizer::Tokenizer;
-use crate::Arch;
 use backend_cpu::device::{system_memory, CpuDevice};
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
 use ggml_core::gguf::GgufFile;
 use ggml_core::DType;
 use indicatif::{ProgressBar, ProgressStyle};
+use llama::model::synthetic::Preset;
+use llama::model::{Model, ModelError, Placement};
+use llama::runtime::SessionOptions;
+use llama::tokenizer::Tokenizer;
+use llama::Arch;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

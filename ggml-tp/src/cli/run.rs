@@ -4,8 +4,8 @@
 
 use super::load::{load, ModelArgs};
 use super::CliResult;
-use crate::generate::{GenerateOptions, Generation, Generator};
-use crate::sampling::{Sampler, SamplingParams};
+use llama::generate::{GenerateOptions, Generation, Generator};
+use llama::sampling::{Sampler, SamplingParams};
 use std::io::Write;
 
 /// Sampling options (llama.cpp's names and defaults).
@@ -106,7 +106,7 @@ pub fn run(args: &Args) -> CliResult {
     let mut sampler = args.sampling.sampler()?;
     let loaded = load(&args.model, &setup)?;
     let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
-    let default_ctx = (tokens.len() + args.sampling.n_predict).max(crate::kv::KV_PAD);
+    let default_ctx = (tokens.len() + args.sampling.n_predict).max(llama::kv::KV_PAD);
     let opts = args.model.session_options(default_ctx);
     let mut generator = Generator::new(loaded.model.clone(), opts)?;
     if !args.no_display_prompt {

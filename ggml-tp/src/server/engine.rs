@@ -18,11 +18,11 @@
 
 use super::api::{ApiError, FinishReason, Usage};
 use super::metrics::Metrics;
-use super::slot_file;
-use crate::runtime::{BatchSession, Logits, Outputs, SeqTokens};
-use crate::sampling::Sampler;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
 use axum::http::StatusCode;
+use llama::runtime::{BatchSession, Logits, Outputs, SeqTokens};
+use llama::sampling::Sampler;
+use llama::slot_file;
+use llama::tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
