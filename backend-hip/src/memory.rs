@@ -219,7 +219,6 @@ impl PinnedMemory {
         unsafe { std::ptr::write_bytes(ptr, 0, size) };
         Ok(PinnedMemory { ptr, size, ctx })
     }
-
 }
 
 impl Drop for PinnedMemory {
