@@ -97,9 +97,9 @@ impl Runner for CudaBackend {
             block_dim: (l.threads, 1, 1),
             shared_mem_bytes: l.shared_bytes,
         };
-        // SAFETY: the dispatch passes arguments matching the kernel's parameter list in cu/*.cu
-        // (a tested property), and every tensor address was checked to lie inside a live buffer
-        // of this device or scratch allocated for the launch.
+        // SAFETY: the dispatch passes arguments matching the kernel's parameter list in ggml-gpu's
+        // cu/*.cu (a tested property), and every tensor address was checked to lie inside a live
+        // buffer of this device or scratch allocated for the launch.
         cu(&l.kernel, unsafe { b.launch(cfg) }).map(|_| ())
     }
 
