@@ -10,9 +10,11 @@
 use crate::memory::CudaBuffer;
 use crate::nccl::{self, Nccl, RawComm, UniqueId};
 use crate::p2p::{self, PeerReducer, Wire};
+use crate::settings::{settings, Settings};
 use crate::stream::CudaBackend;
 use crate::{cu, err};
 use ggml_core::backend::check_range;
+use ggml_core::settings::CoreSettings;
 use ggml_core::{Backend, Buffer as _, Communicator, DType, DataRef, Device, Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -40,26 +42,22 @@ impl Default for ReducePolicy {
 }
 
 impl ReducePolicy {
-    /// The default, changed by `GGML_TP_ONESHOT_MAX_BYTES` (bytes) and
-    /// `GGML_TP_ALLREDUCE_BF16_MIN_BYTES` (bytes, or `off`).
-    pub fn from_env() -> Self {
+    /// The default, changed by `GGML_TP_ONESHOT_MAX_BYTES` (bytes, or `off`: never) of `cuda` and
+    /// `GGML_TP_ALLREDUCE_BF16_MIN_BYTES` (bytes, or `off`: never) of `core`.
+    pub fn from_settings(cuda: &Settings, core: &CoreSettings) -> Self {
         let mut p = ReducePolicy::default();
-        if let Some(v) = env_bytes("GGML_TP_ONESHOT_MAX_BYTES") {
-            p.one_shot_max_bytes = v.unwrap_or(0);
+        if let Some(v) = cuda.oneshot_max_bytes {
+            p.one_shot_max_bytes = if v == usize::MAX { 0 } else { v };
         }
-        if let Some(v) = env_bytes("GGML_TP_ALLREDUCE_BF16_MIN_BYTES") {
-            p.bf16_min_bytes = v;
+        if let Some(v) = core.allreduce_bf16_min_bytes {
+            p.bf16_min_bytes = (v != usize::MAX).then_some(v);
         }
         p
     }
-}
 
-/// `Some(Some(n))` for a number, `Some(None)` for `off`, `None` when unset or unreadable.
-fn env_bytes(name: &str) -> Option<Option<usize>> {
-    let v = std::env::var(name).ok()?;
-    match v.trim() {
-        "off" | "never" => Some(None),
-        s => s.parse().ok().map(Some),
+    /// The policy of this process's settings ([`ReducePolicy::from_settings`]).
+    pub fn from_env() -> Self {
+        Self::from_settings(settings(), ggml_core::settings::settings())
     }
 }
 
@@ -397,27 +395,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_reads_the_environment() {
+    fn policy_reads_the_settings() {
         let d = ReducePolicy::default();
         assert!(d.one_shot_max_bytes > 0);
-        assert_eq!(env_bytes("GGML_TP_TEST_UNSET_VARIABLE"), None);
-        // SAFETY: this test alone uses these variables.
-        unsafe {
-            std::env::set_var("GGML_TP_ONESHOT_MAX_BYTES", "off");
-            std::env::set_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES", "1024");
-        }
-        let p = ReducePolicy::from_env();
+        let unset = (Settings::default(), CoreSettings::default());
+        assert_eq!(ReducePolicy::from_settings(&unset.0, &unset.1), d);
+        // `GGML_TP_ONESHOT_MAX_BYTES=off`, `GGML_TP_ALLREDUCE_BF16_MIN_BYTES=1024`.
+        let cuda = Settings {
+            oneshot_max_bytes: Some(usize::MAX),
+            ..Settings::default()
+        };
+        let mut core = CoreSettings {
+            allreduce_bf16_min_bytes: Some(1024),
+            ..CoreSettings::default()
+        };
+        let p = ReducePolicy::from_settings(&cuda, &core);
         assert_eq!(p.one_shot_max_bytes, 0);
         assert_eq!(p.bf16_min_bytes, Some(1024));
-        // SAFETY: as above.
-        unsafe {
-            std::env::set_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES", "off");
-        }
-        assert_eq!(ReducePolicy::from_env().bf16_min_bytes, None);
-        // SAFETY: as above.
-        unsafe {
-            std::env::remove_var("GGML_TP_ONESHOT_MAX_BYTES");
-            std::env::remove_var("GGML_TP_ALLREDUCE_BF16_MIN_BYTES");
-        }
+        // `GGML_TP_ALLREDUCE_BF16_MIN_BYTES=off`.
+        core.allreduce_bf16_min_bytes = Some(usize::MAX);
+        assert_eq!(
+            ReducePolicy::from_settings(&cuda, &core).bf16_min_bytes,
+            None
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! buffer types, its kernels and communication kernels (compiled with NVRTC on first use, once per
 //! device), and the streams opened on it (so that a communicator handed `dyn Backend`s finds them).
 
-use crate::dispatch;
 use crate::kernels::Kernels;
 use crate::memory::{CudaBuffer, CudaBufferType, PinnedBufferType};
 use crate::p2p::CommKernels;
@@ -13,6 +12,7 @@ use ggml_core::{
     Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Graph, Layout, MemoryInfo, Result,
     TensorId,
 };
+use ggml_gpu::dispatch;
 use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock, Weak};
 

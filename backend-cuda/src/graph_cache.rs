@@ -69,11 +69,6 @@ pub struct GraphCache {
 // SAFETY: the graphs are only touched under the owning backend's mutex.
 unsafe impl Send for GraphCache {}
 
-/// True unless `GGML_TP_CUDA_GRAPHS` is `0`, `off` or `false`.
-pub fn enabled_by_env() -> bool {
-    ggml_core::env::flag("GGML_TP_CUDA_GRAPHS", true)
-}
-
 impl GraphCache {
     pub fn new(enabled: bool) -> Self {
         GraphCache {
@@ -221,7 +216,7 @@ impl Hasher for WordHasher {
     }
 }
 
-pub use crate::dispatch::is_skipped;
+use ggml_gpu::dispatch::is_skipped;
 
 /// Launched nodes per captured graph: a long call is captured as several graphs, so the device
 /// starts on the first while the host still launches the next (launching a graph costs the host

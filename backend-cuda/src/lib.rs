@@ -1,13 +1,14 @@
 //! backend-cuda: the CUDA backend of ggml-tp. Devices `cuda:0`, `cuda:1`, ... with device memory and
-//! pinned host buffers, one stream per backend, kernels compiled at run time with NVRTC for each
-//! device's compute capability, cuBLAS for float matrix products, CUDA graph replay of repeated
-//! subgraphs, and a stream-ordered AllReduce communicator (NCCL, and a one-shot peer-to-peer kernel
-//! for small messages; one process per GPU through a rendezvous). Every CUDA library is loaded at
-//! run time: without a driver the family reports zero devices and says why ([`probe`]).
+//! pinned host buffers, one stream per backend, the kernels of `ggml-gpu` (vendor-neutral sources
+//! and dispatch) compiled at run time with NVRTC for each device's compute capability, cuBLAS for
+//! float matrix products, CUDA graph replay of repeated subgraphs, and a stream-ordered AllReduce
+//! communicator (NCCL, and a one-shot peer-to-peer kernel for small messages; one process per GPU
+//! through a rendezvous). Every CUDA library is loaded at run time: without a driver the family
+//! reports zero devices and says why ([`probe`]). Its environment variables are read once
+//! ([`settings`]).
 
 pub mod comm;
 pub mod device;
-pub mod dispatch;
 pub mod graph_cache;
 pub mod kernels;
 pub mod memory;
@@ -17,6 +18,7 @@ pub mod probe;
 pub mod profile;
 pub mod reg;
 pub mod rendezvous;
+pub mod settings;
 pub mod stream;
 
 pub use comm::{NcclCommunicator, ReducePath, ReducePolicy};

@@ -61,7 +61,11 @@ pub struct Nccl {
 
 /// The library names tried, in order.
 fn candidates() -> Vec<String> {
-    let mut c: Vec<String> = std::env::var("GGML_TP_NCCL_LIB").into_iter().collect();
+    let configured = crate::settings::settings().nccl_lib.as_ref();
+    let mut c: Vec<String> = configured
+        .map(|p| p.display().to_string())
+        .into_iter()
+        .collect();
     c.extend(["libnccl.so".to_string(), "libnccl.so.2".to_string()]);
     c
 }

@@ -23,16 +23,6 @@ const MAX_HOLD_US: u64 = 200_000;
 /// Lines of the profile report.
 const REPORT_LINES: usize = 40;
 
-/// Whether the per-node profile is on (`GGML_TP_CUDA_PROFILE`).
-pub fn profiling_by_env() -> bool {
-    ggml_core::env::flag("GGML_TP_CUDA_PROFILE", false)
-}
-
-/// Whether the graph counters are printed (`GGML_TP_CUDA_STATS`).
-pub fn stats_by_env() -> bool {
-    ggml_core::env::flag("GGML_TP_CUDA_STATS", false)
-}
-
 /// Hold length in clock cycles for a call that launches `nodes` nodes.
 pub fn hold_cycles(nodes: usize) -> u64 {
     (nodes as u64 * HOLD_US_PER_NODE).min(MAX_HOLD_US) * CYCLES_PER_US

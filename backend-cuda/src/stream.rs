@@ -4,16 +4,17 @@
 //! the stream's CUDA graph cache (`graph_cache`): repeated subgraphs replay a captured graph.
 
 use crate::device::CudaDevice;
-use crate::dispatch;
 use crate::graph_cache::{self, GraphCache, GraphStats, Plan};
 use crate::kernels::Kernels;
 use crate::memory::CudaBuffer;
 use crate::profile::{self, Diagnostics};
+use crate::settings::settings;
 use crate::{cu, err};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys, CudaEvent, CudaGraph, CudaStream, PushKernelArg as _};
 use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
+use ggml_gpu::dispatch;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,7 +69,8 @@ impl CudaBackend {
         cu("cublasSetStream", unsafe {
             blas::set_stream(handle.0, stream.cu_stream() as _)
         })?;
-        let profiling = profile::profiling_by_env();
+        let settings = settings();
+        let profiling = settings.profile;
         let workspace = CudaBuffer::new(
             ctx.clone(),
             format!("{} cuBLAS workspace", device.name()),
@@ -89,12 +91,11 @@ impl CudaBackend {
             device,
             stream,
             kernels,
-            graphs: Mutex::new(GraphCache::new(graph_cache::enabled_by_env())),
+            graphs: Mutex::new(GraphCache::new(settings.graphs)),
             blas: Mutex::new(handle),
             _blas_workspace: workspace,
             scratch: Mutex::new(Scratch::default()),
-            diagnostics: (profiling || profile::stats_by_env())
-                .then(|| Mutex::new(Diagnostics::default())),
+            diagnostics: (profiling || settings.stats).then(|| Mutex::new(Diagnostics::default())),
             profiling,
         })
     }

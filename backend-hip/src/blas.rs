@@ -1,13 +1,13 @@
 //! [`BlasHandle`]: a hipBLAS handle bound to one stream, running the dispatch's GEMM calls as
 //! SGEMM (the dispatch converts other operand types to F32 in scratch first, see
-//! `backend_cuda::dispatch::GemmTypes::F32`).
+//! `ggml_gpu::dispatch::GemmTypes::F32`).
 
 use crate::device::DeviceCtx;
 use crate::ffi::hipblas::{self, Handle};
 use crate::stream::HipStream;
 use crate::{check, err};
-use backend_cuda::dispatch::GemmCall;
 use ggml_core::{DType, Result};
+use ggml_gpu::dispatch::GemmCall;
 
 /// A hipBLAS handle bound to one stream.
 pub struct BlasHandle {

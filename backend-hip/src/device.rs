@@ -232,7 +232,7 @@ impl Device for HipDevice {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         let t = graph.tensor(node);
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
-        backend_cuda::dispatch::supports(&t.op, &src, &t.layout)
+        ggml_gpu::dispatch::supports(&t.op, &src, &t.layout)
     }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)

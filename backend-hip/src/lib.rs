@@ -1,9 +1,10 @@
 //! backend-hip: the HIP backend of ggml-tp, for AMD GPUs. Devices `hip:0`, `hip:1`, ... with device
-//! memory and pinned host buffers, one stream per backend, the CUDA backend's kernel sources compiled
-//! at run time with hiprtc for each device's gfx target (behind a small vendor prelude, see
-//! [`kernels`]), hipBLAS for float matrix products and an RCCL AllReduce communicator. Every ROCm
-//! library is loaded at run time through our own FFI ([`ffi`]): without a HIP runtime the family
-//! reports zero devices and a one-line reason ([`probe`]). Untested on AMD hardware so far.
+//! memory and pinned host buffers, one stream per backend, the kernel sources and dispatch of
+//! `ggml-gpu` (shared with CUDA) compiled at run time with hiprtc for each device's gfx target
+//! (behind the HIP vendor prelude, see [`kernels`]), hipBLAS for float matrix products and an RCCL
+//! AllReduce communicator. Every ROCm library is loaded at run time through our own FFI ([`ffi`]):
+//! without a HIP runtime the family reports zero devices and a one-line reason ([`probe`]). Its
+//! environment is read once ([`settings`]). Untested on AMD hardware so far.
 
 pub mod blas;
 pub mod comm;
@@ -14,6 +15,7 @@ pub mod memory;
 pub mod probe;
 pub mod reg;
 mod runner;
+pub mod settings;
 pub mod stream;
 
 pub use comm::RcclCommunicator;

@@ -1,13 +1,13 @@
-//! `backend_cuda::dispatch`'s [`Runner`] on a HIP stream: launches through the hiprtc-compiled
+//! `ggml_gpu::dispatch`'s [`Runner`] on a HIP stream: launches through the hiprtc-compiled
 //! [`crate::kernels::Kernels`], GEMMs as hipBLAS SGEMM (F32 operands, [`GemmTypes::F32`]),
 //! descriptors of tensors in this device's buffers.
 
 use crate::err;
 use crate::memory::HipBuffer;
 use crate::stream::HipBackend;
-use backend_cuda::dispatch::{GemmCall, GemmTypes, Launch, Runner, TDesc};
 use ggml_core::backend::check_range;
 use ggml_core::{Buffer as _, Device, Graph, Result, TensorId};
+use ggml_gpu::dispatch::{GemmCall, GemmTypes, Launch, Runner, TDesc};
 
 impl Runner for HipBackend {
     fn device_name(&self) -> String {

@@ -1,7 +1,7 @@
 //! [`HipBackend`]: one HIP stream of a device with its hipBLAS handle and a scratch area for
 //! converted operands. Copies are queued on the stream (device to device, across devices through
 //! peer copies, and to and from host memory); events are HIP events. Nodes are dispatched by
-//! `backend_cuda::dispatch` through the [`Runner`] of `crate::runner`.
+//! `ggml_gpu::dispatch` through the [`Runner`] of `crate::runner`.
 
 use crate::blas::BlasHandle;
 use crate::device::{DeviceCtx, HipDevice};
@@ -9,9 +9,9 @@ use crate::err;
 use crate::ffi::hip::{self, Stream};
 use crate::kernels::Kernels;
 use crate::memory::HipBuffer;
-use backend_cuda::dispatch;
 use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
+use ggml_gpu::dispatch;
 use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! here even where no GPU exists. Prints `skipped: no clang` without clang (CI installs clang-16;
 //! `GGML_TP_CLANG` names another binary).
 
-use backend_hip::kernels::prelude::{prelude, program, Vendor};
+use ggml_gpu::kernels::{prelude, program, Vendor};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! The shared dispatch (`backend_cuda::dispatch`) as both backends drive it, checked without a GPU
+//! The shared dispatch (`ggml_gpu::dispatch`) as both backends drive it, checked without a GPU
 //! through a recording [`Runner`]: every node of every conformance case is dispatched with the CUDA
 //! backend's BLAS types and with the HIP backend's, and each launch's arguments are checked against
 //! the kernel's parameter list parsed from the shared sources; the GEMM calls of wide products are
@@ -6,11 +6,11 @@
 //! grouped GEMV launch; the decode fusions (gate and up with their gated unit, the rope of k with its
 //! cache write) make one launch each, with the arguments they need.
 
-use backend_cuda::dispatch::{
-    compute_node, compute_nodes, kernel_names, supports, type_name, BatchedGemmCall, GemmCall,
-    GemmTypes, KernelArg, Launch, Runner, TDesc, WEIGHT_TYPES,
-};
 use ggml_core::{DType, Error, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId};
+use ggml_gpu::dispatch::{
+    compute_node, compute_nodes, kernel_names, supports, type_name, BatchedGemmCall, GemmCall,
+    GemmTypes, KernelArg, Launch, Runner, TDesc,
+};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
@@ -75,7 +75,7 @@ impl Runner for Recorder {
 /// The parameter kinds of every kernel, parsed from its declaration in the shared sources (the
 /// GEMV and dequantizer families from their macros).
 fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
-    let src = backend_cuda::kernels::shared_source();
+    let src = ggml_gpu::kernels::shared_source();
     let params_of = |decl: &str| -> Vec<&'static str> {
         let at = src.find(decl).unwrap_or_else(|| panic!("no {decl}")) + decl.len();
         src[at..at + src[at..].find(')').expect("closed")]
@@ -224,7 +224,7 @@ fn extra_graphs() -> Vec<Graph> {
 /// their gated unit; the rope of k and its write into F16 and F32 caches through the permute view.
 fn fused_graphs() -> Vec<(String, Graph)> {
     let mut graphs = Vec::new();
-    for t in WEIGHT_TYPES {
+    for t in DType::WEIGHTS {
         let mut g = Graph::new();
         let x = g.new_input(DType::F32, &[512, 1]).unwrap();
         let wg = g.new_input(t, &[512, 96]).unwrap();
@@ -274,12 +274,12 @@ fn every_conformance_node_matches_its_kernel_signature() {
             check_launches(&r, &signatures, &mut used, what);
         }
     }
-    for t in WEIGHT_TYPES {
+    for t in DType::WEIGHTS {
         let glu = format!("k_gemv_glu_{}", type_name(t).unwrap());
         assert!(used.contains(&glu), "{glu} never launched");
     }
     // k_hold is the profiler's, not the dispatch's.
-    let unused: Vec<_> = backend_cuda::dispatch::NAMED_KERNELS
+    let unused: Vec<_> = ggml_gpu::dispatch::NAMED_KERNELS
         .iter()
         .filter(|k| !used.contains(**k) && **k != "k_hold")
         .collect();

@@ -3,7 +3,7 @@
 //! comparisons reject wrong results; the quantized-matmul bounds cover ggml's activation rounding.
 
 use crate::case::{draw_leaf, Check, Gen};
-use crate::cases::{all_cases, mix, WEIGHTS};
+use crate::cases::{all_cases, mix};
 use crate::check::{compare, nmse, weight_bound};
 use crate::codec::{decode, encode, round_trip};
 use crate::dense::Dense;
@@ -202,7 +202,7 @@ fn codecs_round_trip_through_every_type() {
         encode(DType::Q4K, [64, 1, 1, 1], &x.data[..64]).is_err(),
         "a partial block is refused"
     );
-    for t in WEIGHTS {
+    for t in DType::WEIGHTS {
         let r = round_trip(t, &x).unwrap();
         assert_eq!(round_trip(t, &r).unwrap().ne, x.ne);
         assert!(nmse(&r.data, &x.data) < 1e-1, "{t}");
@@ -223,7 +223,7 @@ fn codecs_round_trip_through_every_type() {
 /// F16/BF16 for those weights) stays well inside `weight_bound`, over several random draws.
 #[test]
 fn activation_bounds() {
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         let k = 256;
         let mut worst = 0.0f64;
         for trial in 0..4 {

@@ -1,16 +1,34 @@
-//! [`Runner`] on a CUDA stream: [`crate::dispatch`]'s launches through cudarc, its GEMMs through
+//! [`Runner`] on a CUDA stream: [`ggml_gpu::dispatch`]'s launches through cudarc, its GEMMs through
 //! cuBLAS GemmEx and GemmStridedBatchedEx (F32, F16 and BF16 operands, F32 accumulation, no TF32),
 //! descriptors of tensors in this device's buffers.
 
-use crate::dispatch::{BatchedGemmCall, GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc};
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
+use bytemuck::TransparentWrapper;
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{LaunchConfig, PushKernelArg as _};
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg as _};
 use ggml_core::backend::check_range;
 use ggml_core::Buffer as _;
 use ggml_core::{DType, Device, Graph, Result, TensorId};
+use ggml_gpu::dispatch::{
+    BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs, KernelArg, Launch, Runner, TDesc,
+};
+
+/// A kernel argument struct of the dispatch as cudarc passes it (by address, as it lies in memory).
+#[derive(TransparentWrapper)]
+#[repr(transparent)]
+struct Param<T>(T);
+
+// SAFETY: a plain `repr(C)` struct of integers with the layout of `struct TD` in common.cu.
+unsafe impl DeviceRepr for Param<TDesc> {}
+
+// SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV` in gemv.cu.
+unsafe impl DeviceRepr for Param<GemvArgs> {}
+
+// SAFETY: a plain `repr(C)` struct of `GemvArgs` and 8-byte integers with the layout of
+// `struct GVGroup` in gemv.cu.
+unsafe impl DeviceRepr for Param<GemvGroupArgs> {}
 
 fn operation(transposed: bool) -> blas_sys::cublasOperation_t {
     if transposed {
@@ -66,12 +84,12 @@ impl Runner for CudaBackend {
         let mut b = self.stream().launch_builder(f);
         for a in &l.args {
             match a {
-                KernelArg::Tensor(v) => b.arg(v),
+                KernelArg::Tensor(v) => b.arg(Param::wrap_ref(v)),
                 KernelArg::I32(v) => b.arg(v),
                 KernelArg::F32(v) => b.arg(v),
                 KernelArg::U64(v) => b.arg(v),
-                KernelArg::Gemv(v) => b.arg(v),
-                KernelArg::GemvGroup(v) => b.arg(v.as_ref()),
+                KernelArg::Gemv(v) => b.arg(Param::wrap_ref(v)),
+                KernelArg::GemvGroup(v) => b.arg(Param::wrap_ref(v.as_ref())),
             };
         }
         let cfg = LaunchConfig {
@@ -79,9 +97,9 @@ impl Runner for CudaBackend {
             block_dim: (l.threads, 1, 1),
             shared_mem_bytes: l.shared_bytes,
         };
-        // SAFETY: the dispatch passes arguments matching the kernel's parameter list in cu/*.cu
-        // (a tested property), and every tensor address was checked to lie inside a live buffer
-        // of this device or scratch allocated for the launch.
+        // SAFETY: the dispatch passes arguments matching the kernel's parameter list in ggml-gpu's
+        // cu/*.cu (a tested property), and every tensor address was checked to lie inside a live
+        // buffer of this device or scratch allocated for the launch.
         cu(&l.kernel, unsafe { b.launch(cfg) }).map(|_| ())
     }
 

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 /// Directories searched before the loader's own path: `$ROCM_PATH/lib`, then `/opt/rocm/lib`.
 fn rocm_lib_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(root) = std::env::var_os("ROCM_PATH") {
-        dirs.push(PathBuf::from(root).join("lib"));
+    if let Some(root) = &crate::settings::settings().rocm_path {
+        dirs.push(root.join("lib"));
     }
     dirs.push(PathBuf::from("/opt/rocm/lib"));
     dirs

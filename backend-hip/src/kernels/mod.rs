@@ -1,18 +1,16 @@
-//! The kernels on HIP devices. The device code and the list of entry points are the CUDA backend's
-//! behind the HIP vendor prelude ([`prelude`]); what to launch is decided by
-//! `backend_cuda::dispatch`. This module compiles the program with hiprtc for one device's gfx
+//! The kernels on HIP devices. The device code and the list of entry points are `ggml_gpu`'s
+//! behind the HIP vendor prelude ([`ggml_gpu::kernels::program`]); what to launch is decided by
+//! `ggml_gpu::dispatch`. This module compiles the program with hiprtc for one device's gfx
 //! target, loads it as a module and queues the dispatch's launches on a stream ([`Kernels`]).
-
-pub mod prelude;
 
 use crate::device::DeviceCtx;
 use crate::ffi::hip::{Function, Module};
 use crate::ffi::hiprtc::Program;
 use crate::stream::HipStream;
 use crate::{check, err};
-use backend_cuda::dispatch::{kernel_names, KernelArg, Launch};
 use ggml_core::Result;
-use prelude::Vendor;
+use ggml_gpu::dispatch::{kernel_names, KernelArg, Launch};
+use ggml_gpu::kernels::{program, Vendor};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 
@@ -133,7 +131,7 @@ impl Kernels {
         arch: Option<&str>,
         warp_size: u32,
     ) -> std::result::Result<Kernels, String> {
-        let source = prelude::program(Vendor::Hip { warp_size });
+        let source = program(Vendor::Hip { warp_size });
         ctx.bind().map_err(|e| e.to_string())?;
         let code = compile(&ctx, &source, arch)?;
         let hip = &ctx.runtime().hip;

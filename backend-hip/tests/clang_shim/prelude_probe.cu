@@ -1,4 +1,4 @@
-// Uses every name of the vendor prelude contract (backend-cuda/src/kernels/cu/prelude_*.h), and the
+// Uses every name of the vendor prelude contract (ggml-gpu/src/kernels/cu/prelude_*.h), and the
 // names the prelude relies on both vendors spelling the same, so that the syntax check compiles
 // each of them for each vendor, including those no shared kernel uses yet.
 extern "C" __global__ void k_prelude_probe(float* out, const unsigned short* half_in, unsigned short* half_out,

@@ -1,7 +1,7 @@
 //! Cases of the matrix, indexing, copy and sort ops: mul_mat, mul_mat_id, get_rows, set_rows, cpy,
 //! cast, cont, argsort, top_k.
 
-use super::{CaseSet, STORE_TARGETS, WEIGHTS};
+use super::{CaseSet, STORE_TARGETS};
 use crate::case::{Check, Gen, InputSpec, ViewKind};
 use crate::check::{float_bound, product_check, store_bound, Class};
 use crate::codec::round_trip;
@@ -19,7 +19,7 @@ pub fn add_cases(set: &mut CaseSet) {
 }
 
 fn mul_mat(set: &mut CaseSet) {
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         for variant in 0..4 {
             let k = if w.is_quantized() {
                 w.block_size() * set.pick(&[1, 2, 3])
@@ -75,7 +75,7 @@ fn mul_mat(set: &mut CaseSet) {
 }
 
 fn mul_mat_id(set: &mut CaseSet) {
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         for shared_b in [true, false] {
             let k = if w.is_quantized() {
                 w.block_size() * set.pick(&[1, 2])
@@ -106,7 +106,7 @@ fn mul_mat_id(set: &mut CaseSet) {
 }
 
 fn get_rows(set: &mut CaseSet) {
-    let tables = WEIGHTS.iter().copied().chain([DType::I32]);
+    let tables = DType::WEIGHTS.iter().copied().chain([DType::I32]);
     for t in tables {
         for batched in [false, true] {
             let ne0 = set.row_len(t);

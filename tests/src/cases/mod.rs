@@ -17,22 +17,6 @@ use rand::SeedableRng;
 /// Float element types of activations.
 pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
-/// Weight types of mul_mat, mul_mat_id and get_rows.
-pub const WEIGHTS: [DType; 12] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::MXFP4,
-];
-
 /// Targets of cpy, cast and set_rows.
 pub const STORE_TARGETS: [DType; 5] = [
     DType::F32,

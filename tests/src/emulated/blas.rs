@@ -4,8 +4,8 @@
 //! to F32 vectors of the summed axis first, so that every result is one contiguous dot product;
 //! columns of the result are spread over the host's cores.
 
-use backend_cuda::dispatch::{BatchedGemmCall, GemmCall};
 use ggml_core::DType;
+use ggml_gpu::dispatch::{BatchedGemmCall, GemmCall};
 use half::{bf16, f16};
 
 /// `count` vectors of `len` elements as F32, vector `v` element `l` at `element(v, l)` (an index

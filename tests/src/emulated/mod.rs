@@ -1,5 +1,5 @@
 //! The GPU kernels on the host, for machines without a GPU (CI's): a device whose streams run the
-//! shared dispatch of `backend_cuda::dispatch` (the one the CUDA and HIP backends drive) with
+//! shared dispatch of `ggml_gpu::dispatch` (the one the CUDA and HIP backends drive) with
 //! every kernel of the shared sources compiled for the host ([`program`]: one fiber per GPU
 //! thread, real barriers and warp shuffles) and its BLAS calls computed on the host ([`blas`]).
 //! Numerics, indexing, launch shapes, barrier placement and warp-size assumptions of the kernels
@@ -14,15 +14,15 @@ mod program;
 
 pub use program::{source, HostProgram};
 
-use backend_cuda::dispatch::{
-    compute_nodes, supports, BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs,
-    KernelArg, Launch, Runner, TDesc,
-};
 use ggml_core::backend::check_range;
 use ggml_core::host_buffer::HostBuffer;
 use ggml_core::{
     Backend, Buffer, BufferType, DataRef, Device, DeviceCaps, DeviceKind, Error, Event, Graph,
     Layout, MemoryInfo, Result, TensorId,
+};
+use ggml_gpu::dispatch::{
+    compute_nodes, supports, BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs,
+    KernelArg, Launch, Runner, TDesc,
 };
 use std::collections::HashMap;
 use std::ffi::c_void;

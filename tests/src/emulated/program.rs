@@ -1,5 +1,5 @@
 //! The shared kernel sources built for the host: the host prelude (`prelude_host.h`), the sources
-//! of `backend_cuda::kernels` (dynamic shared memory declarations rewritten as pointers), the fiber
+//! of `ggml_gpu::kernels` (dynamic shared memory declarations rewritten as pointers), the fiber
 //! scheduler (`fibers.cpp`) and a table of every kernel's entry point, compiled with a C++ compiler
 //! into a shared library (cached in the temporary directory by a hash of its source) and loaded.
 
@@ -55,11 +55,11 @@ unsafe impl Sync for HostProgram {}
 /// The whole translation unit for `flavor`.
 pub fn source(flavor: Flavor) -> String {
     let mut kernels = String::new();
-    for line in backend_cuda::kernels::shared_source().lines() {
+    for line in ggml_gpu::kernels::shared_source().lines() {
         kernels.push_str(&dynamic_shared_as_pointer(line));
         kernels.push('\n');
     }
-    let names = backend_cuda::dispatch::kernel_names();
+    let names = ggml_gpu::dispatch::kernel_names();
     let table: Vec<String> = names
         .iter()
         .map(|n| format!("    {{\"{n}\", &EmuEntry<&{n}>::call}},"))

@@ -47,7 +47,7 @@ fn gate_up_and_gated_unit_in_one_launch() {
     let ops = [GluOp::Swiglu, GluOp::Geglu, GluOp::GegluErf];
     // (weight type, row length, rows, weight view): 2560 = 10 K-quant blocks; 4096 x 1000 (four
     // warps per row), 256 x 8200 (one warp per row), odd and unaligned float rows (scalar loads).
-    let mut shapes: Vec<(DType, usize, usize, ViewKind)> = WEIGHTS
+    let mut shapes: Vec<(DType, usize, usize, ViewKind)> = DType::WEIGHTS
         .iter()
         .map(|&w| (w, 2560, 67, ViewKind::Contig))
         .collect();

@@ -13,7 +13,7 @@
 use ggml_core::sched::Scheduler;
 use ggml_core::{DType, Device, GluOp, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
 use ggml_tp_tests::case::{draw_leaf, Check, Gen, InputSpec, ViewKind};
-use ggml_tp_tests::cases::{push_flash_attn, CaseSet, WEIGHTS};
+use ggml_tp_tests::cases::{push_flash_attn, CaseSet};
 use ggml_tp_tests::check::{float_bound, nmse, product_check, store_bound, weight_bound, Class};
 use ggml_tp_tests::codec::{decode, encode, round_trip};
 use ggml_tp_tests::dense::Dense;
@@ -62,7 +62,7 @@ fn push_mul_mat(set: &mut CaseSet, params: String, a: InputSpec, b: InputSpec, w
 fn gemv_every_type_and_column_count() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         // 2560 = 10 K-quant blocks, 80 units of 32 (quantized) or 320 of 8 (floats).
         let (k, m) = (2560, 67);
         for n in 1..=8 {
@@ -93,7 +93,7 @@ fn gemv_every_type_and_column_count() {
 fn gemm_through_cublas() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         for n in [9, 64, 130] {
             let a = InputSpec::new(w, [512, 65, 1, 1]);
             let b = InputSpec::new(DType::F32, [512, n, 1, 1]);
@@ -493,7 +493,7 @@ fn fused_norm_chains_match_unfused_and_reference() {
 
 /// Quantized weight types.
 fn quantized_weights() -> impl Iterator<Item = DType> {
-    WEIGHTS.into_iter().filter(|w| w.is_quantized())
+    DType::WEIGHTS.into_iter().filter(|w| w.is_quantized())
 }
 
 #[test]
@@ -604,7 +604,7 @@ fn push_grouped_products(set: &mut CaseSet, w: DType, k: usize, rows: &[usize]) 
 fn grouped_products_match_separate_ones() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    for w in WEIGHTS {
+    for w in DType::WEIGHTS {
         push_grouped_products(&mut set, w, 2560, &[67, 16, 16]);
         push_grouped_products(&mut set, w, 2560, &[300, 300]);
         push_grouped_products(&mut set, w, 2560, &[1, 5, 4096]);

@@ -11,22 +11,6 @@
 use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
 
-/// Weight types with GEMV kernels.
-pub const WEIGHT_TYPES: [DType; 12] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::MXFP4,
-];
-
 /// Column counts the kernels are built for (a call takes the smallest that holds its columns).
 pub const COLUMN_VARIANTS: [usize; 4] = [1, 2, 4, 8];
 
@@ -497,7 +481,7 @@ mod tests {
     #[test]
     fn every_type_and_column_count_has_a_kernel() {
         let names = super::super::kernel_names();
-        for t in WEIGHT_TYPES {
+        for t in DType::WEIGHTS {
             for c in COLUMN_VARIANTS {
                 assert!(names.contains(&kernel_name(type_name(t).unwrap(), c)));
             }

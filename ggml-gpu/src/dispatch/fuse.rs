@@ -13,7 +13,6 @@ use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
 use ggml_core::{DType, Error, Graph, Layout, Op, Result, TensorId};
-use std::sync::OnceLock;
 
 /// True for the nodes that launch nothing: views, leaves and empty tensors.
 pub fn is_skipped(graph: &Graph, node: TensorId) -> bool {
@@ -133,8 +132,7 @@ fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorI
 
 /// Whether products are grouped (`GGML_TP_GROUP_PRODUCTS` is not `0`, `off` or `false`).
 fn grouping_products() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", true))
+    crate::settings::settings().group_products
 }
 
 /// Number of adjacent single-column products at the start of `nodes` that share their

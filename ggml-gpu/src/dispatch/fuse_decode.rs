@@ -12,12 +12,10 @@ use super::ops::{glu_code, rope_rows_chunks, rope_rows_fit, rope_scalars};
 use super::rows::row_contiguous;
 use super::{args, Launch, Runner, TDesc};
 use ggml_core::{DType, GluOp, Graph, Op, Result, TensorId};
-use std::sync::OnceLock;
 
 /// Whether these fusions are on (`GGML_TP_FUSE_DECODE` is not `0`, `off` or `false`).
 fn fusing() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| ggml_core::env::flag("GGML_TP_FUSE_DECODE", true))
+    crate::settings::settings().fuse_decode
 }
 
 /// The `G_*` code of `node` when it is the gated unit `glu(gate, up)` that `k_gemv_glu_*` writes:

@@ -10,7 +10,6 @@
 
 use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
-use std::sync::OnceLock;
 
 /// Threads per `k_flash_attn` block (`FA_THREADS` in attention.cu).
 pub(super) const FA_THREADS: u32 = 128;
@@ -185,8 +184,7 @@ fn vec_operand(t: &TDesc, l: &Layout) -> bool {
 /// Whether decode attention may take `k_flash_attn_vec` (`GGML_TP_ATTN_VEC=0` keeps
 /// `k_flash_attn`, for A/B measurements).
 fn vec_attention_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| ggml_core::env::flag("GGML_TP_ATTN_VEC", true))
+    crate::settings::settings().attn_vec
 }
 
 /// Whether the node takes `k_flash_attn_vec`: readable K and V, whole GQA groups, counts in i32.

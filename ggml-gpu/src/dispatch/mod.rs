@@ -16,7 +16,7 @@ mod table;
 pub use attention::BatchedGemmCall;
 pub use fuse::{compute_nodes, fusion_groups, is_skipped};
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
-pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP, WEIGHT_TYPES};
+pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP};
 pub use ops::compute_node;
 pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
 
@@ -205,7 +205,7 @@ pub const NAMED_KERNELS: [&str; 32] = [
 /// Every kernel entry point of the program (the list both backends load).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = NAMED_KERNELS.iter().map(|s| s.to_string()).collect();
-    for t in WEIGHT_TYPES {
+    for t in DType::WEIGHTS {
         let tn = type_name(t).expect("GEMV types have kernel names");
         for nc in COLUMN_VARIANTS {
             names.push(gemv::kernel_name(tn, nc));

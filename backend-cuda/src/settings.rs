@@ -1,0 +1,62 @@
+//! backend-cuda's settings, read once from the environment through [`ggml_core::env`] (the BF16
+//! transport threshold of the reduce paths, `GGML_TP_ALLREDUCE_BF16_MIN_BYTES`, is ggml-core's, see
+//! [`ggml_core::settings`]):
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `GGML_TP_CUDA_GRAPHS` | capture and replay repeated subgraphs as CUDA graphs (default on) |
+//! | `GGML_TP_CUDA_PROFILE` | print the GPU time per kind of node when a backend is dropped (default off) |
+//! | `GGML_TP_CUDA_STATS` | print the graph cache's counters and the host time of `compute` when a backend is dropped (default off) |
+//! | `GGML_TP_ONESHOT_MAX_BYTES` | largest AllReduce message (bytes on the wire) the one-shot peer-to-peer kernel takes (a byte count, or `off`: never; default 2 MiB) |
+//! | `GGML_TP_NCCL_LIB` | the NCCL library tried first (default: `libnccl.so`, then `libnccl.so.2`) |
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The CUDA backend's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `GGML_TP_CUDA_GRAPHS`: streams start with CUDA graph capture on.
+    pub graphs: bool,
+    /// `GGML_TP_CUDA_PROFILE`: the per-node GPU time profile.
+    pub profile: bool,
+    /// `GGML_TP_CUDA_STATS`: the graph counters and host queueing time.
+    pub stats: bool,
+    /// `GGML_TP_ONESHOT_MAX_BYTES` ([`usize::MAX`] for `off`); none: the policy's default.
+    pub oneshot_max_bytes: Option<usize>,
+    /// `GGML_TP_NCCL_LIB`.
+    pub nccl_lib: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    /// Graphs on, diagnostics off, the defaults of the reduce policy and the library search.
+    fn default() -> Self {
+        Settings {
+            graphs: true,
+            profile: false,
+            stats: false,
+            oneshot_max_bytes: None,
+            nccl_lib: None,
+        }
+    }
+}
+
+impl Settings {
+    /// The settings as the environment gives them now.
+    pub fn from_env() -> Settings {
+        let d = Settings::default();
+        Settings {
+            graphs: ggml_core::env::flag("GGML_TP_CUDA_GRAPHS", d.graphs),
+            profile: ggml_core::env::flag("GGML_TP_CUDA_PROFILE", d.profile),
+            stats: ggml_core::env::flag("GGML_TP_CUDA_STATS", d.stats),
+            oneshot_max_bytes: ggml_core::env::bytes("GGML_TP_ONESHOT_MAX_BYTES"),
+            nccl_lib: ggml_core::env::path("GGML_TP_NCCL_LIB"),
+        }
+    }
+}
+
+/// The settings, read on first use.
+pub fn settings() -> &'static Settings {
+    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    SETTINGS.get_or_init(Settings::from_env)
+}

@@ -1,0 +1,191 @@
+//! The kernel program: its sources (`cu/*.cu`, one file per op family, vendor-neutral), the vendor
+//! preludes (`cu/prelude_cuda.h` for NVRTC, `cu/prelude_hip.h` for hiprtc) and the program of one
+//! vendor assembled from them ([`program`]: its prelude, then the shared sources). The shared
+//! sources use only these names for anything vendor-specific:
+//!
+//! - `WARP_SIZE`: lanes per warp (32 on NVIDIA and RDNA, 64 on CDNA/GCN); a compile-time constant,
+//!   defined for HIP from the device's wavefront size ([`Vendor::Hip`]).
+//! - `WARP_SHFL_XOR(v, o)`, `WARP_SHFL_DOWN(v, o)`: full-warp shuffles of an int, float or double.
+//! - `WARP_SYNC()`: orders the lanes' shared-memory accesses within a warp.
+//! - `DOT4_I8(a, b, c)`: `c` plus the dot product of the four signed bytes of `a` and `b` (CUDA's
+//!   `__dp4a`; on AMD the dot instruction of the target, or four multiplies where it has none).
+//! - `h2f(u16)`, `f2h(float)`: IEEE half bits to float and back (round to nearest even).
+//!
+//! Both vendors spell the rest the same (`__syncthreads`, `atomicAdd`, `__launch_bounds__`,
+//! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros
+//! for them.
+
+/// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`).
+pub const SOURCES: [(&str, &str); 9] = [
+    ("common.cu", include_str!("cu/common.cu")),
+    ("elementwise.cu", include_str!("cu/elementwise.cu")),
+    ("norm.cu", include_str!("cu/norm.cu")),
+    ("rope.cu", include_str!("cu/rope.cu")),
+    ("rows.cu", include_str!("cu/rows.cu")),
+    ("sort.cu", include_str!("cu/sort.cu")),
+    ("attention.cu", include_str!("cu/attention.cu")),
+    ("decode.cu", include_str!("cu/decode.cu")),
+    ("gemv.cu", include_str!("cu/gemv.cu")),
+];
+
+/// The vendor prelude of NVRTC: what the shared sources spell vendor-neutrally (`WARP_SHFL_XOR`,
+/// `DOT4_I8`, `h2f`/`f2h`, ...) in CUDA terms.
+pub const CUDA_PRELUDE: &str = include_str!("cu/prelude_cuda.h");
+
+/// The vendor prelude of hiprtc (AMD GPUs), the same names in HIP terms; it leaves `WARP_SIZE` (the
+/// device's wavefront size) to [`prelude`].
+pub const HIP_PRELUDE: &str = include_str!("cu/prelude_hip.h");
+
+/// Which compiler the program is assembled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vendor {
+    /// NVRTC, for NVIDIA GPUs.
+    Cuda,
+    /// hiprtc, for AMD GPUs whose wavefronts have `warp_size` lanes.
+    Hip { warp_size: u32 },
+}
+
+/// The vendor-neutral sources as one translation unit (without a prelude).
+pub fn shared_source() -> String {
+    let mut s = String::new();
+    for (_, src) in SOURCES {
+        s.push_str(src);
+        s.push('\n');
+    }
+    s
+}
+
+/// The prelude of `vendor`.
+pub fn prelude(vendor: Vendor) -> String {
+    match vendor {
+        Vendor::Cuda => CUDA_PRELUDE.to_string(),
+        Vendor::Hip { warp_size } => format!("#define WARP_SIZE {warp_size}\n{HIP_PRELUDE}"),
+    }
+}
+
+/// The whole kernel program for `vendor`: its prelude, then the shared sources.
+pub fn program(vendor: Vendor) -> String {
+    prelude(vendor) + &shared_source()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggml_core::DType;
+
+    #[test]
+    fn program_names_every_kernel() {
+        let src = program(Vendor::Cuda);
+        for name in crate::dispatch::NAMED_KERNELS {
+            assert!(
+                src.contains(&format!("void {name}(")),
+                "kernel {name} missing from the sources"
+            );
+        }
+        // The GEMV and dequantizer families are instantiated by macros, one line per type.
+        for t in DType::WEIGHTS {
+            let tn = crate::dispatch::type_name(t).unwrap();
+            assert!(
+                src.contains(&format!("GEMV_KERNELS({tn}, ")),
+                "GEMV for {t}"
+            );
+            if t.is_quantized() {
+                assert!(
+                    src.contains(&format!("DEQUANT_KERNEL({tn}, ")),
+                    "dequantizer for {t}"
+                );
+            }
+        }
+    }
+
+    /// Constructs that only one vendor compiles (or that mean something else on the other), with
+    /// what the shared sources use instead (defined by both vendor preludes).
+    const VENDOR_CONSTRUCTS: [(&str, &str); 11] = [
+        ("asm(", "inline assembly: move it into the vendor preludes"),
+        (
+            "asm volatile",
+            "inline assembly: move it into the vendor preludes",
+        ),
+        ("__shfl", "WARP_SHFL_XOR / WARP_SHFL_DOWN"),
+        ("__dp4a", "DOT4_I8"),
+        ("__syncwarp", "WARP_SYNC()"),
+        (
+            "__ballot",
+            "no prelude name yet: ballots are 64-bit on CDNA",
+        ),
+        (
+            "__activemask",
+            "no prelude name yet: masks are 64-bit on CDNA",
+        ),
+        ("warpSize", "WARP_SIZE (a compile-time constant)"),
+        ("cuda_fp16", "h2f / f2h"),
+        ("__half", "h2f / f2h on u16 bits"),
+        ("__nv_bfloat16", "bf2f / f2bf on u16 bits"),
+    ];
+
+    #[test]
+    fn the_shared_sources_hold_no_vendor_construct() {
+        let mut found = Vec::new();
+        for (name, text) in SOURCES {
+            for (line_no, line) in text.lines().enumerate() {
+                for (construct, instead) in VENDOR_CONSTRUCTS {
+                    if line.contains(construct) {
+                        found.push(format!("{name}:{}: {construct} -> {instead}", line_no + 1));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "vendor-specific constructs:\n{}",
+            found.join("\n")
+        );
+        let program = program(Vendor::Cuda);
+        assert!(program.starts_with(CUDA_PRELUDE));
+        assert_eq!(
+            program.matches("asm(").count(),
+            2,
+            "only the prelude's conversions"
+        );
+    }
+
+    #[test]
+    fn both_preludes_define_the_whole_contract() {
+        let contract = [
+            "#define WARP_SHFL_XOR(v, o) ",
+            "#define WARP_SHFL_DOWN(v, o) ",
+            "#define WARP_SYNC() ",
+            "#define DOT4_I8(a, b, c) ",
+            " h2f(unsigned short h) ",
+            " f2h(float f) ",
+        ];
+        for (vendor, prelude) in [("CUDA", CUDA_PRELUDE), ("HIP", HIP_PRELUDE)] {
+            for name in contract {
+                assert!(prelude.contains(name), "{vendor} prelude: {name}");
+            }
+        }
+        assert!(CUDA_PRELUDE.contains("#define WARP_SIZE 32\n"));
+        assert!(
+            !HIP_PRELUDE.contains("#define WARP_SIZE"),
+            "the HIP prelude leaves it to the device"
+        );
+    }
+
+    #[test]
+    fn the_cuda_program_is_its_prelude_then_the_shared_sources() {
+        assert_eq!(
+            program(Vendor::Cuda),
+            format!("{CUDA_PRELUDE}{}", shared_source())
+        );
+    }
+
+    #[test]
+    fn the_hip_program_has_no_inline_ptx_and_its_wavefront_size() {
+        for warp_size in [32, 64] {
+            let hip = program(Vendor::Hip { warp_size });
+            assert!(!hip.contains("asm("));
+            assert!(hip.starts_with(&format!("#define WARP_SIZE {warp_size}\n")));
+            assert!(hip.contains("#define GGML_TP_HIP 1\n"));
+        }
+    }
+}

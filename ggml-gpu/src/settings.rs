@@ -1,0 +1,50 @@
+//! ggml-gpu's settings, read once from the environment through [`ggml_core::env`]; each switch turns
+//! one dispatch path off for A/B measurements:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
+//! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
+//! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU, rope of k with its cache write (default on) |
+
+use std::sync::OnceLock;
+
+/// The switches of the dispatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `GGML_TP_ATTN_VEC`: decode attention may take `k_flash_attn_vec`.
+    pub attn_vec: bool,
+    /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
+    pub group_products: bool,
+    /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
+    pub fuse_decode: bool,
+}
+
+impl Default for Settings {
+    /// Every path on.
+    fn default() -> Self {
+        Settings {
+            attn_vec: true,
+            group_products: true,
+            fuse_decode: true,
+        }
+    }
+}
+
+impl Settings {
+    /// The settings as the environment gives them now.
+    pub fn from_env() -> Settings {
+        let d = Settings::default();
+        Settings {
+            attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
+            group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
+            fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
+        }
+    }
+}
+
+/// The settings, read on first use.
+pub fn settings() -> &'static Settings {
+    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    SETTINGS.get_or_init(Settings::from_env)
+}
