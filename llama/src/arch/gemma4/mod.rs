@@ -7,34 +7,33 @@
 //!
 //! Optional parts: the last `attention.shared_kv_layers` layers attend to the cache of the last
 //! earlier layer of their kind and have no K/V projections; a global layer without `attn_v` uses its
-//! K projection as V; per-layer token embeddings ([`PerLayerEmbd`], [`PerLayerInput`]) mix a slice
-//! of a second embedding table into every layer's output; MoE files run a dense FFN and experts
-//! side by side ([`DenseAndMoe`]).
+//! K projection as V; per-layer token embeddings ([`weights::PerLayerEmbd`]) mix a slice of a second
+//! embedding table into every layer's output (the model's
+//! [`Extension`](super::shared::hooks::Extension)); MoE files run a dense FFN and experts side by
+//! side ([`weights::DenseAndMoe`], a [`CustomFfn`](super::shared::hooks::CustomFfn)). Here the
+//! hyper-parameters; [`weights`] loads the tensors, [`forward`] builds the Gemma 4 parts of the graph.
 //!
 //! Tensor parallelism: attention splits by whole GQA groups like every architecture (a global layer
 //! whose query heads all share one KV head is a single group, so it stays mirrored); the dense FFN
 //! and the experts split by FFN rows; the per-layer-embedding weights stay mirrored (they are small,
 //! and splitting them would cost one more all-reduce per layer).
 
-use super::blocks::{
-    blk, layer_norm, Attention, AttnSpec, AttnVariant, Dense, Ffn, Gating, Layer, Mixer, Moe,
-};
-use crate::model::config::{Arch, Meta, ModelConfig};
-use crate::model::weights::{Home, Loader, Weight};
-use crate::model::ModelError;
-use backend_meta::WeightSplit;
-use ggml_core::gguf::GgufFile;
-use ggml_core::{GluOp, RopeMode};
-
+mod forward;
 #[cfg(test)]
 mod tests;
+mod weights;
+
+use super::shared::config::ModelConfig;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::Meta;
+use ggml_core::gguf::GgufFile;
+use ggml_core::RopeMode;
+pub use weights::load;
 
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::Gemma4, RopeMode::Neox, n_vocab)?;
-    let m = Meta {
-        file,
-        prefix: "gemma4",
-    };
+    let m = Arch::Gemma4.meta(file);
     let n = cfg.n_layer;
     let swa = m
         .opt_flags("attention.sliding_window_pattern", n)?
@@ -84,9 +83,6 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
     cfg.embd_scale = Some((cfg.n_embd as f32).sqrt());
     cfg.attn_scale = 1.0;
     cfg.kv_source = kv_sources(&m, &swa)?;
-    cfg.n_embd_per_layer = m
-        .opt_usize("embedding_length_per_layer_input")?
-        .unwrap_or(0);
     cfg.final_logit_softcap = m.opt_f32("final_logit_softcapping")?.filter(|&c| c > 0.0);
     if m.opt_usize("expert_count")?.unwrap_or(0) > 0 {
         cfg.set_moe(&m)?;
@@ -122,108 +118,8 @@ fn kv_sources(m: &Meta, swa: &[bool]) -> Result<Vec<usize>, ModelError> {
         .collect()
 }
 
-/// The model part of the per-layer token embeddings: a second embedding table
-/// `[n_embd_per_layer · n_layer, n_vocab]`, the projection of the (scaled) token embeddings onto the
-/// same width, and the RMSNorm `[n_embd_per_layer]` of that projection per layer.
-pub struct PerLayerEmbd {
-    pub table: Weight,
-    pub proj: Weight,
-    pub proj_norm: Weight,
-}
-
-impl PerLayerEmbd {
-    /// Loads the per-layer embeddings of a model that has them (mirrored, with the embeddings).
-    pub fn load(ld: &Loader, cfg: &ModelConfig) -> Result<Option<PerLayerEmbd>, ModelError> {
-        let n = cfg.n_embd_per_layer;
-        if n == 0 {
-            return Ok(None);
-        }
-        let all = n * cfg.n_layer;
-        let get = |name: &str, ne: &[usize]| ld.get(name, ne, WeightSplit::Mirrored, Home::First);
-        Ok(Some(PerLayerEmbd {
-            table: get("per_layer_token_embd.weight", &[all, cfg.n_vocab])?,
-            proj: get("per_layer_model_proj.weight", &[cfg.n_embd, all])?,
-            proj_norm: get("per_layer_proj_norm.weight", &[n])?,
-        }))
-    }
-}
-
-/// One layer's use of its per-layer input: `gate` `[n_embd, n_embd_per_layer]` (GELU) times the
-/// layer's slice, projected back by `proj` `[n_embd_per_layer, n_embd]`, RMS-normed by `post_norm`
-/// and added to the layer's output.
-pub struct PerLayerInput {
-    pub gate: Weight,
-    pub proj: Weight,
-    pub post_norm: Weight,
-}
-
-/// Gemma 4's MoE FFN: the dense FFN (on the layer's FFN-normed input) with its own post-norm, plus the
-/// experts on the residual normed by `moe_norm`, with their own post-norm. The router reads the
-/// residual RMS-normed, divided by √n_embd and scaled by `router_scale`.
-pub struct DenseAndMoe {
-    pub dense: Dense,
-    pub dense_post_norm: Weight,
-    pub moe_norm: Weight,
-    pub router_scale: Weight,
-    pub moe: Moe,
-    pub moe_post_norm: Weight,
-}
-
-pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelError> {
-    let spec = AttnSpec {
-        qk_norm: true,
-        sinks: false,
-    };
-    let variant = AttnVariant {
-        q_gate: false,
-        v_may_be_k: true,
-        v_norm: true,
-        no_rope_freqs: cfg.swa_layers[l],
-    };
-    let dense = Dense::load(ld, cfg, l, GluOp::Geglu)?;
-    let ffn = if ld.info(&blk(l, "ffn_gate_inp.weight")).is_some() {
-        let home = Home::Layer(l);
-        let scale = blk(l, "ffn_gate_inp.scale");
-        Ffn::DenseAndMoe(Box::new(DenseAndMoe {
-            dense,
-            dense_post_norm: layer_norm(ld, cfg, l, "post_ffw_norm_1")?,
-            moe_norm: layer_norm(ld, cfg, l, "pre_ffw_norm_2")?,
-            router_scale: ld.get(&scale, &[cfg.n_embd], WeightSplit::Mirrored, home)?,
-            moe: Moe::load(ld, cfg, l, Gating::Softmax { renorm: true }, GluOp::Geglu)?,
-            moe_post_norm: layer_norm(ld, cfg, l, "post_ffw_norm_2")?,
-        }))
-    } else {
-        Ffn::Dense(Box::new(dense))
-    };
-    let per_layer_input = if cfg.n_embd_per_layer > 0 {
-        let (d, n) = (cfg.n_embd, cfg.n_embd_per_layer);
-        let get = |name: &str, ne: &[usize]| {
-            ld.get(&blk(l, name), ne, WeightSplit::Mirrored, Home::Layer(l))
-        };
-        Some(PerLayerInput {
-            gate: get("inp_gate.weight", &[d, n])?,
-            proj: get("proj.weight", &[n, d])?,
-            post_norm: layer_norm(ld, cfg, l, "post_norm")?,
-        })
-    } else {
-        None
-    };
-    let out_scale = ld.opt(
-        &blk(l, "layer_output_scale.weight"),
-        &[1],
-        WeightSplit::Mirrored,
-        Home::Layer(l),
-    )?;
-    Ok(Layer {
-        attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
-        mixer: Mixer::Attention(Box::new(Attention::load_variant(
-            ld, cfg, l, spec, variant,
-        )?)),
-        attn_post_norm: Some(layer_norm(ld, cfg, l, "post_attention_norm")?),
-        ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
-        ffn,
-        ffn_post_norm: Some(layer_norm(ld, cfg, l, "post_ffw_norm")?),
-        per_layer_input,
-        out_scale,
-    })
+/// The width of the per-layer token embeddings fed to every layer (0: none).
+fn n_embd_per_layer(m: &Meta) -> Result<usize, ModelError> {
+    Ok(m.opt_usize("embedding_length_per_layer_input")?
+        .unwrap_or(0))
 }
