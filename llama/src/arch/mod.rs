@@ -1,8 +1,8 @@
-//! The architectures: one module folder per family ([`llama`](self::llama), [`qwen`], [`qwen35`],
-//! [`gemma3`], [`gemma4`], [`gpt_oss`]) reads its hyper-parameters and says how each layer's weights
-//! are named and split, on the shared building blocks, hyper-parameters and graph builder of
-//! [`shared`]. An architecture with model-wide parts beyond the embeddings, layers and head (Gemma 4's
-//! per-layer token embeddings) returns them with its layers as a [`shared::hooks::Extension`].
+//! The architectures: one module folder per family (`llama`, `qwen`, `qwen35`, `gemma3`, `gemma4`,
+//! `gpt_oss`) reads its hyper-parameters and says how each layer's weights are named and split, on
+//! the shared building blocks, hyper-parameters and graph builder of [`shared`]. An architecture with
+//! model-wide parts beyond the embeddings, layers and head (Gemma 4's per-layer token embeddings)
+//! returns them with its layers as a [`shared::hooks::Extension`].
 //!
 //! Below: [`crate::load`] (placement, weight loading, metadata), which knows no architecture. Above:
 //! [`crate::model`], which loads a file and dispatches here by [`Arch`].
