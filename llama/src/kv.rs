@@ -5,11 +5,11 @@
 //! The other (delta-net) layers keep a recurrent state per sequence instead ([`RecurrentState`]).
 //! Also the host-built attention masks of one sequence over the first `n_kv` slots of its region. A
 //! layer that attends to an earlier layer's cache
-//! ([`ModelConfig::kv_source`](crate::model::config::ModelConfig::kv_source)) has none of its own:
+//! ([`ModelConfig::kv_source`](crate::ModelConfig::kv_source)) has none of its own:
 //! its entry is that layer's tensors.
 
-use crate::arch::blocks::Mixer;
-use crate::model::weights::{Alloc, Home, Weight};
+use crate::arch::shared::blocks::Mixer;
+use crate::load::{Alloc, Home, Weight};
 use crate::model::{Model, ModelError};
 use crate::state::RecurrentState;
 use backend_meta::WeightSplit;
@@ -51,12 +51,10 @@ impl KvCache {
             ModelError::Input(format!("{n_seq} sequences of {n_ctx} slots overflow"))
         })?;
         let cfg = &model.config;
-        let alloc = Alloc {
-            placement: &model.placement,
-            layer_device: &model.layer_device,
-        };
-        let mut layers: Vec<Option<(Weight, Weight)>> = Vec::with_capacity(model.layers.len());
-        for (l, layer) in model.layers.iter().enumerate() {
+        let alloc = model.alloc();
+        let model_layers = &model.weights.layers;
+        let mut layers: Vec<Option<(Weight, Weight)>> = Vec::with_capacity(model_layers.len());
+        for (l, layer) in model_layers.iter().enumerate() {
             let Mixer::Attention(attn) = &layer.mixer else {
                 layers.push(None);
                 continue;

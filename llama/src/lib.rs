@@ -4,8 +4,10 @@
 
 pub mod arch;
 pub mod chat;
+mod error;
 pub mod generate;
 pub mod kv;
+pub mod load;
 pub mod model;
 mod pass;
 pub mod runtime;
@@ -15,7 +17,8 @@ pub mod slot_file;
 pub mod state;
 pub mod tokenizer;
 
-pub use model::config::{Arch, ModelConfig};
+pub use arch::shared::config::ModelConfig;
+pub use arch::Arch;
 pub use model::{Model, ModelError, Placement};
 pub use pass::PassStats;
 pub use runtime::{BatchSession, Logits, Outputs, SeqTokens, Session, SessionOptions};

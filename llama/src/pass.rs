@@ -1,5 +1,5 @@
 //! One forward pass of a batch session: the graph of a batch (its input tensors and logits),
-//! built by [`crate::arch::forward`] and planned by the scheduler, then run with the batch's
+//! built by [`crate::arch::shared::forward`] and planned by the scheduler, then run with the batch's
 //! token ids, positions, cache rows and masks written into its inputs. A [`Passes`] keeps the last
 //! graph: a batch of the same make-up (sequences, their token counts, attended cache lengths and
 //! outputs; typically every decode step while the cache length stays in one
@@ -7,7 +7,7 @@
 //! saves the host that work per token. `GGML_TP_TIMING=1` ([`crate::settings`]) keeps the host time
 //! of each phase and prints it when the session drops.
 
-use crate::arch::forward::{self, Inputs, SeqInputs};
+use crate::arch::shared::forward::{self, Inputs, SeqInputs};
 use crate::kv::{self, KvCache};
 use crate::model::{Model, ModelError};
 use crate::runtime::{Logits, Outputs};
@@ -218,7 +218,7 @@ fn build(model: &Model, kv: &KvCache, parts: &[Part], shape: Shape) -> Result<Bu
             None
         },
     };
-    let logits = forward::build(&mut g, model, kv, &inputs, t)?;
+    let logits = forward::build(&mut g, &model.config, &model.weights, kv, &inputs, t)?;
     Ok(Built {
         shape,
         graph: g,

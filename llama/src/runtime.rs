@@ -198,7 +198,7 @@ impl BatchSession {
     }
 
     /// Whether one [`BatchSession::eval`] may hold several sequences (see
-    /// [`crate::model::config::Arch::batches_sequences`]).
+    /// [`crate::Arch::batches_sequences`]).
     pub fn batches_sequences(&self) -> bool {
         self.model.config.arch.batches_sequences()
     }

@@ -7,8 +7,8 @@
 //! earlier position: they can only be cleared. A forward pass over such layers holds the tokens of
 //! one sequence, whose state it reads and updates.
 
-use crate::arch::blocks::Mixer;
-use crate::model::weights::{Alloc, Home, Weight};
+use crate::arch::shared::blocks::Mixer;
+use crate::load::{Home, Weight};
 use crate::model::{Model, ModelError};
 use backend_meta::WeightSplit;
 use ggml_core::{DType, Layout};
@@ -31,10 +31,7 @@ pub struct RecurrentState {
 impl RecurrentState {
     /// Zeroed states of `n_seq` sequences for the delta-net layers of `model`.
     pub fn new(model: &Model, n_seq: usize) -> Result<RecurrentState, ModelError> {
-        let alloc = Alloc {
-            placement: &model.placement,
-            layer_device: &model.layer_device,
-        };
+        let alloc = model.alloc();
         let tensor = |name: String, ne: [usize; 4], l: usize| -> Result<Weight, ModelError> {
             let layout = Layout::contiguous(DType::F32, ne);
             let data = alloc.alloc(&name, layout, &WeightSplit::Mirrored, Home::Layer(l))?;
@@ -42,8 +39,8 @@ impl RecurrentState {
         };
         let mut seqs = Vec::with_capacity(n_seq);
         for seq in 0..n_seq {
-            let mut layers = Vec::with_capacity(model.layers.len());
-            for (l, layer) in model.layers.iter().enumerate() {
+            let mut layers = Vec::with_capacity(model.weights.layers.len());
+            for (l, layer) in model.weights.layers.iter().enumerate() {
                 let state = match (&layer.mixer, &model.config.delta_net) {
                     (Mixer::DeltaNet(_), Some(c)) => Some(LayerState {
                         conv: tensor(

@@ -3,8 +3,9 @@
 //! layers and tensor-split (where fused expert halves get cut differently), and clear errors for
 //! inconsistent files.
 
-use crate::arch::blocks::Mixer;
-use crate::model::config::AttnShape;
+use crate::arch::shared::blocks::Mixer;
+use crate::arch::shared::config::AttnShape;
+use crate::arch::Arch;
 use crate::model::{Model, ModelError, Placement};
 use crate::runtime::{Outputs, Session, SessionOptions};
 use backend_cpu::device::cpu_devices;
@@ -231,7 +232,8 @@ fn reads_per_layer_shapes_shared_kv_and_rope() {
     assert_eq!(cfg.swa_layers, SWA.to_vec());
     assert_eq!(cfg.kv_source, vec![0, 1, 0, 1]);
     assert_eq!((cfg.rope.freq_base, cfg.rope_swa.freq_base), (1e6, 1e4));
-    assert_eq!(cfg.n_embd_per_layer, PER_LAYER);
+    let per_layer = super::n_embd_per_layer(&Arch::Gemma4.meta(&tiny(Flaw::None))).unwrap();
+    assert_eq!(per_layer, PER_LAYER);
     assert_eq!(cfg.final_logit_softcap, Some(5.0));
     assert_eq!(
         (cfg.attn_scale, cfg.embd_scale),
@@ -242,7 +244,7 @@ fn reads_per_layer_shapes_shared_kv_and_rope() {
 #[test]
 fn heads_split_by_groups_and_single_group_layers_stay_mirrored() {
     let model = Model::from_gguf(&tiny(Flaw::None), &tensor(&[1.0, 1.0])).unwrap();
-    let attn = |l: usize| match &model.layers[l].mixer {
+    let attn = |l: usize| match &model.weights.layers[l].mixer {
         Mixer::Attention(a) => a,
         Mixer::DeltaNet(_) => panic!("layer {l} of a Gemma 4 model is a delta net"),
     };

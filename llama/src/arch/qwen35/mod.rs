@@ -1,5 +1,5 @@
 //! Qwen3.5 (dense), Qwen3.5-MoE and Qwen3-Next: hybrid decoders whose layers are gated delta nets
-//! ([`super::delta_net`]) except every `full_attention_interval`-th one, a gated attention layer
+//! ([`super::shared::delta_net`]) except every `full_attention_interval`-th one, a gated attention layer
 //! (the query projection yields per head the query and a sigmoid output gate; Q/K RMS norms; GQA;
 //! rotary embedding over the first `rope.dimension_count` dimensions of each head). Each layer:
 //! `attn_norm` → mixer → residual → `post_attention_norm` → SwiGLU FFN (Qwen3.5) or softmax top-k
@@ -9,22 +9,18 @@
 //! text all three are the token's position, so it is NeoX RoPE as long as the sections give every
 //! pair one of them (the fourth component is 0 for text). Qwen3-Next uses NeoX RoPE.
 
-use super::blocks::{
-    layer_norm, Attention, AttnSpec, AttnVariant, Dense, Ffn, Gating, Layer, Mixer, Moe,
-};
-use super::delta_net::DeltaNet;
-use crate::model::config::{Arch, DeltaNetConfig, KeyHeadMap, Meta, ModelConfig};
-use crate::model::weights::Loader;
-use crate::model::ModelError;
+use super::shared::blocks::{layer_norm, Attention, AttnSpec, AttnVariant, Ffn, Layer, Mixer};
+use super::shared::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
+use super::shared::delta_net::DeltaNet;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::{Loader, Meta};
 use ggml_core::gguf::GgufFile;
-use ggml_core::{GluOp, RopeMode};
+use ggml_core::RopeMode;
 
 pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, arch, RopeMode::Neox, n_vocab)?;
-    let m = Meta {
-        file,
-        prefix: arch.name(),
-    };
+    let m = arch.meta(file);
     if arch != Arch::Qwen35 {
         cfg.set_moe(&m)?;
         if let Some(moe) = cfg.moe.as_mut().filter(|moe| moe.n_ff_shexp == 0) {
@@ -126,17 +122,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
             ld, cfg, l, spec, variant,
         )?))
     };
-    let ffn = if cfg.moe.is_some() {
-        Ffn::Moe(Box::new(Moe::load(
-            ld,
-            cfg,
-            l,
-            Gating::Softmax { renorm: true },
-            GluOp::Swiglu,
-        )?))
-    } else {
-        Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
-    };
+    let ffn = Ffn::swiglu(ld, cfg, l)?;
     Ok(Layer {
         attn_norm: layer_norm(ld, cfg, l, "attn_norm")?,
         mixer,
@@ -144,7 +130,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn,
         ffn_post_norm: None,
-        per_layer_input: None,
         out_scale: None,
     })
 }

@@ -2,7 +2,8 @@
 //! of layers, or sharded over a meta device with the split the architecture declares), and the copy from
 //! the memory-mapped GGUF file into the device buffers.
 
-use super::{ModelError, Placement};
+use super::Placement;
+use crate::error::ModelError;
 use backend_meta::WeightSplit;
 use ggml_core::gguf::{GgufFile, TensorInfo};
 use ggml_core::{DType, DataRef, Graph, Layout, TensorId};

@@ -2,179 +2,11 @@
 //! architecture needs are read here; architecture-specific ones (sliding-window pattern, expert counts)
 //! by the architecture's own module through [`Meta`].
 
-use super::ModelError;
-use ggml_core::gguf::{Array, GgufFile, Value};
+use crate::arch::Arch;
+use crate::error::ModelError;
+use crate::load::Meta;
+use ggml_core::gguf::GgufFile;
 use ggml_core::{RopeMode, RopeParams};
-
-/// The architectures this runtime can build graphs for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Qwen3Moe,
-    Gemma3,
-    GptOss,
-    Qwen35,
-    Qwen35Moe,
-    Qwen3Next,
-    Gemma4,
-}
-
-impl Arch {
-    /// The architecture named by `general.architecture`.
-    pub fn from_name(name: &str) -> Option<Arch> {
-        Some(match name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "qwen3moe" => Arch::Qwen3Moe,
-            "gemma3" => Arch::Gemma3,
-            "gpt-oss" => Arch::GptOss,
-            "qwen35" => Arch::Qwen35,
-            "qwen35moe" => Arch::Qwen35Moe,
-            "qwen3next" => Arch::Qwen3Next,
-            "gemma4" => Arch::Gemma4,
-            _ => return None,
-        })
-    }
-
-    /// The GGUF name (and metadata key prefix).
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Gemma3 => "gemma3",
-            Arch::GptOss => "gpt-oss",
-            Arch::Qwen35 => "qwen35",
-            Arch::Qwen35Moe => "qwen35moe",
-            Arch::Qwen3Next => "qwen3next",
-            Arch::Gemma4 => "gemma4",
-        }
-    }
-
-    /// Whether one forward pass may hold the tokens of several sequences: true where a sequence's
-    /// only state is its KV cache region; an architecture with a recurrent per-sequence state runs
-    /// one sequence per pass.
-    pub fn batches_sequences(self) -> bool {
-        match self {
-            Arch::Llama
-            | Arch::Qwen2
-            | Arch::Qwen3
-            | Arch::Qwen3Moe
-            | Arch::Gemma3
-            | Arch::GptOss
-            | Arch::Gemma4 => true,
-            // Delta-net layers: a pass updates the recurrent state of its one sequence.
-            Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => false,
-        }
-    }
-}
-
-/// Typed access to `<arch>.<key>` metadata with errors that name the key.
-pub struct Meta<'a> {
-    pub file: &'a GgufFile,
-    pub prefix: &'static str,
-}
-
-impl Meta<'_> {
-    fn key(&self, k: &str) -> String {
-        format!("{}.{k}", self.prefix)
-    }
-
-    /// A required integer.
-    pub fn usize(&self, k: &str) -> Result<usize, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Err(ModelError::MissingKey(key)),
-            Some(v) => v.as_usize().ok_or(ModelError::BadKey {
-                key,
-                msg: format!("expected an integer, found {}", v.describe()),
-            }),
-        }
-    }
-
-    /// An optional integer.
-    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
-        match self.file.get(&self.key(k)) {
-            None => Ok(None),
-            Some(_) => self.usize(k).map(Some),
-        }
-    }
-
-    /// An optional float.
-    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(v) => v.as_f32().map(Some).ok_or(ModelError::BadKey {
-                key,
-                msg: format!("expected a float, found {}", v.describe()),
-            }),
-        }
-    }
-
-    /// A required float.
-    pub fn f32(&self, k: &str) -> Result<f32, ModelError> {
-        self.opt_f32(k)?
-            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
-    }
-
-    /// An optional array of integers.
-    pub fn opt_ints(&self, k: &str) -> Result<Option<Vec<i64>>, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_array()
-                .and_then(|a| a.to_ints())
-                .map(Some)
-                .ok_or(ModelError::BadKey {
-                    key,
-                    msg: format!("expected an array of integers, found {}", v.describe()),
-                }),
-        }
-    }
-
-    /// An optional string.
-    pub fn opt_str(&self, k: &str) -> Option<&str> {
-        self.file.get(&self.key(k)).and_then(|v| v.as_str())
-    }
-
-    /// An optional per-layer integer: one integer for every layer, or an array of `n_layer` integers.
-    pub fn opt_per_layer(&self, k: &str, n_layer: usize) -> Result<Option<Vec<usize>>, ModelError> {
-        let key = self.key(k);
-        let Some(v) = self.file.get(&key) else {
-            return Ok(None);
-        };
-        let values = match v {
-            Value::Array(a) => a.to_ints::<usize>().filter(|x| x.len() == n_layer),
-            other => other.as_usize().map(|x| vec![x; n_layer]),
-        };
-        values.map(Some).ok_or(ModelError::BadKey {
-            key,
-            msg: format!(
-                "expected an integer or {n_layer} integers, found {}",
-                v.describe()
-            ),
-        })
-    }
-
-    /// An optional array of `n_layer` booleans.
-    pub fn opt_flags(&self, k: &str, n_layer: usize) -> Result<Option<Vec<bool>>, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(Value::Array(Array::Bool(v))) if v.len() == n_layer => Ok(Some(v.clone())),
-            Some(v) => Err(ModelError::BadKey {
-                key,
-                msg: format!("expected {n_layer} booleans, found {}", v.describe()),
-            }),
-        }
-    }
-}
 
 /// Mixture-of-experts sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,8 +101,6 @@ pub struct ModelConfig {
     /// Per layer: the layer whose KV cache it attends to; itself, or for Gemma 4's shared-KV layers an
     /// earlier layer of the same kind (the layer then has no K/V projections and no cache of its own).
     pub kv_source: Vec<usize>,
-    /// Width of the per-layer token embeddings fed to every layer (Gemma 4; 0: none).
-    pub n_embd_per_layer: usize,
     /// Final logit soft-capping `c`: logits become `c · tanh(logits / c)` (Gemma 4).
     pub final_logit_softcap: Option<f32>,
 }
@@ -284,10 +114,7 @@ impl ModelConfig {
         rope_mode: RopeMode,
         n_vocab: usize,
     ) -> Result<ModelConfig, ModelError> {
-        let m = Meta {
-            file,
-            prefix: arch.name(),
-        };
+        let m = arch.meta(file);
         let n_embd = m.usize("embedding_length")?;
         let n_layer = m.usize("block_count")?;
         let n_head = m.usize("attention.head_count")?;
@@ -384,7 +211,6 @@ impl ModelConfig {
                 Vec::new()
             },
             kv_source: (0..n_layer).collect(),
-            n_embd_per_layer: 0,
             final_logit_softcap: None,
         })
     }
@@ -431,6 +257,13 @@ impl ModelConfig {
     /// The dense feed-forward width of layer `l`.
     pub fn n_ff_of(&self, l: usize) -> usize {
         self.layer_n_ff.get(l).copied().unwrap_or(self.n_ff)
+    }
+
+    /// The delta-net sizes; an error for a model without them.
+    pub fn delta_net_sizes(&self) -> Result<&DeltaNetConfig, ModelError> {
+        self.delta_net.as_ref().ok_or_else(|| {
+            ModelError::Unsupported(format!("{} without delta-net sizes", self.arch.name()))
+        })
     }
 
     /// The rotary embedding of layer `l`.

@@ -2,19 +2,17 @@
 //! and FFN, GELU-gated FFN, NeoX RoPE, and interleaved sliding-window attention (by default five
 //! windowed layers, RoPE base 10 000, then one global layer with the file's base and scaling).
 
-use super::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Layer, Mixer};
-use crate::model::config::{Arch, Meta, ModelConfig};
-use crate::model::weights::Loader;
-use crate::model::ModelError;
+use super::shared::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Layer, Mixer};
+use super::shared::config::ModelConfig;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::Loader;
 use ggml_core::gguf::GgufFile;
 use ggml_core::{GluOp, RopeMode};
 
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::Gemma3, RopeMode::Neox, n_vocab)?;
-    let m = Meta {
-        file,
-        prefix: "gemma3",
-    };
+    let m = Arch::Gemma3.meta(file);
     let period = m
         .opt_usize("attention.sliding_window_pattern")?
         .unwrap_or(6)
@@ -45,7 +43,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
         ffn: Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Geglu)?)),
         ffn_post_norm: Some(layer_norm(ld, cfg, l, "post_ffw_norm")?),
-        per_layer_input: None,
         out_scale: None,
     })
 }

@@ -2,19 +2,17 @@
 //! RoPE; mixture of experts with a biased router (top-k of the raw scores, softmax over the chosen),
 //! biased experts (MXFP4 in the released files) and SwiGLU-OAI.
 
-use super::blocks::{layer_norm, Attention, AttnSpec, Ffn, Gating, Layer, Mixer, Moe};
-use crate::model::config::{Arch, Meta, ModelConfig};
-use crate::model::weights::Loader;
-use crate::model::ModelError;
+use super::shared::blocks::{layer_norm, Attention, AttnSpec, Ffn, Gating, Layer, Mixer, Moe};
+use super::shared::config::ModelConfig;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::Loader;
 use ggml_core::gguf::GgufFile;
 use ggml_core::{GluOp, RopeMode};
 
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::GptOss, RopeMode::Neox, n_vocab)?;
-    let m = Meta {
-        file,
-        prefix: "gpt-oss",
-    };
+    let m = Arch::GptOss.meta(file);
     cfg.set_swa(&m, |l| l % 2 == 0)?;
     cfg.set_moe(&m)?;
     Ok(cfg)
@@ -36,7 +34,6 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         ffn_norm: layer_norm(ld, cfg, l, "post_attention_norm")?,
         ffn: Ffn::Moe(Box::new(Moe::load(ld, cfg, l, Gating::SoftmaxOfTopK, act)?)),
         ffn_post_norm: None,
-        per_layer_input: None,
         out_scale: None,
     })
 }

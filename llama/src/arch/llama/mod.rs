@@ -1,19 +1,17 @@
 //! Llama (Llama 2/3, SmolLM2, Mistral-style MoE when the file has experts): RMSNorm pre-norm layers,
 //! GQA attention with normal (adjacent-pair) RoPE and optional Llama 3 frequency factors, SwiGLU FFN.
 
-use super::blocks::{AttnSpec, Dense, Ffn, Gating, Layer, Moe};
-use crate::model::config::{Arch, Meta, ModelConfig};
-use crate::model::weights::Loader;
-use crate::model::ModelError;
+use super::shared::blocks::{AttnSpec, Ffn, Layer};
+use super::shared::config::ModelConfig;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::Loader;
 use ggml_core::gguf::GgufFile;
-use ggml_core::{GluOp, RopeMode};
+use ggml_core::RopeMode;
 
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::Llama, RopeMode::Normal, n_vocab)?;
-    let m = Meta {
-        file,
-        prefix: "llama",
-    };
+    let m = Arch::Llama.meta(file);
     if m.opt_usize("expert_count")?.unwrap_or(0) > 0 {
         cfg.set_moe(&m)?;
     }
@@ -21,16 +19,6 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
 }
 
 pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelError> {
-    let ffn = if cfg.moe.is_some() {
-        Ffn::Moe(Box::new(Moe::load(
-            ld,
-            cfg,
-            l,
-            Gating::Softmax { renorm: true },
-            GluOp::Swiglu,
-        )?))
-    } else {
-        Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
-    };
+    let ffn = Ffn::swiglu(ld, cfg, l)?;
     Layer::pre_norm(ld, cfg, l, AttnSpec::default(), ffn)
 }

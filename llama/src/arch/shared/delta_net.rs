@@ -18,10 +18,11 @@
 //! share key heads round-robin) regrouped at load time and the fused Q/K/V rows cut per segment; the
 //! full-attention and FFN/MoE layers of these models split as usual.
 
+use super::blocks::blk;
+use super::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
 use super::forward::Fwd;
-use crate::model::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
-use crate::model::weights::{Home, Loader, Weight};
-use crate::model::ModelError;
+use crate::error::ModelError;
+use crate::load::{Home, Loader, Weight};
 use crate::state::RecurrentState;
 use backend_meta::WeightSplit;
 use ggml_core::{Graph, TensorId, UnaryOp};
@@ -56,16 +57,10 @@ pub struct DeltaNet {
     pub out: Weight,
 }
 
-fn blk(l: usize, name: &str) -> String {
-    format!("blk.{l}.{name}")
-}
-
 impl DeltaNet {
     /// Loads the delta-net weights of layer `l`, all mirrored.
     pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<DeltaNet, ModelError> {
-        let c = cfg.delta_net.as_ref().ok_or_else(|| {
-            ModelError::Unsupported(format!("{} without delta-net sizes", cfg.arch.name()))
-        })?;
+        let c = cfg.delta_net_sizes()?;
         let (d, nv, vd) = (cfg.n_embd, c.n_v_heads, c.head_dim * c.n_v_heads);
         let get = |name: &str, ne: &[usize]| {
             ld.get(&blk(l, name), ne, WeightSplit::Mirrored, Home::Layer(l))
@@ -157,13 +152,8 @@ impl Fwd<'_> {
         rs: &RecurrentState,
         seq: usize,
     ) -> Result<TensorId, ModelError> {
-        let model = self.model;
-        let c = model.config.delta_net.as_ref().ok_or_else(|| {
-            ModelError::Unsupported(format!(
-                "{} without delta-net sizes",
-                model.config.arch.name()
-            ))
-        })?;
+        let cfg = self.cfg;
+        let c = cfg.delta_net_sizes()?;
         let state = rs
             .layer(seq, l)
             .ok_or_else(|| ModelError::Unsupported(format!("layer {l} has no recurrent state")))?;
@@ -176,7 +166,7 @@ impl Fwd<'_> {
         let decay = self.decay(dn, alpha)?;
         let conv = self.short_conv(&dn.conv, qkv, &state.conv, c.conv_kernel)?;
 
-        let eps = model.config.rms_eps;
+        let eps = cfg.rms_eps;
         let q = self.g.view(conv, &[hd, nk, t], &[hd * F32, ch * F32], 0)?;
         // The L2 norm with the attention scale 1/√head_dim folded in.
         let q = self.l2_normalize(q, hd, eps, 1.0 / (hd as f32).sqrt())?;

@@ -2,20 +2,18 @@
 //! Qwen3-MoE (Qwen3 attention, softmax top-k experts renormalised to sum 1): pre-norm layers with
 //! NeoX RoPE.
 
-use super::blocks::{AttnSpec, Dense, Ffn, Gating, Layer, Moe};
-use crate::model::config::{Arch, Meta, ModelConfig};
-use crate::model::weights::Loader;
-use crate::model::ModelError;
+use super::shared::blocks::{AttnSpec, Ffn, Layer};
+use super::shared::config::ModelConfig;
+use super::Arch;
+use crate::error::ModelError;
+use crate::load::Loader;
 use ggml_core::gguf::GgufFile;
-use ggml_core::{GluOp, RopeMode};
+use ggml_core::RopeMode;
 
 pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, arch, RopeMode::Neox, n_vocab)?;
     if arch == Arch::Qwen3Moe {
-        cfg.set_moe(&Meta {
-            file,
-            prefix: arch.name(),
-        })?;
+        cfg.set_moe(&arch.meta(file))?;
     }
     Ok(cfg)
 }
@@ -25,16 +23,7 @@ pub fn layer(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Layer, ModelErr
         qk_norm: cfg.arch != Arch::Qwen2,
         sinks: false,
     };
-    let ffn = if cfg.arch == Arch::Qwen3Moe {
-        Ffn::Moe(Box::new(Moe::load(
-            ld,
-            cfg,
-            l,
-            Gating::Softmax { renorm: true },
-            GluOp::Swiglu,
-        )?))
-    } else {
-        Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
-    };
+    // Only Qwen3-MoE has expert counts.
+    let ffn = Ffn::swiglu(ld, cfg, l)?;
     Layer::pre_norm(ld, cfg, l, spec, ffn)
 }

@@ -5,14 +5,16 @@
 //! state of the batch's one sequence) → residual → norm → dense FFN or mixture of experts (with an
 //! optional shared expert) → residual, then the output norm and head for the requested rows. A batch
 //! holds the tokens of one or several sequences; everything but the attention runs on all of them at
-//! once. The Gemma 4 parts (per-layer inputs, dense FFN next to experts) are in [`gemma4`].
-
-mod gemma4;
+//! once. An architecture adds its own parts through [`super::hooks`] (Gemma 4: per-layer inputs,
+//! dense FFN next to experts).
 
 use super::blocks::{Attention, Dense, ExpertsIn, Ffn, Gating, Layer, Mixer, Moe};
+use super::config::ModelConfig;
+use super::hooks::Extension;
+use super::ModelWeights;
+use crate::error::ModelError;
 use crate::kv::KvCache;
-use crate::model::weights::Weight;
-use crate::model::{Model, ModelError};
+use crate::load::Weight;
 use ggml_core::{Graph, TensorId, UnaryOp};
 
 /// The inputs of one forward graph.
@@ -46,32 +48,30 @@ pub struct SeqInputs {
     pub mask_swa: Option<TensorId>,
 }
 
-/// Graph-building state of one forward pass.
-pub(super) struct Fwd<'a> {
-    pub(super) g: &'a mut Graph,
-    pub(super) model: &'a Model,
-    inp: &'a Inputs,
-    pub(super) n_tokens: usize,
+/// Graph-building state of one forward pass (what the architectures' [`super::hooks`] build on).
+pub struct Fwd<'a> {
+    pub(crate) g: &'a mut Graph,
+    pub(crate) cfg: &'a ModelConfig,
+    pub(crate) inp: &'a Inputs,
+    pub(crate) n_tokens: usize,
     /// Per layer with attention built so far: the written K and V caches it attends to (shared-KV
     /// layers reuse their source layer's, which orders them after its cache writes).
     kv_views: Vec<Option<(TensorId, TensorId)>>,
-    /// The per-layer inputs `[n_embd_per_layer, n_tokens, n_layer]` (Gemma 4).
-    per_layer: Option<TensorId>,
 }
 
 impl Fwd<'_> {
-    pub(super) fn bind(&mut self, w: &Weight) -> TensorId {
+    pub(crate) fn bind(&mut self, w: &Weight) -> TensorId {
         w.bind(self.g)
     }
 
-    pub(super) fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
-        let h = self.g.rms_norm(x, self.model.config.rms_eps)?;
+    pub(crate) fn norm(&mut self, x: TensorId, w: &Weight) -> Result<TensorId, ModelError> {
+        let h = self.g.rms_norm(x, self.cfg.rms_eps)?;
         let w = self.bind(w);
         Ok(self.g.mul(h, w)?)
     }
 
     /// `w · x (+ b)`.
-    pub(super) fn linear(
+    pub(crate) fn linear(
         &mut self,
         w: &Weight,
         x: TensorId,
@@ -123,7 +123,7 @@ impl Fwd<'_> {
         norm: Option<&Weight>,
         l: usize,
     ) -> Result<TensorId, ModelError> {
-        let cfg = &self.model.config;
+        let cfg = self.cfg;
         let mut y = self.g.reshape(y, &[head_dim, n_heads, self.n_tokens])?;
         if let Some(n) = norm {
             y = self.norm(y, n)?;
@@ -185,7 +185,7 @@ impl Fwd<'_> {
         x: TensorId,
         kv: &KvCache,
     ) -> Result<TensorId, ModelError> {
-        let cfg = &self.model.config;
+        let cfg = self.cfg;
         let shape = cfg.attn_shape(l);
         let (nh, nkv, t) = (shape.n_head, shape.n_head_kv, self.n_tokens);
         let projections = match (&a.wk, &a.wv) {
@@ -263,7 +263,7 @@ impl Fwd<'_> {
         self.linear(&a.wo, o, a.bo.as_ref())
     }
 
-    fn dense(&mut self, f: &Dense, x: TensorId) -> Result<TensorId, ModelError> {
+    pub(crate) fn dense(&mut self, f: &Dense, x: TensorId) -> Result<TensorId, ModelError> {
         let [gate, up] = self.linears([(&f.gate, None), (&f.up, None)], x)?;
         let h = self.g.glu(f.act, gate, up)?;
         self.linear(&f.down, h, None)
@@ -295,13 +295,13 @@ impl Fwd<'_> {
 
     /// The experts chosen by the router `scores` `[n_expert, n_tokens]` applied to `x`, weighted and
     /// summed, plus the shared expert's output if there is one.
-    fn experts_mix(
+    pub(crate) fn experts_mix(
         &mut self,
         m: &Moe,
         x: TensorId,
         scores: TensorId,
     ) -> Result<TensorId, ModelError> {
-        let (d, t, k) = (self.model.config.n_embd, self.n_tokens, m.n_used);
+        let (d, t, k) = (self.cfg.n_embd, self.n_tokens, m.n_used);
         let n_expert = m.router.ne()[1];
         let (ids, mut weights) = match m.gating {
             Gating::Softmax { renorm } => {
@@ -367,12 +367,14 @@ impl Fwd<'_> {
         Ok(sum)
     }
 
+    /// Layer `l` on the residual `x`; `ext` is the model's extension with its pass input.
     fn layer(
         &mut self,
         layer: &Layer,
         l: usize,
         x: TensorId,
         kv: &KvCache,
+        ext: Option<(&dyn Extension, TensorId)>,
     ) -> Result<TensorId, ModelError> {
         let h = self.norm(x, &layer.attn_norm)?;
         let mut a = match &layer.mixer {
@@ -390,14 +392,14 @@ impl Fwd<'_> {
         let mut f = match &layer.ffn {
             Ffn::Dense(d) => self.dense(d, h)?,
             Ffn::Moe(m) => self.moe(m, h)?,
-            Ffn::DenseAndMoe(dm) => self.dense_and_moe(dm, h, x)?,
+            Ffn::Custom(c) => c.build(self, h, x)?,
         };
         if let Some(n) = &layer.ffn_post_norm {
             f = self.norm(f, n)?;
         }
         let mut x = self.g.add(f, x)?;
-        if let Some(p) = &layer.per_layer_input {
-            x = self.per_layer_input(p, l, x)?;
+        if let Some((e, input)) = ext {
+            x = e.layer_output(self, l, x, input)?;
         }
         if let Some(s) = &layer.out_scale {
             let s = self.bind(s);
@@ -407,40 +409,41 @@ impl Fwd<'_> {
     }
 }
 
-/// Builds the forward graph of a batch of `n_tokens` tokens; returns the logits `[n_vocab, n_out]`
-/// (marked as output).
+/// Builds the forward graph of a batch of `n_tokens` tokens of the model of `cfg` and `w`; returns
+/// the logits `[n_vocab, n_out]` (marked as output).
 pub fn build(
     g: &mut Graph,
-    model: &Model,
+    cfg: &ModelConfig,
+    w: &ModelWeights,
     kv: &KvCache,
     inp: &Inputs,
     n_tokens: usize,
 ) -> Result<TensorId, ModelError> {
     let mut f = Fwd {
         g,
-        model,
+        cfg,
         inp,
         n_tokens,
-        kv_views: vec![None; model.layers.len()],
-        per_layer: None,
+        kv_views: vec![None; w.layers.len()],
     };
-    let table = f.bind(&model.tok_embd);
+    let table = f.bind(&w.head.tok_embd);
     let mut x = f.g.get_rows(table, inp.tokens)?;
-    if let Some(s) = model.config.embd_scale {
+    if let Some(s) = cfg.embd_scale {
         x = f.g.scale(x, s)?;
     }
-    if let Some(p) = &model.per_layer_embd {
-        f.per_layer = Some(f.per_layer_inputs(p, x)?);
-    }
-    for (l, layer) in model.layers.iter().enumerate() {
-        x = f.layer(layer, l, x, kv)?;
+    let ext = match w.extension.as_deref() {
+        Some(e) => Some((e, e.pass_input(&mut f, x)?)),
+        None => None,
+    };
+    for (l, layer) in w.layers.iter().enumerate() {
+        x = f.layer(layer, l, x, kv, ext)?;
     }
     if let Some(ids) = inp.out_ids {
         x = f.g.get_rows(x, ids)?;
     }
-    let x = f.norm(x, &model.output_norm)?;
-    let mut logits = f.linear(&model.output, x, None)?;
-    if let Some(c) = model.config.final_logit_softcap {
+    let x = f.norm(x, &w.head.output_norm)?;
+    let mut logits = f.linear(&w.head.output, x, None)?;
+    if let Some(c) = cfg.final_logit_softcap {
         let y = f.g.scale(logits, 1.0 / c)?;
         let y = f.g.unary(y, UnaryOp::Tanh)?;
         logits = f.g.scale(y, c)?;

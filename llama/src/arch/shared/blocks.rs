@@ -7,11 +7,11 @@
 //! than the axis) stays mirrored, and so does one that would be cut into a single unit (e.g. a layer
 //! whose query heads all share one KV head: a single GQA group).
 
+use super::config::{AttnShape, ModelConfig};
 use super::delta_net::DeltaNet;
-use super::gemma4::{DenseAndMoe, PerLayerInput};
-use crate::model::config::{AttnShape, ModelConfig};
-use crate::model::weights::{Home, Loader, Weight};
-use crate::model::ModelError;
+use super::hooks::CustomFfn;
+use crate::error::ModelError;
+use crate::load::{Home, Loader, Weight};
 use backend_meta::WeightSplit;
 use ggml_core::{DType, GluOp};
 
@@ -142,6 +142,7 @@ pub struct Attention {
     pub splits: AttnSplits,
 }
 
+/// The name of layer `l`'s tensor `name` (`blk.<l>.<name>`).
 pub(crate) fn blk(l: usize, name: &str) -> String {
     format!("blk.{l}.{name}")
 }
@@ -423,8 +424,21 @@ impl Moe {
 pub enum Ffn {
     Dense(Box<Dense>),
     Moe(Box<Moe>),
-    /// A dense FFN and a mixture of experts side by side (Gemma 4).
-    DenseAndMoe(Box<DenseAndMoe>),
+    /// An architecture's own block (Gemma 4's dense FFN and experts side by side).
+    Custom(Box<dyn CustomFfn>),
+}
+
+impl Ffn {
+    /// A SwiGLU FFN: softmax top-k experts renormalised to sum 1 when the model has experts, else a
+    /// dense one.
+    pub fn swiglu(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<Ffn, ModelError> {
+        Ok(if cfg.moe.is_some() {
+            let gating = Gating::Softmax { renorm: true };
+            Ffn::Moe(Box::new(Moe::load(ld, cfg, l, gating, GluOp::Swiglu)?))
+        } else {
+            Ffn::Dense(Box::new(Dense::load(ld, cfg, l, GluOp::Swiglu)?))
+        })
+    }
 }
 
 /// What mixes the tokens of a layer.
@@ -435,8 +449,8 @@ pub enum Mixer {
     DeltaNet(Box<DeltaNet>),
 }
 
-/// One transformer layer: pre-norms, token mixer, FFN, and the optional post-norms (Gemma), per-layer
-/// input and output scale (Gemma 4).
+/// One transformer layer: pre-norms, token mixer, FFN, and the optional post-norms (Gemma) and output
+/// scale (Gemma 4).
 pub struct Layer {
     pub attn_norm: Weight,
     pub mixer: Mixer,
@@ -444,8 +458,6 @@ pub struct Layer {
     pub ffn_norm: Weight,
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Weight>,
-    /// Mixes the layer's slice of the per-layer token embeddings into its output (Gemma 4).
-    pub per_layer_input: Option<PerLayerInput>,
     /// Scalar `[1]` the layer's output is multiplied by (Gemma 4's `layer_output_scale`).
     pub out_scale: Option<Weight>,
 }
@@ -481,7 +493,6 @@ impl Layer {
             ffn_norm: layer_norm(ld, cfg, l, "ffn_norm")?,
             ffn,
             ffn_post_norm: None,
-            per_layer_input: None,
             out_scale: None,
         })
     }

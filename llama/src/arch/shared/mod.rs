@@ -1,0 +1,71 @@
+//! What the architectures share: the hyper-parameters ([`config`]), the weight blocks and their splits
+//! ([`blocks`]), the recurrent mixer of the hybrid models ([`delta_net`]), the one forward graph
+//! builder ([`forward`]), the hooks through which an architecture adds its own parts to it
+//! ([`hooks`]), and the model-wide weights around the layers ([`ModelWeights`]).
+
+pub mod blocks;
+pub mod config;
+pub mod delta_net;
+pub mod forward;
+pub mod hooks;
+
+use crate::error::ModelError;
+use crate::load::{Home, Loader, Weight};
+use backend_meta::WeightSplit;
+use blocks::Layer;
+use config::ModelConfig;
+use hooks::Extension;
+
+/// The token embeddings, output norm and head of a model.
+pub struct Head {
+    pub tok_embd: Weight,
+    pub output_norm: Weight,
+    /// The head (the embedding table when tied).
+    pub output: Weight,
+}
+
+impl Head {
+    /// Loads the embeddings (with the first device of a layer split) and the output norm and head
+    /// (with the last).
+    pub fn load(ld: &Loader, cfg: &ModelConfig) -> Result<Head, ModelError> {
+        let (d, v) = (cfg.n_embd, cfg.n_vocab);
+        let m = || WeightSplit::Mirrored;
+        let has_output = ld.info("output.weight").is_some();
+        // With a head of its own, the table is only read by row lookups: in tensor parallelism each
+        // device keeps a slice of every row (the lookup's result is gathered); a tied table stays
+        // whole for the head.
+        let embd_split = match ld.info("token_embd.weight") {
+            Some((dtype, _)) if has_output => WeightSplit::axis(0, d, dtype.block_size()),
+            _ => m(),
+        };
+        let tok_embd = ld.get("token_embd.weight", &[d, v], embd_split, Home::First)?;
+        let output_norm = ld.get("output_norm.weight", &[d], m(), Home::Last)?;
+        let output = match ld.opt(
+            "output.weight",
+            &[d, v],
+            WeightSplit::axis(1, v, 1),
+            Home::Last,
+        )? {
+            Some(w) => w,
+            // Tied head on the last device: its own copy of the table.
+            None if ld.alloc.placement.splits_layers() => {
+                ld.get("token_embd.weight", &[d, v], m(), Home::Last)?
+            }
+            None => tok_embd.clone(),
+        };
+        Ok(Head {
+            tok_embd,
+            output_norm,
+            output,
+        })
+    }
+}
+
+/// A model's weights as the forward graph reads them.
+pub struct ModelWeights {
+    pub head: Head,
+    pub layers: Vec<Layer>,
+    /// The architecture's model-wide parts beyond the embeddings, layers and head (Gemma 4's per-layer
+    /// token embeddings).
+    pub extension: Option<Box<dyn Extension>>,
+}
