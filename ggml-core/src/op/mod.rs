@@ -37,9 +37,9 @@ pub enum GluOp {
 /// Rotary embedding layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RopeMode {
-    /// Rotate adjacent pairs (x[2i], x[2i+1]) (Llama).
+    /// Rotate adjacent pairs (`x[2i]`, `x[2i+1]`) (Llama).
     Normal,
-    /// Rotate halves (x[i], x[i + n_dims/2]) (GPT-NeoX, Qwen, Gemma).
+    /// Rotate halves (`x[i]`, `x[i + n_dims/2]`) (GPT-NeoX, Qwen, Gemma).
     Neox,
 }
 
@@ -144,7 +144,7 @@ pub enum Op {
     /// a [head_dim, n_head, n_tokens, 1].
     Rope(RopeParams),
     /// `[a]`, `[a, mask]` or `[a, mask, sinks]`: softmax over axis 0 of `a * scale + mask` (mask F32/F16
-    /// [ne0, >= ne1, broadcast over ne2/ne3]); ALiBi slopes when `max_bias > 0`; sinks F32 [ne2] add one
+    /// [ne0, >= ne1, broadcast over ne2/ne3]); ALiBi slopes when `max_bias > 0`; sinks F32 `[ne2]` add one
     /// extra logit per head to the normaliser.
     SoftMax {
         scale: f32,
