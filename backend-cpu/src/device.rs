@@ -100,20 +100,11 @@ pub fn cpu_devices(n: usize, threads_total: usize) -> Result<Vec<Arc<CpuDevice>>
         .collect()
 }
 
-fn env_usize(key: &str) -> Option<usize> {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&v| v > 0)
-}
-
-/// Devices from the environment: `GGML_TP_CPU_DEVICES` (default 1) and `GGML_TP_THREADS` (default:
-/// all cores).
+/// Devices from the settings: `GGML_TP_CPU_DEVICES` (default 1) sharing `GGML_TP_THREADS` (default:
+/// all cores); see [`crate::settings`].
 pub fn default_devices() -> Result<Vec<Arc<CpuDevice>>> {
-    let n = env_usize("GGML_TP_CPU_DEVICES").unwrap_or(1);
-    let threads = env_usize("GGML_TP_THREADS")
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |v| v.get()));
-    cpu_devices(n, threads)
+    let s = crate::settings::settings();
+    cpu_devices(s.devices, s.threads)
 }
 
 impl Device for CpuDevice {

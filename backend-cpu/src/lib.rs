@@ -8,6 +8,7 @@ pub mod kernels;
 pub mod matmul;
 pub mod memory;
 pub mod reg;
+pub mod settings;
 pub mod stream;
 pub mod view;
 

@@ -5,10 +5,10 @@
 use crate::comm::CpuCommunicator;
 use crate::device::{default_devices, CpuDevice};
 use ggml_core::registry::{BackendReg, StaticBackend};
-use ggml_core::{Backend, Communicator, Device, Error, Result};
+use ggml_core::{Backend, Communicator, Device, DeviceKind, Error, Result};
 use std::sync::{Arc, OnceLock};
 
-/// The CPU backend family. Devices come from the environment (see [`default_devices`]) and are
+/// The CPU backend family. Devices come from the settings (see [`default_devices`]) and are
 /// created once per registration.
 #[derive(Default)]
 pub struct CpuReg {
@@ -43,7 +43,10 @@ impl BackendReg for CpuReg {
         &self,
         backends: &[Arc<dyn Backend>],
     ) -> Option<Result<Arc<dyn Communicator>>> {
-        if backends.iter().any(|b| b.device().family() != "cpu") {
+        if backends
+            .iter()
+            .any(|b| b.device().kind() != DeviceKind::Cpu)
+        {
             return Some(Err(Error::Backend {
                 backend: "cpu".into(),
                 msg: "communicator over non-CPU streams".into(),

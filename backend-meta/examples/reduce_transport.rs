@@ -1,12 +1,13 @@
 //! Measures the generic (recursive-doubling) AllReduce on N CPU devices for message sizes from 16 KiB
 //! to 32 MiB, with partial sums travelling in F32 and in BF16, to choose the BF16 threshold
-//! (`GGML_TP_META_BF16_MIN_BYTES`). Each call drives the devices from threads started for it, as
+//! (`GGML_TP_ALLREDUCE_BF16_MIN_BYTES`). Each call drives the devices from threads started for it, as
 //! the meta executor's driver threads would (the start costs tens of microseconds, alike for both).
 //! `cargo run --release -p backend-meta --example reduce_transport -- [N]`
 
 use backend_cpu::device::cpu_devices;
 use backend_meta::doubling::Doubling;
-use ggml_core::{Backend, DType, DataRef, Device, Layout};
+use backend_meta::ReduceOptions;
+use ggml_core::{Backend, DType, DataRef, Device, DeviceKind, Layout};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +23,13 @@ fn main() {
         .collect();
     let backends: Vec<Arc<dyn Backend>> =
         devices.iter().map(|d| d.new_backend().unwrap()).collect();
-    println!("{n} CPU devices; microseconds per AllReduce (median of 15)");
+    let default = match ReduceOptions::for_kind(DeviceKind::Cpu).bf16_min_bytes {
+        usize::MAX => "never".to_string(),
+        b => format!("from {b} bytes"),
+    };
+    println!(
+        "{n} CPU devices; microseconds per AllReduce (median of 15); BF16 by default (GGML_TP_ALLREDUCE_BF16_MIN_BYTES): {default}"
+    );
     println!("{:>10} {:>10} {:>10}", "bytes", "f32", "bf16");
     for kib in [16usize, 64, 256, 1024, 4096, 32768] {
         let elems = kib * 1024 / 4;

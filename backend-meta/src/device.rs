@@ -71,24 +71,28 @@ pub struct MetaDevice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReduceOptions {
     /// Use the generic recursive-doubling AllReduce even when the family offers a communicator
-    /// (default: env `GGML_TP_META_GENERIC_REDUCE=1`).
+    /// (default: `GGML_TP_META_GENERIC_REDUCE`, see [`crate::settings`]).
     pub generic: bool,
-    /// Partial sums of at least this many bytes travel in BF16 in the generic AllReduce (default: env
-    /// `GGML_TP_META_BF16_MIN_BYTES`, else never on CPU devices and 1 MiB elsewhere).
+    /// Partial sums of at least this many bytes travel in BF16 in the generic AllReduce (default:
+    /// `GGML_TP_ALLREDUCE_BF16_MIN_BYTES`, else never on CPU devices and 1 MiB elsewhere).
     pub bf16_min_bytes: usize,
 }
 
 impl ReduceOptions {
-    /// Defaults for a device family. On CPU devices a "transfer" is a memory copy, where converting to
-    /// BF16 costs more than it saves at every size (BENCHMARKS.md, `reduce_transport`), so partial sums
-    /// stay F32 there unless `GGML_TP_META_BF16_MIN_BYTES` says otherwise.
-    pub fn for_family(family: &str) -> Self {
-        let env = std::env::var("GGML_TP_META_BF16_MIN_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok());
+    /// Defaults for devices of `kind`. On CPU devices a "transfer" is a memory copy, where converting
+    /// to BF16 costs more than it saves at every size (BENCHMARKS.md, `reduce_transport`), so partial
+    /// sums stay F32 there unless `GGML_TP_ALLREDUCE_BF16_MIN_BYTES` says otherwise.
+    pub fn for_kind(kind: DeviceKind) -> Self {
+        let own = if kind == DeviceKind::Cpu {
+            usize::MAX
+        } else {
+            1 << 20
+        };
         ReduceOptions {
-            generic: std::env::var("GGML_TP_META_GENERIC_REDUCE").is_ok_and(|v| v == "1"),
-            bf16_min_bytes: env.unwrap_or(if family == "cpu" { usize::MAX } else { 1 << 20 }),
+            generic: crate::settings::settings().generic_reduce,
+            bf16_min_bytes: ggml_core::settings::settings()
+                .allreduce_bf16_min_bytes
+                .unwrap_or(own),
         }
     }
 }
@@ -101,6 +105,7 @@ impl MetaDevice {
     ) -> std::result::Result<Arc<MetaDevice>, MetaError> {
         let first = devices.first().ok_or(MetaError::Empty)?;
         let family = first.family();
+        let kind = first.kind();
         if devices.iter().any(|d| d.family() != family) {
             let names: Vec<String> = devices
                 .iter()
@@ -128,7 +133,7 @@ impl MetaDevice {
             ratios,
             family,
             input_split: parking_lot::Mutex::new(None),
-            reduce: parking_lot::Mutex::new(ReduceOptions::for_family(family)),
+            reduce: parking_lot::Mutex::new(ReduceOptions::for_kind(kind)),
             this: this.clone(),
         }))
     }

@@ -3,7 +3,7 @@
 //! two first fold their value into a partner and get the result back at the end. Tensors larger than a
 //! threshold travel in BF16 (summed in F32 on arrival) to halve the bytes moved.
 //!
-//! Each device's driver thread runs its own rank ([`Doubling::run_rank`]): it computes and copies only
+//! Each device's driver thread runs its own rank (`Doubling::run_rank`): it computes and copies only
 //! on its own stream, and the ranks meet at a barrier between the phases of each step. Where a device
 //! cannot read its partner's memory, values travel through host staging (the sender reads its value
 //! out, the receiver writes it in).

@@ -362,10 +362,10 @@ impl Backend for MetaBackend {
     }
 }
 
-/// `GGML_TP_META_STATS=1` prints the counters when the backend drops.
+/// `GGML_TP_META_STATS` ([`crate::settings`]) prints the counters when the backend drops.
 impl Drop for MetaBackend {
     fn drop(&mut self) {
-        if ggml_core::env::flag("GGML_TP_META_STATS", false) {
+        if crate::settings::settings().stats {
             eprintln!("{} meta: {:?}", self.device.name(), self.stats());
         }
     }

@@ -11,6 +11,7 @@ pub mod exec;
 pub mod layout;
 mod program;
 pub mod rules;
+pub mod settings;
 pub mod split;
 
 pub use device::{MetaDevice, MetaError, ReduceOptions, WeightSplit};

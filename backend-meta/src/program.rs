@@ -6,7 +6,7 @@
 use crate::buffer::MetaBuffer;
 use crate::device::MetaDevice;
 use crate::layout::{carry, LocalLayout};
-use crate::rules::{rule, Want};
+use crate::rules::{row_split_of_mirrored_weight, rule, Want};
 use crate::split::SplitState;
 use ggml_core::sched::Scheduler;
 use ggml_core::{Backend, DataRef, Error, Graph, Layout, Op, Result, TensorId};
@@ -54,11 +54,6 @@ pub(crate) struct Program {
     pub inputs: Vec<(TensorId, Vec<Option<TensorId>>)>,
     pub outputs: Vec<Output>,
 }
-
-/// Mirrored weights from this size up are multiplied by rows shared out over the devices (when the
-/// activation is mirrored too): reading a mebibyte of weights takes longer than the join that then
-/// gathers the result's rows.
-const ROW_SPLIT_MIN_BYTES: usize = 1 << 20;
 
 struct Builder<'a> {
     meta: &'a Graph,
@@ -403,39 +398,6 @@ impl<'a> Builder<'a> {
         Ok(out)
     }
 
-    /// A split by rows for the weight of a product of a large mirrored weight with a mirrored
-    /// activation (a tied output head): each device multiplies its share of the rows, in place of
-    /// every device computing the whole product. The weight stays whole in memory; devices read
-    /// their rows through views.
-    fn row_split_of_mirrored_weight(
-        &self,
-        t: TensorId,
-        states: &[SplitState],
-    ) -> Result<Option<SplitState>> {
-        let tensor = self.meta.tensor(t);
-        if self.n() == 1
-            || tensor.op != Op::MulMat
-            || states.iter().any(|s| s != &SplitState::Mirrored)
-        {
-            return Ok(None);
-        }
-        let weight = self.meta.tensor(tensor.src[0]);
-        let [_, rows, d2, d3] = weight.ne();
-        if !weight.is_leaf()
-            || !weight.flags.weight
-            || weight.nbytes() < ROW_SPLIT_MIN_BYTES
-            || d2 * d3 != 1
-        {
-            return Ok(None);
-        }
-        let seg = crate::split::segment(rows, 1, self.device.ratios(), 0)
-            .map_err(|e| meta_err(e.to_string()))?;
-        Ok(Some(SplitState::Split {
-            axis: 1,
-            segments: vec![seg],
-        }))
-    }
-
     fn compute_op(&mut self, t: TensorId) -> Result<()> {
         let tensor = self.meta.tensor(t).clone();
         let states = tensor
@@ -444,7 +406,8 @@ impl<'a> Builder<'a> {
             .map(|&s| self.state_of(s))
             .collect::<Result<Vec<_>>>()?;
         let mut states = states;
-        let row_split = self.row_split_of_mirrored_weight(t, &states)?;
+        let row_split = row_split_of_mirrored_weight(self.meta, t, &states, self.device.ratios())
+            .map_err(|e| meta_err(e.to_string()))?;
         if let Some(split) = &row_split {
             states[0] = split.clone();
         }

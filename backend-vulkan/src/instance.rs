@@ -1,7 +1,7 @@
 //! The Vulkan instance and device discovery: loads libvulkan at run time (`ash::Entry::load`),
 //! creates one instance, and opens every physical device that can run the shaders as one or more
-//! logical devices ([`open_devices`]; `GGML_TP_VULKAN_DEVICES=N` opens each physical device N times,
-//! for tests of several devices on one GPU). Failures become a one-line reason, never a panic.
+//! logical devices ([`open_devices`]; the registry opens each physical device `GGML_TP_VULKAN_DEVICES`
+//! times, see [`crate::settings`]). Failures become a one-line reason, never a panic.
 
 use crate::context::Ctx;
 use crate::device::VulkanDevice;
@@ -68,17 +68,6 @@ pub enum Variant {
     Base,
 }
 
-impl Variant {
-    /// `Base` when `GGML_TP_VULKAN_BASE` is set to anything but `0`, else `Auto`.
-    pub fn from_env() -> Variant {
-        if std::env::var("GGML_TP_VULKAN_BASE").is_ok_and(|v| v != "0") {
-            Variant::Base
-        } else {
-            Variant::Auto
-        }
-    }
-}
-
 /// Why `pd` cannot run the shaders, or what it offers.
 fn probe(
     instance: &Instance,
@@ -143,20 +132,11 @@ fn probe(
     }
 }
 
-/// Copies of each physical device to open: `GGML_TP_VULKAN_DEVICES` (default 1).
-pub fn copies_per_device() -> usize {
-    std::env::var("GGML_TP_VULKAN_DEVICES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&v: &usize| v > 0)
-        .unwrap_or(1)
-}
-
 /// Opens every usable physical device `copies` times as logical devices `vulkan:0`, `vulkan:1`, ...
-/// with the shader variant from the environment ([`Variant::from_env`]). An error (with the
-/// reasons) when none could be opened.
+/// with the shader variant of the settings (`GGML_TP_VULKAN_BASE`, [`crate::settings`]). An error
+/// (with the reasons) when none could be opened.
 pub fn open_devices(copies: usize) -> Result<Vec<Arc<VulkanDevice>>, String> {
-    open_devices_with(copies, Variant::from_env())
+    open_devices_with(copies, crate::settings::settings().variant)
 }
 
 /// [`open_devices`] with an explicit shader variant.

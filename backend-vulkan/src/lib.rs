@@ -11,10 +11,11 @@ pub mod memory;
 pub mod ops;
 pub mod pipeline;
 pub mod reg;
+pub mod settings;
 pub mod stream;
 
 pub use device::VulkanDevice;
-pub use instance::{copies_per_device, open_devices, open_devices_with, Variant};
+pub use instance::{open_devices, open_devices_with, Variant};
 pub use memory::{VulkanBuffer, VulkanBufferType};
 pub use reg::VulkanReg;
 pub use stream::VulkanBackend;

@@ -4,7 +4,7 @@
 //! the reason. There is no native communicator: the meta backend's generic AllReduce is used.
 
 use crate::device::VulkanDevice;
-use crate::instance::{copies_per_device, open_devices};
+use crate::instance::open_devices;
 use ggml_core::registry::{BackendReg, StaticBackend};
 use ggml_core::Device;
 use std::sync::{Arc, OnceLock};
@@ -22,7 +22,7 @@ impl VulkanReg {
 
     fn get(&self) -> &Result<Vec<Arc<VulkanDevice>>, String> {
         self.devices
-            .get_or_init(|| open_devices(copies_per_device()))
+            .get_or_init(|| open_devices(crate::settings::settings().copies))
     }
 }
 

@@ -513,7 +513,7 @@ impl Graph {
         }))
     }
 
-    /// A strided view: `ne` elements with byte strides `nb[1..]` (nb[0] is the element size) at `offset`.
+    /// A strided view: `ne` elements with byte strides `nb[1..]` (`nb[0]` is the element size) at `offset`.
     pub fn view(
         &mut self,
         src: TensorId,

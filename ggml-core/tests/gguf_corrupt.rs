@@ -184,8 +184,9 @@ fn patch(bytes: &[u8], at: usize, with: &[u8]) -> Vec<u8> {
     b
 }
 
+/// Magic, version and counts of the header.
 #[test]
-fn corruption_table() {
+fn header_corruption() {
     let s = small();
     let b = &s.bytes;
     let huge = u64::MAX.to_le_bytes();
@@ -218,6 +219,18 @@ fn corruption_table() {
         ("kv count 2^40", patch(b, 16, &big), |e| {
             matches!(e, GgufError::CountTooLarge { .. })
         }),
+    ];
+    check_cases(cases);
+}
+
+/// Keys, value types and values of the metadata.
+#[test]
+fn metadata_corruption() {
+    let s = small();
+    let b = &s.bytes;
+    let huge = u64::MAX.to_le_bytes();
+    let big = (1u64 << 40).to_le_bytes();
+    let cases: Vec<(&str, Vec<u8>, Check)> = vec![
         (
             "kv count too high",
             patch(b, 16, &6u64.to_le_bytes()),
@@ -284,25 +297,23 @@ fn corruption_table() {
             patch(b, s.str_value, &[0xc3, 0x28]),
             |e| matches!(e, GgufError::InvalidUtf8 { .. }),
         ),
-        ("utf-8 in tensor name", patch(b, s.t1_name, &[0x80]), |e| {
-            matches!(
-                e,
-                GgufError::InvalidUtf8 {
-                    what: "tensor name",
-                    ..
-                }
-            )
-        }),
         (
             "duplicate key",
             patch(b, s.key_nest, b"a.flag"),
             |e| matches!(e, GgufError::DuplicateKey(k) if k == "a.flag"),
         ),
-        (
-            "duplicate tensor",
-            patch(b, s.t1_name, b"w0"),
-            |e| matches!(e, GgufError::DuplicateTensor(n) if n == "w0"),
-        ),
+    ];
+    check_cases(cases);
+}
+
+/// Names, dimensions, types and offsets of the tensor infos.
+#[test]
+fn tensor_info_corruption() {
+    let s = small();
+    let b = &s.bytes;
+    let huge = u64::MAX.to_le_bytes();
+    let big = (1u64 << 40).to_le_bytes();
+    let cases: Vec<(&str, Vec<u8>, Check)> = vec![
         ("5 dims", patch(b, s.t0_ndims, &5u32.to_le_bytes()), |e| {
             matches!(e, GgufError::BadDims { .. })
         }),
@@ -369,7 +380,26 @@ fn corruption_table() {
             patch(b, s.t1_off, &(u64::MAX - 31).to_le_bytes()),
             |e| matches!(e, GgufError::TensorOutOfBounds { .. }),
         ),
+        ("utf-8 in tensor name", patch(b, s.t1_name, &[0x80]), |e| {
+            matches!(
+                e,
+                GgufError::InvalidUtf8 {
+                    what: "tensor name",
+                    ..
+                }
+            )
+        }),
+        (
+            "duplicate tensor",
+            patch(b, s.t1_name, b"w0"),
+            |e| matches!(e, GgufError::DuplicateTensor(n) if n == "w0"),
+        ),
     ];
+    check_cases(cases);
+}
+
+/// Each corrupted file fails to parse with the error its check expects.
+fn check_cases(cases: Vec<(&str, Vec<u8>, Check)>) {
     for (what, bytes, check) in cases {
         match parse(&bytes) {
             Ok(_) => panic!("{what}: parsed"),

@@ -44,6 +44,96 @@ pub fn flash_attn_ext(
     dst: &TView,
     p: FaParams,
 ) -> Result<()> {
+    check_shapes(q, k, v, mask, sinks, dst)?;
+    let (lq, lk, lv, d) = (q.layout, k.layout, v.layout, dst.layout);
+    let (n_head, n_kv, n_head_kv, dv) = (lq.ne[2], lk.ne[1], lk.ne[2], lv.ne[0]);
+    let group = n_head / n_head_kv;
+    let (scale, softcap) = if p.softcap != 0.0 {
+        (p.scale / p.softcap, p.softcap)
+    } else {
+        (p.scale, 0.0)
+    };
+    par_rows(d.nrows(), n_kv * (lq.ne[0] + dv), |range| {
+        let (mut sq, mut sm, mut sk, mut sv, mut so) = (
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+            Scratch::default(),
+        );
+        let mut acc = OnlineSoftmax::new(dv);
+        // K/V rows converted to f32 once per (kv head, sequence) for the whole task, instead of once
+        // per query row (prompts have many query rows per head).
+        let dk = lq.ne[0];
+        let cache_bytes = n_head_kv * lq.ne[3] * n_kv * (dk + dv) * 4;
+        let use_cache =
+            (k.dtype() != DType::F32 || v.dtype() != DType::F32) && cache_bytes <= 256 << 20;
+        let mut cache: Vec<Option<(Vec<f32>, Vec<f32>)>> =
+            vec![None; if use_cache { n_head_kv * lq.ne[3] } else { 0 }];
+        for r in range {
+            let [h, iq, s] = unravel(r, &d.ne);
+            let hk = h / group;
+            let slope = alibi_slope(p.max_bias, h, n_head);
+            // SAFETY: rows are in range; each destination row is written by one task only.
+            unsafe {
+                let qr = load_row(q, [iq, h, s], &mut sq.f)?;
+                let mr = match mask {
+                    Some(m) => Some(load_row(m, [iq, h % m.ne()[2], s % m.ne()[3]], &mut sm.f)?),
+                    None => None,
+                };
+                acc.reset();
+                let converted = if use_cache {
+                    let slot = &mut cache[hk + s * n_head_kv];
+                    if slot.is_none() {
+                        *slot = Some(convert_kv(k, v, hk, s, &mut sk, &mut sv)?);
+                    }
+                    slot.as_ref()
+                } else {
+                    None
+                };
+                for j in 0..n_kv {
+                    let mv = mr.map_or(0.0, |m| slope * m[j]);
+                    if mv == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let kr = match converted {
+                        Some((kc, _)) => &kc[j * dk..(j + 1) * dk],
+                        None => load_row(k, [j, hk, s], &mut sk.f)?,
+                    };
+                    let mut x = dot(qr, kr) * scale;
+                    if softcap != 0.0 {
+                        x = softcap * x.tanh();
+                    }
+                    x += mv;
+                    let vr = match converted {
+                        Some((_, vc)) => &vc[j * dv..(j + 1) * dv],
+                        None => load_row(v, [j, hk, s], &mut sv.f)?,
+                    };
+                    acc.add(x, vr);
+                }
+                if let Some(sk_view) = sinks {
+                    acc.add_sink(sk_view.get_f32([h, 0, 0, 0]));
+                }
+                with_out_row(dst, [h, iq, s], &mut so, |out| {
+                    acc.write(out);
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The shapes `flash_attn_ext` computes on: q [D, Nq, H, S], k [D, Nkv, Hkv, S], v [Dv, Nkv, Hkv, S]
+/// with H a multiple of Hkv, dst [Dv, H, Nq, S]; a mask of at least [Nkv, Nq]; one sink per head.
+fn check_shapes(
+    q: &TView,
+    k: &TView,
+    v: &TView,
+    mask: Option<&TView>,
+    sinks: Option<&TView>,
+    dst: &TView,
+) -> Result<()> {
     let (lq, lk, lv, d) = (q.layout, k.layout, v.layout, dst.layout);
     let (n_head, n_kv, n_head_kv, dv) = (lq.ne[2], lk.ne[1], lk.ne[2], lv.ne[0]);
     let bad = lq.ne[0] != lk.ne[0]
@@ -80,113 +170,87 @@ pub fn flash_attn_ext(
             });
         }
     }
-    let group = n_head / n_head_kv;
-    let (scale, softcap) = if p.softcap != 0.0 {
-        (p.scale / p.softcap, p.softcap)
-    } else {
-        (p.scale, 0.0)
-    };
-    par_rows(d.nrows(), n_kv * (lq.ne[0] + dv), |range| {
-        let (mut sq, mut sm, mut sk, mut sv, mut so) = (
-            Scratch::default(),
-            Scratch::default(),
-            Scratch::default(),
-            Scratch::default(),
-            Scratch::default(),
-        );
-        let mut acc = vec![0f32; dv];
-        // K/V rows converted to f32 once per (kv head, sequence) for the whole task, instead of once
-        // per query row (prompts have many query rows per head).
-        let dk = lq.ne[0];
-        let cache_bytes = n_head_kv * lq.ne[3] * n_kv * (dk + dv) * 4;
-        let use_cache =
-            (k.dtype() != DType::F32 || v.dtype() != DType::F32) && cache_bytes <= 256 << 20;
-        let mut cache: Vec<Option<(Vec<f32>, Vec<f32>)>> =
-            vec![None; if use_cache { n_head_kv * lq.ne[3] } else { 0 }];
-        for r in range {
-            let [h, iq, s] = unravel(r, &d.ne);
-            let hk = h / group;
-            let slope = alibi_slope(p.max_bias, h, n_head);
-            // SAFETY: rows are in range; each destination row is written by one task only.
-            unsafe {
-                let qr = load_row(q, [iq, h, s], &mut sq.f)?;
-                let mr = match mask {
-                    Some(m) => Some(load_row(m, [iq, h % m.ne()[2], s % m.ne()[3]], &mut sm.f)?),
-                    None => None,
-                };
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                let (mut m_max, mut sum) = (f32::NEG_INFINITY, 0f32);
-                let converted = if use_cache {
-                    let slot = &mut cache[hk + s * n_head_kv];
-                    if slot.is_none() {
-                        let (mut kc, mut vc) = (vec![0f32; n_kv * dk], vec![0f32; n_kv * dv]);
-                        for j in 0..n_kv {
-                            kc[j * dk..(j + 1) * dk].copy_from_slice(load_row(
-                                k,
-                                [j, hk, s],
-                                &mut sk.f,
-                            )?);
-                            vc[j * dv..(j + 1) * dv].copy_from_slice(load_row(
-                                v,
-                                [j, hk, s],
-                                &mut sv.f,
-                            )?);
-                        }
-                        *slot = Some((kc, vc));
-                    }
-                    slot.as_ref()
-                } else {
-                    None
-                };
-                for j in 0..n_kv {
-                    let mv = mr.map_or(0.0, |m| slope * m[j]);
-                    if mv == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    let kr = match converted {
-                        Some((kc, _)) => &kc[j * dk..(j + 1) * dk],
-                        None => load_row(k, [j, hk, s], &mut sk.f)?,
-                    };
-                    let mut x = dot(qr, kr) * scale;
-                    if softcap != 0.0 {
-                        x = softcap * x.tanh();
-                    }
-                    x += mv;
-                    let vr = match converted {
-                        Some((_, vc)) => &vc[j * dv..(j + 1) * dv],
-                        None => load_row(v, [j, hk, s], &mut sv.f)?,
-                    };
-                    let weight = if x > m_max {
-                        let ms = (m_max - x).exp();
-                        m_max = x;
-                        acc.iter_mut().for_each(|a| *a *= ms);
-                        sum *= ms;
-                        1.0
-                    } else {
-                        (x - m_max).exp()
-                    };
-                    acc.iter_mut()
-                        .zip(vr)
-                        .for_each(|(a, &vv)| *a += weight * vv);
-                    sum += weight;
-                }
-                if let Some(sk_view) = sinks {
-                    let sink = sk_view.get_f32([h, 0, 0, 0]);
-                    if sink > m_max {
-                        let ms = (m_max - sink).exp();
-                        acc.iter_mut().for_each(|a| *a *= ms);
-                        sum = sum * ms + 1.0;
-                    } else {
-                        sum += (sink - m_max).exp();
-                    }
-                }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                with_out_row(dst, [h, iq, s], &mut so, |out| {
-                    out.iter_mut().zip(&acc).for_each(|(o, &a)| *o = a * inv);
-                    Ok(())
-                })?;
-            }
+    Ok(())
+}
+
+/// Every K and V row of KV head `hk` in sequence `s`, converted to F32 and packed.
+///
+/// # Safety
+/// `hk` and `s` must be in range of `k` and `v`.
+unsafe fn convert_kv(
+    k: &TView,
+    v: &TView,
+    hk: usize,
+    s: usize,
+    sk: &mut Scratch,
+    sv: &mut Scratch,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let (n_kv, dk, dv) = (k.layout.ne[1], k.layout.ne[0], v.layout.ne[0]);
+    let (mut kc, mut vc) = (vec![0f32; n_kv * dk], vec![0f32; n_kv * dv]);
+    for j in 0..n_kv {
+        kc[j * dk..(j + 1) * dk].copy_from_slice(load_row(k, [j, hk, s], &mut sk.f)?);
+        vc[j * dv..(j + 1) * dv].copy_from_slice(load_row(v, [j, hk, s], &mut sv.f)?);
+    }
+    Ok((kc, vc))
+}
+
+/// One query row's online softmax: the running maximum score, the sum of weights and the weighted
+/// sum of value rows, rescaled whenever a larger score arrives.
+struct OnlineSoftmax {
+    acc: Vec<f32>,
+    max: f32,
+    sum: f32,
+}
+
+impl OnlineSoftmax {
+    fn new(dv: usize) -> Self {
+        OnlineSoftmax {
+            acc: vec![0f32; dv],
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
         }
-        Ok(())
-    })
+    }
+
+    fn reset(&mut self) {
+        self.acc.iter_mut().for_each(|a| *a = 0.0);
+        self.max = f32::NEG_INFINITY;
+        self.sum = 0.0;
+    }
+
+    /// Adds value row `vr` with score `x`.
+    fn add(&mut self, x: f32, vr: &[f32]) {
+        let weight = if x > self.max {
+            let ms = (self.max - x).exp();
+            self.max = x;
+            self.acc.iter_mut().for_each(|a| *a *= ms);
+            self.sum *= ms;
+            1.0
+        } else {
+            (x - self.max).exp()
+        };
+        self.acc
+            .iter_mut()
+            .zip(vr)
+            .for_each(|(a, &vv)| *a += weight * vv);
+        self.sum += weight;
+    }
+
+    /// Adds a sink: one more logit in the normaliser, with no value row.
+    fn add_sink(&mut self, sink: f32) {
+        if sink > self.max {
+            let ms = (self.max - sink).exp();
+            self.acc.iter_mut().for_each(|a| *a *= ms);
+            self.sum = self.sum * ms + 1.0;
+        } else {
+            self.sum += (sink - self.max).exp();
+        }
+    }
+
+    /// The normalised result (zeros when every score was masked out).
+    fn write(&self, out: &mut [f32]) {
+        let inv = if self.sum == 0.0 { 0.0 } else { 1.0 / self.sum };
+        out.iter_mut()
+            .zip(&self.acc)
+            .for_each(|(o, &a)| *o = a * inv);
+    }
 }

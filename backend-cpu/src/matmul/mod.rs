@@ -1,7 +1,7 @@
 //! Matrix multiplication kernels of the CPU backend: [`mul_mat`] and [`mul_mat_id`] for float
 //! (F32, F16, BF16) and quantized (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) weights.
 //!
-//! Both ops are lowered to a list of [`Job`]s: one weight matrix (`M` rows of `K` elements) times a
+//! Both ops are lowered to a list of `Job`s: one weight matrix (`M` rows of `K` elements) times a
 //! list of activation columns, each with its own destination column. `mul_mat` makes one job per
 //! destination batch `(i2, i3)` (the weight matrix broadcast ggml style, `i2 / (B2 / A2)`);
 //! `mul_mat_id` makes one job per used expert, gathering the `(u, t)` slots routed to it, so every

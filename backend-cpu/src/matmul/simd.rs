@@ -1,5 +1,5 @@
 //! SIMD level selection for the matmul kernels: detected once at run time (`OnceLock`), and
-//! overridable with the environment variable `GGML_TP_SIMD=scalar|avx2|avx512|neon` (read once, at the
+//! overridable with `GGML_TP_SIMD=scalar|avx2|avx512|neon` ([`crate::settings`], read once, at the
 //! first detection). Forcing a level the CPU lacks falls back to the best available one with a
 //! warning on stderr. AMX is never used, whatever CPUID advertises.
 //!
@@ -79,7 +79,7 @@ impl SimdLevel {
 /// The level used by `mul_mat` / `mul_mat_id`: detected once, honouring `GGML_TP_SIMD`.
 pub fn level() -> SimdLevel {
     static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
-    *LEVEL.get_or_init(|| resolve(std::env::var("GGML_TP_SIMD").ok().as_deref()))
+    *LEVEL.get_or_init(|| resolve(crate::settings::settings().simd.as_deref()))
 }
 
 /// The level for a `GGML_TP_SIMD` value: the best available one when unset or unknown (with a

@@ -74,6 +74,8 @@ enum Home {
     Backend(usize),
 }
 
+/// Plans `graph` on `devices` (with their compute buffer types `bufts`): a backend per node, copies
+/// where a backend cannot reach a source, the splits, and every unbound root's place in memory.
 pub(crate) fn build(
     graph: &mut Graph,
     devices: &[Arc<dyn Device>],
@@ -88,8 +90,24 @@ pub(crate) fn build(
         .filter(|&n| !graph.tensor(n).op.is_view())
         .collect();
     let assignment = assign(graph, devices, &compute)?;
+    let mut home = homes(graph, &compute, &assignment);
+    let copies = insert_copies(graph, devices, bufts, &compute, &assignment, &mut home);
+    let per_backend = backend_lifetimes(graph, &compute, &copies, &mut home, devices.len());
+    let placed = place(devices, bufts, &per_backend)?;
+    Ok(Plan {
+        key,
+        n_tensors_before,
+        added: copies.added,
+        rewrites: copies.rewrites,
+        placements: placed.placements,
+        splits: copies.splits,
+        buffer_sizes: placed.buffer_sizes,
+        memory: placed.memory,
+    })
+}
 
-    // Homes of roots: bound data, the backend of the producing node, or (inputs) of the first consumer.
+/// Homes of roots: bound data, the backend of the producing node, or (inputs) of the first consumer.
+fn homes(graph: &Graph, compute: &[TensorId], assignment: &[usize]) -> HashMap<TensorId, Home> {
     let mut home: HashMap<TensorId, Home> = HashMap::new();
     for (i, &n) in compute.iter().enumerate() {
         let t = graph.tensor(n);
@@ -107,8 +125,30 @@ pub(crate) fn build(
             home.entry(root).or_insert(h);
         }
     }
+    home
+}
 
-    // Copies where a node's backend cannot reach a source, and the splits.
+/// The copies and splits of a graph.
+struct Copies {
+    /// Tensors appended to the graph (copies and views of copies), in order.
+    added: Vec<Tensor>,
+    /// (node, source slot, replacement) rewrites pointing nodes at copies.
+    rewrites: Vec<(TensorId, usize, TensorId)>,
+    splits: Vec<Split>,
+    /// The step (compute index) at which each copy lands: the first of its split.
+    copy_step: HashMap<TensorId, usize>,
+}
+
+/// Cuts the compute order into splits (runs of one backend) and adds a copy wherever a node's
+/// backend cannot reach a source, pointing the node at it.
+fn insert_copies(
+    graph: &mut Graph,
+    devices: &[Arc<dyn Device>],
+    bufts: &[Arc<dyn BufferType>],
+    compute: &[TensorId],
+    assignment: &[usize],
+    home: &mut HashMap<TensorId, Home>,
+) -> Copies {
     let mut added: Vec<Tensor> = Vec::new();
     let mut rewrites = Vec::new();
     let mut copy_of: HashMap<(TensorId, usize), TensorId> = HashMap::new();
@@ -187,8 +227,23 @@ pub(crate) fn build(
         }
         splits.last_mut().expect("split exists").nodes.push(n);
     }
+    Copies {
+        added,
+        rewrites,
+        splits,
+        copy_step,
+    }
+}
 
-    // Lifetimes of every unbound root, in steps of the compute order.
+/// Lifetimes of every unbound root, in steps of the compute order, grouped by the backend whose
+/// compute buffer holds it (inputs live from the first step, outputs to the last).
+fn backend_lifetimes(
+    graph: &Graph,
+    compute: &[TensorId],
+    copies: &Copies,
+    home: &mut HashMap<TensorId, Home>,
+    n_backends: usize,
+) -> Vec<Vec<(TensorId, Lifetime)>> {
     let mut life: HashMap<TensorId, (usize, usize)> = HashMap::new();
     let last_step = compute.len().saturating_sub(1);
     let touch = |root: TensorId, step: usize, life: &mut HashMap<TensorId, (usize, usize)>| {
@@ -207,9 +262,9 @@ pub(crate) fn build(
             touch(graph.storage_of(s).root, i, &mut life);
         }
     }
-    for split in &splits {
+    for split in &copies.splits {
         for &(from, to) in &split.copies {
-            let step = copy_step[&to];
+            let step = copies.copy_step[&to];
             touch(from, step, &mut life);
             touch(to, step, &mut life);
         }
@@ -227,7 +282,7 @@ pub(crate) fn build(
             home.entry(id).or_insert(Home::Backend(0));
         }
     }
-    let mut per_backend: Vec<Vec<(TensorId, Lifetime)>> = vec![Vec::new(); devices.len()];
+    let mut per_backend: Vec<Vec<(TensorId, Lifetime)>> = vec![Vec::new(); n_backends];
     let mut roots: Vec<TensorId> = life.keys().copied().collect();
     roots.sort();
     for root in roots {
@@ -248,7 +303,24 @@ pub(crate) fn build(
         let size = t.nbytes();
         per_backend[b].push((root, Lifetime { size, first, last }));
     }
+    per_backend
+}
 
+/// Where the roots of each backend go in its compute buffer.
+struct Placed {
+    /// (tensor, backend, offset) in that backend's compute buffer.
+    placements: Vec<(TensorId, usize, usize)>,
+    buffer_sizes: Vec<usize>,
+    memory: Vec<MemoryReport>,
+}
+
+/// Places each backend's roots by their lifetimes; an error where a buffer would exceed its type's
+/// largest size.
+fn place(
+    devices: &[Arc<dyn Device>],
+    bufts: &[Arc<dyn BufferType>],
+    per_backend: &[Vec<(TensorId, Lifetime)>],
+) -> Result<Placed> {
     let mut placements = Vec::new();
     let mut buffer_sizes = vec![0usize; devices.len()];
     let mut memory = Vec::new();
@@ -273,14 +345,8 @@ pub(crate) fn build(
             lower_bound: memplan::lower_bound(&lifetimes, align),
         });
     }
-
-    Ok(Plan {
-        key,
-        n_tensors_before,
-        added,
-        rewrites,
+    Ok(Placed {
         placements,
-        splits,
         buffer_sizes,
         memory,
     })

@@ -1,0 +1,37 @@
+//! backend-meta's settings, read once from the environment through [`ggml_core::env`]:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops (a switch; default off) |
+//! | `GGML_TP_META_GENERIC_REDUCE` | join partial sums by the generic recursive-doubling AllReduce even where the family has a communicator (a switch; default off) |
+//!
+//! The BF16 transport threshold of the generic AllReduce is the core's
+//! `GGML_TP_ALLREDUCE_BF16_MIN_BYTES` ([`ggml_core::settings::CoreSettings`]).
+
+use ggml_core::env;
+use std::sync::OnceLock;
+
+/// The meta backend's settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `GGML_TP_META_STATS`: print the counters of each meta backend when it drops.
+    pub stats: bool,
+    /// `GGML_TP_META_GENERIC_REDUCE`: the default of [`crate::ReduceOptions::generic`].
+    pub generic_reduce: bool,
+}
+
+impl Settings {
+    /// The settings as the environment gives them now.
+    pub fn from_env() -> Settings {
+        Settings {
+            stats: env::flag("GGML_TP_META_STATS", false),
+            generic_reduce: env::flag("GGML_TP_META_GENERIC_REDUCE", false),
+        }
+    }
+}
+
+/// The settings, read on first use.
+pub fn settings() -> &'static Settings {
+    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    SETTINGS.get_or_init(Settings::from_env)
+}
