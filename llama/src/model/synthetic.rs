@@ -5,8 +5,11 @@
 //!
 //! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, or the tiny
 //! `tiny-llama`, `tiny-qwen3moe`, `tiny-gpt-oss` with the fixtures' hyper-parameters) and the type of
-//! the matrices (`f16`, `bf16`, `q8_0`, `q4_0`, `mxfp4`; gpt-oss keeps its non-expert matrices F16
-//! whatever the type, like the released files). Norms, biases, sinks and routers are F32. Weights are
+//! the matrices (`f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert
+//! matrices F16 whatever the type, like the released files). `q4_k` lays the types out as
+//! llama-quantize's Q4_K_M does: Q6_K for the output matrix and for `attn_v` and `ffn_down` of the
+//! layers it gives more bits (the first and last eighth, and every third one between), Q4_K for the
+//! rest. The K-quants need rows of whole 256-element super-blocks (not gpt-oss). Norms, biases, sinks and routers are F32. Weights are
 //! uniform with standard deviation 1/√fan_in (embeddings 1), norms 1 ± 0.1, biases ± 0.1, drawn by a
 //! seeded generator per tensor and 64 KiB chunk, so every run and every thread count gives the same
 //! bytes. The tokenizer is a SentencePiece-style list of byte tokens plus placeholder pieces.
@@ -164,6 +167,8 @@ const TYPES: &[(&str, DType)] = &[
     ("bf16", DType::BF16),
     ("q8_0", DType::Q8_0),
     ("q4_0", DType::Q4_0),
+    ("q4_k", DType::Q4K),
+    ("q6_k", DType::Q6K),
     ("mxfp4", DType::MXFP4),
 ];
 
@@ -193,7 +198,18 @@ impl Preset {
         if wtype == DType::MXFP4 && shape.arch != "gpt-oss" {
             return Err(bad());
         }
-        Ok(Preset { shape, wtype })
+        let preset = Preset { shape, wtype };
+        if let Some(t) = preset
+            .tensors()
+            .iter()
+            .find(|t| t.dims[0] % t.dtype.block_size() as u64 != 0)
+        {
+            return Err(ModelError::Input(format!(
+                "synthetic preset {name:?}: {} has rows of {} elements, not whole {:?} blocks",
+                t.name, t.dims[0], t.dtype
+            )));
+        }
+        Ok(preset)
     }
 
     /// The preset's name as parsed.
@@ -271,6 +287,27 @@ impl Preset {
         tokenizer(w, s.n_vocab as usize);
     }
 
+    /// The output matrix's type: Q6_K in the Q4_K_M layout, else the dense type.
+    fn head_type(&self, dense: DType) -> DType {
+        if dense == DType::Q4K {
+            DType::Q6K
+        } else {
+            dense
+        }
+    }
+
+    /// The type of `attn_v` and `ffn_down` of layer `l`: Q6_K in the Q4_K_M layout for the layers
+    /// llama-quantize gives more bits (the first and last eighth, and every third one between).
+    fn more_bits_type(&self, dense: DType, l: u64) -> DType {
+        let n = self.shape.n_layer;
+        let more_bits = l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+        if dense == DType::Q4K && more_bits {
+            DType::Q6K
+        } else {
+            dense
+        }
+    }
+
     /// Every tensor, in file order.
     fn tensors(&self) -> Vec<TensorSpec> {
         let s = &self.shape;
@@ -290,8 +327,12 @@ impl Preset {
         if !s.tied {
             t.push(TensorSpec::matrix("output.weight", dense, &[e, v]));
         }
+        if !s.tied {
+            t.last_mut().expect("output pushed").dtype = self.head_type(dense);
+        }
         for l in 0..s.n_layer {
             let n = |x: &str| format!("blk.{l}.{x}");
+            let more_bits = self.more_bits_type(dense, l);
             t.push(TensorSpec::norm(&n("attn_norm.weight"), &[e]));
             for (name, dims) in [
                 ("attn_q", [e, q]),
@@ -299,11 +340,8 @@ impl Preset {
                 ("attn_v", [e, kv]),
                 ("attn_output", [q, e]),
             ] {
-                t.push(TensorSpec::matrix(
-                    &n(&format!("{name}.weight")),
-                    dense,
-                    &dims,
-                ));
+                let ty = if name == "attn_v" { more_bits } else { dense };
+                t.push(TensorSpec::matrix(&n(&format!("{name}.weight")), ty, &dims));
                 if gpt_oss {
                     t.push(TensorSpec::bias(&n(&format!("{name}.bias")), &[dims[1]]));
                 }
@@ -327,7 +365,7 @@ impl Preset {
                 t.push(TensorSpec::matrix(&n("ffn_up.weight"), dense, &[e, s.n_ff]));
                 t.push(TensorSpec::matrix(
                     &n("ffn_down.weight"),
-                    dense,
+                    more_bits,
                     &[s.n_ff, e],
                 ));
                 continue;
@@ -513,6 +551,19 @@ fn fill_chunk(dst: &mut [u8], dtype: DType, init: Init, rng: &mut Rng) {
             b[..2].copy_from_slice(&f16::from_f32(amp / 8.0).to_le_bytes());
             random_bytes(&mut b[2..], rng);
         }),
+        // d, dmin, random 6-bit scales and mins, random 4-bit codes: d·sc·q − dmin·m is centred
+        // (E[sc·q] = 32 · 7.5, E[m] = 32) with a spread of about ±amp.
+        DType::Q4K => dst.chunks_exact_mut(144).for_each(|b| {
+            let d = amp / 256.0;
+            b[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+            b[2..4].copy_from_slice(&f16::from_f32(7.5 * d).to_le_bytes());
+            random_bytes(&mut b[4..], rng);
+        }),
+        // Random 6-bit codes (q − 32), random signed 8-bit scales, then d.
+        DType::Q6K => dst.chunks_exact_mut(210).for_each(|b| {
+            random_bytes(&mut b[..208], rng);
+            b[208..].copy_from_slice(&f16::from_f32(amp / 2048.0).to_le_bytes());
+        }),
         // One E8M0 exponent (2^(e-127), largest code 6) and random E2M1 codes.
         DType::MXFP4 => dst.chunks_exact_mut(17).for_each(|b| {
             b[0] = (127.0 + (amp / 6.0).log2().round()).clamp(1.0, 254.0) as u8;
@@ -539,9 +590,12 @@ mod tests {
         assert_eq!(p.name(), "llama3-8b-q4_0");
         assert_eq!(p.shape.n_ff, 14336);
         assert!(Preset::parse("gpt-oss-20b-mxfp4").is_ok());
+        assert!(Preset::parse("llama3-8b-q4_k").is_ok());
+        assert!(Preset::parse("qwen3-30b-a3b-q6_k").is_ok());
         for bad in [
             "llama3-8b",
             "llama3-8b-q5_k",
+            "gpt-oss-20b-q4_k",
             "llama3-8b-mxfp4",
             "nope-f16",
             "",
@@ -579,6 +633,46 @@ mod tests {
                 let ms = out.iter().map(|x| x * x).sum::<f32>() / out.len() as f32;
                 assert!(ms > 0.0, "{name} {} is all zero", t.name);
             }
+        }
+    }
+
+    #[test]
+    fn q4_k_lays_out_types_like_q4_k_m() {
+        let p = Preset::parse("llama3-8b-q4_k").unwrap();
+        let tensors = p.tensors();
+        let of = |name: &str| tensors.iter().find(|t| t.name == name).unwrap().dtype;
+        assert_eq!(of("output.weight"), DType::Q6K);
+        assert_eq!(of("token_embd.weight"), DType::Q4K);
+        for (l, more) in [
+            (0, true),
+            (3, true),
+            (4, false),
+            (6, true),
+            (27, true),
+            (28, true),
+        ] {
+            let want = if more { DType::Q6K } else { DType::Q4K };
+            assert_eq!(of(&format!("blk.{l}.attn_v.weight")), want, "{l}");
+            assert_eq!(of(&format!("blk.{l}.ffn_down.weight")), want, "{l}");
+            assert_eq!(of(&format!("blk.{l}.attn_q.weight")), DType::Q4K, "{l}");
+        }
+        let q6 = tensors.iter().filter(|t| t.dtype == DType::Q6K).count();
+        assert_eq!(q6, 1 + 2 * 16);
+    }
+
+    #[test]
+    fn k_quant_blocks_are_finite_and_centred() {
+        for dtype in [DType::Q4K, DType::Q6K] {
+            let spec = TensorSpec::matrix("w", dtype, &[4096, 64]);
+            let mut bytes = vec![0u8; spec.bytes()];
+            fill(&mut bytes, &spec, 3);
+            let out = ggml_core::quant::dequantize_to_vec(dtype, &bytes).unwrap();
+            let n = out.len() as f32;
+            let mean = out.iter().sum::<f32>() / n;
+            let rms = (out.iter().map(|x| x * x).sum::<f32>() / n).sqrt();
+            assert!(out.iter().all(|x| x.is_finite()), "{dtype:?}");
+            assert!(rms > 0.005 && rms < 0.2, "{dtype:?} rms {rms}");
+            assert!(mean.abs() < 0.2 * rms, "{dtype:?} mean {mean} rms {rms}");
         }
     }
 }
