@@ -6,7 +6,7 @@
 //! single-column products of one activation (q, k and v; gate and up: the model builder puts them
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
-//! the rope of k with its cache write) are in [`super::fuse_decode`].
+//! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`].
 
 use super::fuse_decode as decode;
 use super::gemv::{self, MAX_GROUP};
@@ -66,9 +66,7 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
             }
         }
         (_, Op::MulMat) => whole(launch_products(r, graph, group)?),
-        (&[rope, set_rows], Op::Rope(_)) => {
-            whole(decode::launch_rope_cache(r, graph, rope, set_rows)?)
-        }
+        (_, Op::Rope(_)) => whole(decode::launch_rope_cache(r, graph, group)?),
         _ => whole(launch_chain(r, graph, group)?),
     })
 }
@@ -165,8 +163,8 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
         let products = products_len(graph, nodes);
         return products + usize::from(decode::products_then_glu(graph, products, nodes));
     }
-    if decode::rope_then_cache(graph, nodes) {
-        return 2;
+    if let Some(len) = decode::rope_cache_len(graph, nodes) {
+        return len;
     }
     let norm_at = match nodes {
         [add, norm, ..] if fusable_norm(graph, *norm) && fusable_add(graph, *add, *norm) => 1,

@@ -2,14 +2,16 @@
 //! and up products of one activation followed by their gated unit (`glu`) run as one
 //! `k_gemv_glu_<type>` launch ([`super::gemv::mul_mat_vec_glu`]), and the rope of k followed by the
 //! cache write of its result (`set_rows`, through the permute view the model builder makes) as one
-//! `k_rope_set_rows`. As with the norm chains, the fused kernels write every result of the chain,
-//! so no consumer analysis is needed, and a memory overlap falls back to separate launches.
-//! `GGML_TP_FUSE_DECODE=0` turns both off (for A/B measurements).
+//! `k_rope_set_rows`, which also takes the rope of q just before them (same rope and positions)
+//! and the cache write of v just after them when the graph has them there. As with the norm
+//! chains, the fused kernels write every result of the chain, so no consumer analysis is needed,
+//! and a memory overlap falls back to separate launches. `GGML_TP_FUSE_DECODE=0` turns them off
+//! (for A/B measurements).
 
 use super::fuse::{aliasing_is_safe, product_group, span, spans_apart};
 use super::gemv;
 use super::ops::{glu_code, rope_rows_chunks, rope_rows_fit, rope_scalars};
-use super::rows::row_contiguous;
+use super::rows::{all_rows, row_contiguous};
 use super::{args, Launch, Runner, TDesc};
 use ggml_core::{DType, GluOp, Graph, Op, Result, TensorId};
 
@@ -71,12 +73,67 @@ fn rope_into_cache(graph: &Graph, rope: TensorId, set_rows: TensorId) -> Option<
     fits.then_some(swap12)
 }
 
-/// True when `nodes` start with a rope and the set_rows that writes its result into a cache.
-pub(super) fn rope_then_cache(graph: &Graph, nodes: &[TensorId]) -> bool {
-    match nodes {
-        [rope, set_rows, ..] => fusing() && rope_into_cache(graph, *rope, *set_rows).is_some(),
+/// A fused rope and cache write (from [`rope_cache_group`]): the rope of k and the set_rows of its
+/// result (`swap12` as [`rope_into_cache`] gives it), with the rope of q before them and the
+/// set_rows of v after them where the graph has those there.
+struct RopeCache {
+    q: Option<TensorId>,
+    k: TensorId,
+    k_write: TensorId,
+    swap12: bool,
+    v_write: Option<TensorId>,
+}
+
+/// Whether `q` ropes as `k` does (parameters, positions, frequency factors) into F32 rows that
+/// `k_rope_rows` takes.
+fn ropes_alike(graph: &Graph, q: TensorId, k: TensorId) -> bool {
+    let (qt, kt) = (graph.tensor(q), graph.tensor(k));
+    match (&qt.op, &kt.op) {
+        (Op::Rope(pq), Op::Rope(pk)) => {
+            pq == pk
+                && qt.src[1..] == kt.src[1..]
+                && qt.layout.dtype == DType::F32
+                && rope_rows_fit(pq, graph.layout(qt.src[0]), &qt.layout)
+        }
         _ => false,
     }
+}
+
+/// Whether `node` is a set_rows of float rows into an F32 or F16 cache with contiguous rows.
+fn float_cache_write(graph: &Graph, node: TensorId) -> bool {
+    let t = graph.tensor(node);
+    t.op == Op::SetRows
+        && matches!(t.layout.dtype, DType::F32 | DType::F16)
+        && all_rows(&[graph.layout(t.src[1]), &t.layout])
+}
+
+/// The fused rope and cache write at the start of `nodes`, if there is one.
+fn rope_cache_group(graph: &Graph, nodes: &[TensorId]) -> Option<RopeCache> {
+    if !fusing() {
+        return None;
+    }
+    let with_q = matches!(nodes, [q, k, w, ..]
+        if ropes_alike(graph, *q, *k) && rope_into_cache(graph, *k, *w).is_some());
+    let rest = &nodes[usize::from(with_q)..];
+    let [k, k_write, ..] = *rest else {
+        return None;
+    };
+    Some(RopeCache {
+        q: with_q.then(|| nodes[0]),
+        k,
+        k_write,
+        swap12: rope_into_cache(graph, k, k_write)?,
+        v_write: rest
+            .get(2)
+            .copied()
+            .filter(|&v| float_cache_write(graph, v)),
+    })
+}
+
+/// The nodes of the fused rope and cache write at the start of `nodes` (2 to 4), if there is one.
+pub(super) fn rope_cache_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize> {
+    rope_cache_group(graph, nodes)
+        .map(|g| 2 + usize::from(g.q.is_some()) + usize::from(g.v_write.is_some()))
 }
 
 /// Launches `[gate, up, glu]` (from [`products_then_glu`]) as one `k_gemv_glu_*`; `false` (nothing
@@ -105,42 +162,96 @@ pub(super) fn launch_products_glu(
     Ok(true)
 }
 
-/// Launches `rope` and the `set_rows` that writes its result into a cache (from
-/// [`rope_then_cache`]) as one `k_rope_set_rows`; `false` (nothing launched) when the rope's result
-/// overlaps an operand otherwise than being exactly its source, or the cache shares a byte with
-/// any other tensor of the pair (its rows are written where `ids` say, not where a thread reads:
-/// even an exact alias would race).
-pub(super) fn launch_rope_cache(
+/// Whether the tensors of a fused rope and cache write may share its launch: each rope result
+/// (`ropes`: result, source) is exactly its source (each element then read and written by one
+/// thread) or, like the caches, shares no byte with any other tensor of the launch (`read`: the
+/// positions, frequency factors, ids and v); a cache's rows are written where the ids say, so
+/// even an exact alias would race.
+fn rope_cache_apart(
     r: &dyn Runner,
     graph: &Graph,
-    rope: TensorId,
-    set_rows: TensorId,
+    ropes: &[(TensorId, TensorId)],
+    caches: &[TensorId],
+    read: &[TensorId],
 ) -> Result<bool> {
-    let swap12 = rope_into_cache(graph, rope, set_rows).expect("rope_then_cache checked the pair");
-    let (rt, st) = (graph.tensor(rope), graph.tensor(set_rows));
-    let Op::Rope(p) = &rt.op else {
+    let desc = |id: TensorId| r.desc(graph, id);
+    let at = |id: TensorId| -> Result<(u64, u64)> { Ok(span(desc(id)?.ptr, graph.layout(id))) };
+    let (mut written, mut others) = (Vec::new(), Vec::new());
+    for &(result, source) in ropes {
+        if !aliasing_is_safe(&[desc(result)?], &[desc(source)?]) {
+            return Ok(false);
+        }
+        let (w, s) = (at(result)?, at(source)?);
+        written.push(w);
+        if s != w {
+            others.push(s);
+        }
+    }
+    for &id in caches {
+        written.push(at(id)?);
+    }
+    for &id in read {
+        others.push(at(id)?);
+    }
+    Ok(spans_apart(&written, &others))
+}
+
+/// Launches the fused rope and cache write `group` (from [`rope_cache_len`]) as one
+/// `k_rope_set_rows`; `false` (nothing launched) when [`rope_cache_apart`] refuses its memory.
+pub(super) fn launch_rope_cache(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+    let g = rope_cache_group(graph, group).expect("rope_cache_len checked the group");
+    let (kt, wt) = (graph.tensor(g.k), graph.tensor(g.k_write));
+    let Op::Rope(p) = &kt.op else {
         unreachable!("rope_into_cache checked the op");
     };
-    let desc = |id: TensorId| r.desc(graph, id);
-    let (a, pos, d) = (desc(rt.src[0])?, desc(rt.src[1])?, desc(rope)?);
-    let (cache, ids) = (desc(set_rows)?, desc(st.src[2])?);
-    let ff = rt.src.get(2).map(|&f| desc(f)).transpose()?;
-    let mut read = vec![a, pos, ids];
-    read.extend(ff);
-    let others: Vec<(u64, u64)> = rt
-        .src
-        .iter()
-        .chain([&rope, &st.src[2]])
-        .map(|&id| Ok(span(desc(id)?.ptr, graph.layout(id))))
-        .collect::<Result<_>>()?;
-    let cache_apart = spans_apart(&[span(cache.ptr, &st.layout)], &others);
-    if !aliasing_is_safe(&[d], &read) || !cache_apart {
+    let mut ropes = vec![(g.k, kt.src[0])];
+    ropes.extend(g.q.map(|q| (q, graph.tensor(q).src[0])));
+    let mut caches = vec![g.k_write];
+    let mut read: Vec<TensorId> = kt.src[1..].iter().chain([&wt.src[2]]).copied().collect();
+    if let Some(v) = g.v_write {
+        caches.push(v);
+        read.extend(&graph.tensor(v).src[1..]);
+    }
+    if !rope_cache_apart(r, graph, &ropes, &caches, &read)? {
         return Ok(false);
     }
-    let ff = ff.unwrap_or_else(TDesc::absent);
-    let mut a = args![a, pos, ff, d, cache, ids, i32::from(swap12)];
-    a.extend(rope_scalars(p, rt.src.len() > 2));
-    let chunks = rope_rows_chunks(p, &rt.layout);
+    let desc = |id: TensorId| r.desc(graph, id);
+    let absent = TDesc::absent();
+    let (a, pos, d) = (desc(kt.src[0])?, desc(kt.src[1])?, desc(g.k)?);
+    let ff = kt.src.get(2).map(|&f| desc(f)).transpose()?;
+    let (cache, ids) = (desc(g.k_write)?, desc(wt.src[2])?);
+    let (qa, qd, q_chunks) = match g.q {
+        Some(q) => (
+            desc(graph.tensor(q).src[0])?,
+            desc(q)?,
+            rope_rows_chunks(p, graph.layout(q)),
+        ),
+        None => (absent, absent, 0),
+    };
+    let (vs, vc, vids, v_chunks) = match g.v_write {
+        Some(v) => {
+            let vt = graph.tensor(v);
+            let n = graph.layout(vt.src[1]).nelements();
+            (desc(vt.src[1])?, desc(v)?, desc(vt.src[2])?, n)
+        }
+        None => (absent, absent, absent, 0),
+    };
+    let chunks = q_chunks + rope_rows_chunks(p, &kt.layout) + v_chunks;
+    if chunks >= 1 << 31 {
+        return Ok(false);
+    }
+    let ff = ff.unwrap_or(absent);
+    let mut a = args![a, pos, ff, d, cache, ids, i32::from(g.swap12)];
+    a.extend(args![
+        qa,
+        qd,
+        q_chunks as i32,
+        vs,
+        vc,
+        vids,
+        v_chunks as i32
+    ]);
+    a.extend(rope_scalars(p, kt.src.len() > 2));
     r.launch(&Launch::elementwise("k_rope_set_rows", chunks, a))?;
     Ok(true)
 }
@@ -311,6 +422,86 @@ mod tests {
             vec![vec![rope], vec![w]],
             "quantized caches stay unfused"
         );
+    }
+
+    /// The attention inputs of a decode step as the model builder makes them: ropes of q and k
+    /// (q's with `q_base` as its frequency base), k and v written into their caches through
+    /// permute views. Returns the graph and its nodes `[q, k, k write, v write]`.
+    fn ropes_and_writes(q_base: f32) -> (Graph, [TensorId; 4]) {
+        let (d, heads, tokens) = (64, 2, 1);
+        let mut g = Graph::new();
+        let xq = g.new_input(DType::F32, &[d, 2 * heads, tokens]).unwrap();
+        let xk = g.new_input(DType::F32, &[d, heads, tokens]).unwrap();
+        let v = g.new_input(DType::F32, &[d, heads, tokens]).unwrap();
+        let pos = g.new_input(DType::I32, &[tokens]).unwrap();
+        let ids = g.new_input(DType::I32, &[tokens]).unwrap();
+        let kc = g.new_input(DType::F16, &[d, 100, heads]).unwrap();
+        let vc = g.new_input(DType::F16, &[d, 100, heads]).unwrap();
+        let p = RopeParams::simple(RopeMode::Neox, d, 10000.0);
+        let q = g
+            .rope(
+                xq,
+                pos,
+                None,
+                RopeParams {
+                    freq_base: q_base,
+                    ..p
+                },
+            )
+            .unwrap();
+        let k = g.rope(xk, pos, None, p).unwrap();
+        let kp = g.permute(k, [0, 2, 1, 3]).unwrap();
+        let kw = g.set_rows(kc, kp, ids).unwrap();
+        let vp = g.permute(v, [0, 2, 1, 3]).unwrap();
+        let vw = g.set_rows(vc, vp, ids).unwrap();
+        for n in [q, k, kw, vw] {
+            g.output(n);
+        }
+        (g, [q, k, kw, vw])
+    }
+
+    #[test]
+    fn q_rope_and_v_write_join_the_k_rope_and_write() {
+        let (g, nodes) = ropes_and_writes(10000.0);
+        assert_eq!(fusion_groups(&g, g.nodes()), vec![nodes.to_vec()]);
+        assert_eq!(launched(&g, &[]), ["k_rope_set_rows"]);
+        let [q, k, kw, vw] = nodes;
+        let xq = g.tensor(q).src[0];
+        assert_eq!(
+            launched(&g, &[(q, xq)]),
+            ["k_rope_set_rows"],
+            "q's rope in place"
+        );
+        // (This runner places a view apart from its base: the set_rows source is the view.)
+        let v = g.tensor(vw).src[1];
+        assert_eq!(
+            launched(&g, &[(q, v)]),
+            [
+                "k_rope_rows",
+                "k_rope_rows",
+                "k_set_rows_rows",
+                "k_set_rows_rows"
+            ],
+            "q's rope over v, which another thread reads"
+        );
+        assert_eq!(
+            launched(&g, &[(q, g.tensor(k).src[0])]),
+            [
+                "k_rope_rows",
+                "k_rope_rows",
+                "k_set_rows_rows",
+                "k_set_rows_rows"
+            ],
+            "q's rope over k's source"
+        );
+        // Another rope for q: it stays apart, k and v still fuse.
+        let (g, [q, k, kw2, vw2]) = ropes_and_writes(500000.0);
+        assert_eq!(
+            fusion_groups(&g, g.nodes()),
+            vec![vec![q], vec![k, kw2, vw2]]
+        );
+        assert_eq!(kw2, kw);
+        assert_eq!(vw2, vw);
     }
 
     #[test]

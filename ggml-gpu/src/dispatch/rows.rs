@@ -10,7 +10,8 @@ use ggml_core::{DType, Layout};
 /// Threads per row of `k_norm_rows` never fall below a warp nor exceed a block.
 const NORM_MIN_THREADS: usize = 32;
 const NORM_MAX_THREADS: usize = 1024;
-/// Chunks each thread of `k_norm_rows` aims to handle (loads in flight per thread).
+/// Chunks each thread of `k_norm_rows` aims to handle: `NORM_KEEP` in norm.cu, the chunks a thread
+/// loads at once and keeps in registers from the first pass to the last.
 const NORM_CHUNKS_PER_THREAD: usize = 2;
 /// Threads of a `k_norm_rows` block when rows are short (several rows per block).
 const NORM_BLOCK_THREADS: usize = 256;
@@ -133,6 +134,18 @@ mod tests {
         );
         let l = norm_launch(1 << 20, 2, 1, vec![]);
         assert_eq!((l.grid[0], l.threads), (2, 1024));
+    }
+
+    #[test]
+    fn norm_constants_match_the_source() {
+        let src = crate::kernels::shared_source();
+        for (name, value) in [
+            ("NORM_ADD", NORM_ADD as usize),
+            ("NORM_MUL", NORM_MUL as usize),
+            ("NORM_KEEP", NORM_CHUNKS_PER_THREAD),
+        ] {
+            assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! one activation with their gated unit in one `k_gemv_glu_<type>` launch (every weight type, long
 //! and short rows, one to four warps per row, odd row lengths, unaligned rows), and the rope of k
 //! with its cache write in one `k_rope_set_rows` (F16 and F32 caches, through the permute view as
-//! the models write K, decode and prefill). Every result of a chain is checked: the products
+//! the models write K, decode and prefill), alone and with the rope of q and the cache write of v. Every result of a chain is checked: the products
 //! against the float64 reference, the gated unit against the float64 unit of the products the
 //! launch wrote, the rope and the cache bit-equal to the unfused run and within the reference
 //! bounds. Every input stays alive to the end (an output), as a model's weights and inputs do, so
@@ -116,49 +116,110 @@ fn rope_and_cache_write_in_one_launch() {
             // Decode and prefill of 8 KV heads of 128; a partial rotation of 64-element heads.
             for (d, n_dims, heads, tokens) in [(128, 128, 8, 1), (128, 128, 8, 37), (64, 32, 3, 5)]
             {
-                let rows = 300;
-                let p = RopeParams::simple(mode, n_dims, 500000.0);
-                let specs = [
-                    InputSpec::new(DType::F32, [d, heads, tokens, 1]),
-                    InputSpec::ids([tokens, 1, 1, 1], 8192, false),
-                    InputSpec::new(DType::F32, [n_dims / 2, 1, 1, 1]).gen(Gen::Uniform(1.0, 8.0)),
-                    InputSpec::new(cache_type, [d, rows, heads, 1]),
-                    InputSpec::ids([tokens, 1, 1, 1], rows, true),
-                ];
-                let inputs = draw_inputs(&mut rng, &specs);
-                let build = |g: &mut Graph, t: &[TensorId]| {
-                    t.iter().for_each(|&input| g.output(input));
-                    let k = g.rope(t[0], t[1], Some(t[2]), p).unwrap();
-                    let kp = g.permute(k, [0, 2, 1, 3]).unwrap();
-                    vec![k, g.set_rows(t[3], kp, t[4]).unwrap()]
-                };
-                let fused = run_chain(&dev, &inputs, &build, false);
-                let unfused = run_chain(&dev, &inputs, &build, true);
-                let seen = seen_values(&inputs);
-                let what = format!("{cache_type} cache, {mode:?}, d {d} n_dims {n_dims}, {heads} heads, {tokens} tokens");
-                for (k, name) in ["rope", "cache"].iter().enumerate() {
-                    assert_eq!(fused[k].0, unfused[k].0, "{what}: {name} fused != unfused");
+                // k alone, then with the rope of q (twice the heads) before it and the cache write
+                // of v after it, as at decode.
+                for with_qv in [false, true] {
+                    let what = format!("{cache_type} cache, {mode:?}, d {d} n_dims {n_dims}, {heads} heads, {tokens} tokens, q and v {with_qv}");
+                    checked += rope_cache_case(
+                        &dev,
+                        &mut rng,
+                        cache_type,
+                        mode,
+                        [d, n_dims, heads, tokens],
+                        with_qv,
+                        &what,
+                    );
                 }
-                let rope = at::rope(&seen[0], &seen[1], Some(&seen[2]), &p);
-                let approx = Class::Approx;
-                checked += within(
-                    &format!("{what}: rope"),
-                    &fused[0].1,
-                    &rope,
-                    float_bound(approx, DType::F32),
-                );
-                let stored = round_trip(cache_type, &rope.permute([0, 2, 1, 3])).unwrap();
-                let cache = mx::set_rows(&seen[3], &stored, &seen[4]);
-                checked += within(
-                    &format!("{what}: cache"),
-                    &fused[1].1,
-                    &cache,
-                    float_bound(approx, cache_type),
-                );
             }
         }
     }
     println!(
-        "{checked} results of fused rope and cache write bit-equal to the unfused run and within the reference bounds"
+        "{checked} results of fused ropes and cache writes bit-equal to the unfused run and within the reference bounds"
     );
+}
+
+/// One case of [`rope_and_cache_write_in_one_launch`]: the results checked.
+fn rope_cache_case(
+    dev: &Arc<dyn Device>,
+    rng: &mut StdRng,
+    cache_type: DType,
+    mode: RopeMode,
+    [d, n_dims, heads, tokens]: [usize; 4],
+    with_qv: bool,
+    what: &str,
+) -> usize {
+    let rows = 300;
+    let p = RopeParams::simple(mode, n_dims, 500000.0);
+    let mut specs = vec![
+        InputSpec::new(DType::F32, [d, heads, tokens, 1]),
+        InputSpec::ids([tokens, 1, 1, 1], 8192, false),
+        InputSpec::new(DType::F32, [n_dims / 2, 1, 1, 1]).gen(Gen::Uniform(1.0, 8.0)),
+        InputSpec::new(cache_type, [d, rows, heads, 1]),
+        InputSpec::ids([tokens, 1, 1, 1], rows, true),
+    ];
+    if with_qv {
+        specs.push(InputSpec::new(DType::F32, [d, 2 * heads, tokens, 1]));
+        specs.push(InputSpec::new(DType::F32, [d, heads, tokens, 1]));
+        specs.push(InputSpec::new(cache_type, [d, rows, heads, 1]));
+    }
+    let inputs = draw_inputs(rng, &specs);
+    let build = |g: &mut Graph, t: &[TensorId]| {
+        t.iter().for_each(|&input| g.output(input));
+        let q = with_qv.then(|| g.rope(t[5], t[1], Some(t[2]), p).unwrap());
+        let k = g.rope(t[0], t[1], Some(t[2]), p).unwrap();
+        let kp = g.permute(k, [0, 2, 1, 3]).unwrap();
+        let mut out = vec![k, g.set_rows(t[3], kp, t[4]).unwrap()];
+        if let Some(q) = q {
+            let vp = g.permute(t[6], [0, 2, 1, 3]).unwrap();
+            out.push(g.set_rows(t[7], vp, t[4]).unwrap());
+            out.insert(0, q);
+        }
+        out
+    };
+    let fused = run_chain(dev, &inputs, &build, false);
+    let unfused = run_chain(dev, &inputs, &build, true);
+    let seen = seen_values(&inputs);
+    let names: &[&str] = if with_qv {
+        &["q rope", "rope", "cache", "v cache"]
+    } else {
+        &["rope", "cache"]
+    };
+    for (k, name) in names.iter().enumerate() {
+        assert_eq!(fused[k].0, unfused[k].0, "{what}: {name} fused != unfused");
+    }
+    let at_k = usize::from(with_qv);
+    let approx = Class::Approx;
+    let rope = at::rope(&seen[0], &seen[1], Some(&seen[2]), &p);
+    let mut checked = within(
+        &format!("{what}: rope"),
+        &fused[at_k].1,
+        &rope,
+        float_bound(approx, DType::F32),
+    );
+    let stored = round_trip(cache_type, &rope.permute([0, 2, 1, 3])).unwrap();
+    let cache = mx::set_rows(&seen[3], &stored, &seen[4]);
+    checked += within(
+        &format!("{what}: cache"),
+        &fused[at_k + 1].1,
+        &cache,
+        float_bound(approx, cache_type),
+    );
+    if with_qv {
+        let q = at::rope(&seen[5], &seen[1], Some(&seen[2]), &p);
+        checked += within(
+            &format!("{what}: q rope"),
+            &fused[0].1,
+            &q,
+            float_bound(approx, DType::F32),
+        );
+        let stored = round_trip(cache_type, &seen[6].permute([0, 2, 1, 3])).unwrap();
+        let v_cache = mx::set_rows(&seen[7], &stored, &seen[4]);
+        checked += within(
+            &format!("{what}: v cache"),
+            &fused[3].1,
+            &v_cache,
+            float_bound(approx, cache_type),
+        );
+    }
+    checked
 }

@@ -1,7 +1,8 @@
 // Row kernels, one block per row: rms_norm / norm (k_norm), sum_rows, and soft_max with mask
 // (broadcast over heads and sequences), ALiBi slopes and attention sinks. Sums are taken in f64.
 // k_norm_rows is the fast path of rms_norm / norm on row-contiguous F32 rows, which also runs the
-// fused chains of the dispatch: the residual add before the norm and the weight mul after it.
+// fused chains of the dispatch: the residual add before the norm and the weight mul after it; a
+// thread keeps its chunks in registers from the first pass to the last.
 
 extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) {
     i64 r = blockIdx.x;
@@ -69,34 +70,87 @@ extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, floa
 
 #define NORM_ADD 1
 #define NORM_MUL 2
+// Chunks a thread keeps in registers from the first pass to the last (the host gives each thread
+// about that many): their loads are all in flight at once, and they are not read twice.
+#define NORM_KEEP 2
+
+// Chunk c of row i: x from a and, with `add`, y from b (broadcast).
+template <int V>
+__device__ __forceinline__ void norm_load(const TD& a, const TD& b, const u32* i, u32 c, bool add, float (&x)[V],
+                                          float (&y)[V]) {
+    ld_row<V>(row_at(a, i), T_F32, c * V, x);
+    if (add) ld_row<V>(row_bcast(b, i), T_F32, c * V, y);
+}
+
+// With `add`, x += y written to s; then x into the sums s1, s2.
+template <int V>
+__device__ __forceinline__ void norm_sum(const TD& s, const u32* i, u32 c, bool add, float (&x)[V], const float (&y)[V],
+                                         double& s1, double& s2) {
+    if (add) {
+        for (int j = 0; j < V; j++) x[j] += y[j];
+        st_row<V>(row_at(s, i), T_F32, c * V, x);
+    }
+    for (int j = 0; j < V; j++) {
+        s1 += x[j];
+        s2 += (double)x[j] * x[j];
+    }
+}
+
+// The squared deviations of x from the mean into acc.
+template <int V> __device__ __forceinline__ void norm_dev(const float (&x)[V], float mean, double& acc) {
+    for (int j = 0; j < V; j++) {
+        double t = (double)(x[j] - mean);
+        acc += t * t;
+    }
+}
+
+// x normalized, written to n; with NORM_MUL times the weights g (loaded here unless `have_g`)
+// written to m.
+template <int V>
+__device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m, const u32* i, u32 c, int flags,
+                                           float mean, float scale, float (&x)[V], float (&g)[V], bool have_g) {
+    for (int j = 0; j < V; j++) x[j] = (x[j] - mean) * scale;
+    st_row<V>(row_at(n, i), T_F32, c * V, x);
+    if (flags & NORM_MUL) {
+        if (!have_g) ld_row<V>(row_bcast(w, i), T_F32, c * V, g);
+        for (int j = 0; j < V; j++) x[j] *= g[j];
+        st_row<V>(row_at(m, i), T_F32, c * V, x);
+    }
+}
 
 // Rows of n = norm(x) with x = a, or with NORM_ADD x = a + b written to s first; with NORM_MUL also
 // m = n * w (w's rows as long as n's, broadcast over them; w may be either operand of the mul, which
 // commutes). `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
-// Every thread handles the same elements in every pass, so any result may alias an operand.
+// Every thread handles the same elements in every pass, in order, so any result may alias an
+// operand exactly (the host allows no other overlap); w is loaded with the first pass unless it is
+// s or n. A thread's first NORM_KEEP chunks stay in registers; longer rows read s (or a) again.
 template <int V>
 __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, const TD& w, const TD& m, float eps,
                           int rms, int flags, int tpr) {
     const u32 n0 = (u32)n.ne[0], cpr = n0 / V;
     const u32 r = blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const u32 rest = lane + NORM_KEEP * tpr;
     const bool active = r < nrows32(n);
     u32 i[3] = {0, 0, 0};
     if (active) row_index(r, (u32)n.ne[1], (u32)n.ne[2], i);
     const bool add = flags & NORM_ADD;
+    const bool g_early = (flags & NORM_MUL) && w.ptr != s.ptr && w.ptr != n.ptr;
+    float x[NORM_KEEP][V], y[NORM_KEEP][V], g[NORM_KEEP][V];
+#pragma unroll
+    for (int k = 0; k < NORM_KEEP; k++) {
+        const u32 c = lane + k * tpr;
+        if (!active || c >= cpr) continue;
+        norm_load<V>(a, b, i, c, add, x[k], y[k]);
+        if (g_early) ld_row<V>(row_bcast(w, i), T_F32, c * V, g[k]);
+    }
     double s1 = 0, s2 = 0;
-    for (u32 c = lane; active && c < cpr; c += tpr) {
-        float x[V];
-        ld_row<V>(row_at(a, i), T_F32, c * V, x);
-        if (add) {
-            float y[V];
-            ld_row<V>(row_bcast(b, i), T_F32, c * V, y);
-            for (int j = 0; j < V; j++) x[j] += y[j];
-            st_row<V>(row_at(s, i), T_F32, c * V, x);
-        }
-        for (int j = 0; j < V; j++) {
-            s1 += x[j];
-            s2 += (double)x[j] * x[j];
-        }
+#pragma unroll
+    for (int k = 0; k < NORM_KEEP; k++)
+        if (active && lane + k * tpr < cpr) norm_sum<V>(s, i, lane + k * tpr, add, x[k], y[k], s1, s2);
+    for (u32 c = rest; active && c < cpr; c += tpr) {
+        float xc[V], yc[V];
+        norm_load<V>(a, b, i, c, add, xc, yc);
+        norm_sum<V>(s, i, c, add, xc, yc, s1, s2);
     }
     const TD& src = add ? s : a;
     float mean = 0.0f;
@@ -106,28 +160,25 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
     } else {
         mean = (float)(row_sum(s1, tpr) / n0);
         double acc = 0;
-        for (u32 c = lane; active && c < cpr; c += tpr) {
-            float x[V];
-            ld_row<V>(row_at(src, i), T_F32, c * V, x);
-            for (int j = 0; j < V; j++) {
-                double t = (double)(x[j] - mean);
-                acc += t * t;
-            }
+#pragma unroll
+        for (int k = 0; k < NORM_KEEP; k++)
+            if (active && lane + k * tpr < cpr) norm_dev<V>(x[k], mean, acc);
+        for (u32 c = rest; active && c < cpr; c += tpr) {
+            float xc[V];
+            ld_row<V>(row_at(src, i), T_F32, c * V, xc);
+            norm_dev<V>(xc, mean, acc);
         }
         var = row_sum(acc, tpr) / n0;
     }
     const float scale = 1.0f / sqrtf((float)var + eps);
-    for (u32 c = lane; active && c < cpr; c += tpr) {
-        float x[V];
-        ld_row<V>(row_at(src, i), T_F32, c * V, x);
-        for (int j = 0; j < V; j++) x[j] = (x[j] - mean) * scale;
-        st_row<V>(row_at(n, i), T_F32, c * V, x);
-        if (flags & NORM_MUL) {
-            float y[V];
-            ld_row<V>(row_bcast(w, i), T_F32, c * V, y);
-            for (int j = 0; j < V; j++) x[j] *= y[j];
-            st_row<V>(row_at(m, i), T_F32, c * V, x);
-        }
+#pragma unroll
+    for (int k = 0; k < NORM_KEEP; k++)
+        if (active && lane + k * tpr < cpr)
+            norm_store<V>(n, w, m, i, lane + k * tpr, flags, mean, scale, x[k], g[k], g_early);
+    for (u32 c = rest; active && c < cpr; c += tpr) {
+        float xc[V], gc[V];
+        ld_row<V>(row_at(src, i), T_F32, c * V, xc);
+        norm_store<V>(n, w, m, i, c, flags, mean, scale, xc, gc, false);
     }
 }
 

@@ -1,6 +1,7 @@
 // Copies and row gathers: cpy/cont between any layouts and types (k_cpy; k_cpy_q quantizes to
 // Q8_0/Q4_0 with ggml's reference quantizers), get_rows, set_rows (k_set_rows, k_set_rows_q; and
-// k_rope_set_rows, a rope whose result goes into a cache too) and concat. Element order follows
+// k_rope_set_rows, a rope whose result goes into a cache too, with q's rope and v's cache write at
+// decode) and concat. Element order follows
 // ggml: the i-th element of the source goes to the i-th of the result.
 // The `_rows` kernels are the fast paths for row-contiguous float rows (see ld_row): one thread per
 // chunk of 1 or 4 elements (`vec`), 32-bit index arithmetic.
@@ -179,18 +180,22 @@ extern "C" __global__ void k_get_rows_rows(TD t, TD ids, TD d, int vec) {
     else get_rows_rows<1>(t, ids, d);
 }
 
+// Chunk c (of cpr per row) of set_rows_rows: V elements of a row of s into the row of d that ids
+// give (nothing for ids out of d's rows).
+template <int V> __device__ __forceinline__ void set_rows_chunk(const TD& d, const TD& s, const TD& ids, u32 c, u32 cpr) {
+    u32 i[3];
+    u32 k = chunk_row(c, cpr, s, i) * V;
+    int row = id_at(ids, i[0], i[1], i[2]);
+    if (row < 0 || row >= d.ne[1]) return;
+    float v[V];
+    ld_row<V>(row_at(s, i), s.type, k, v);
+    u32 at[3] = {(u32)row, i[1], i[2]};
+    st_row<V>(row_at(d, at), d.type, k, v);
+}
+
 template <int V> __device__ void set_rows_rows(const TD& d, const TD& s, const TD& ids) {
     const u32 cpr = (u32)s.ne[0] / V;
-    CHUNK_LOOP(c, cpr * nrows32(s)) {
-        u32 i[3];
-        u32 k = chunk_row(c, cpr, s, i) * V;
-        int row = id_at(ids, i[0], i[1], i[2]);
-        if (row < 0 || row >= d.ne[1]) continue;
-        float v[V];
-        ld_row<V>(row_at(s, i), s.type, k, v);
-        u32 at[3] = {(u32)row, i[1], i[2]};
-        st_row<V>(row_at(d, at), d.type, k, v);
-    }
+    CHUNK_LOOP(c, cpr * nrows32(s)) set_rows_chunk<V>(d, s, ids, c, cpr);
 }
 
 extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
@@ -200,15 +205,28 @@ extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
 
 // k_rope_rows (rope.cu) that also writes its result into the rows `ids` of a cache: set_rows of the
 // result, or of its view with axes 1 and 2 swapped when swap12 ([d, heads, tokens] -> [d, tokens,
-// heads]); ids out of the cache's rows write nothing there, as in k_set_rows_rows.
-extern "C" __global__ void k_rope_set_rows(TD a, TD pos, TD ff, TD d, TD cache, TD ids, int swap12, int n_dims,
+// heads]); ids out of the cache's rows write nothing there, as in k_set_rows_rows. At decode the
+// same launch may also take the rope of q (qa -> qd, the same rope and positions: its first
+// q_chunks chunks) and the set_rows of v (vs into vcache at vids, one element per chunk: its last
+// v_chunks chunks); 0 chunks leave a part out.
+extern "C" __global__ void k_rope_set_rows(TD a, TD pos, TD ff, TD d, TD cache, TD ids, int swap12, TD qa, TD qd,
+                                           int q_chunks, TD vs, TD vcache, TD vids, int v_chunks, int n_dims,
                                            int neox, int has_ff, float freq_base, float freq_scale,
                                            float ext_factor, float attn_factor, float corr0, float corr1) {
     const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
-    CHUNK_LOOP(c, ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d)) {
+    const u32 nq = (u32)q_chunks, nk = ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d);
+    CHUNK_LOOP(c, nq + nk + (u32)v_chunks) {
         u32 i[3], at[2];
         float y[2];
-        const int n = rope_chunk(ra, a, pos, ff, d, c, i, at, y);
+        if (c < nq) {
+            rope_chunk(ra, qa, pos, ff, qd, c, i, at, y);
+            continue;
+        }
+        if (c >= nq + nk) {
+            set_rows_chunk<1>(vcache, vs, vids, c - nq - nk, (u32)vs.ne[0]);
+            continue;
+        }
+        const int n = rope_chunk(ra, a, pos, ff, d, c - nq, i, at, y);
         // The row of the set_rows source: its axes 1, 2, 3.
         const u32 j[3] = {swap12 ? i[1] : i[0], swap12 ? i[0] : i[1], i[2]};
         const int row = id_at(ids, j[0], j[1], j[2]);
