@@ -62,7 +62,7 @@ impl Runner for CudaBackend {
             .buffer
             .as_any()
             .downcast_ref::<CudaBuffer>()
-            .filter(|b| b.ordinal() == self.cuda_device().ordinal())
+            .filter(|b| b.device_index() == self.cuda_device().index())
             .ok_or_else(|| {
                 err(format!(
                     "tensor {} lives in {}, not in memory of {}",
