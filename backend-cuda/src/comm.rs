@@ -142,7 +142,7 @@ fn pointers(data: &[DataRef], ranks: &[&CudaBackend], len: usize) -> Result<Vec<
             .buffer
             .as_any()
             .downcast_ref::<CudaBuffer>()
-            .filter(|b| b.device_index() == dev.index())
+            .filter(|b| Arc::ptr_eq(b.pool(), dev.pool()))
             .ok_or_else(|| {
                 err(format!(
                     "all_reduce: {} is not memory of {}",

@@ -183,7 +183,7 @@ impl CudaDevice {
         buffer
             .as_any()
             .downcast_ref::<CudaBuffer>()
-            .is_some_and(|b| b.device_index() == self.index)
+            .is_some_and(|b| Arc::ptr_eq(b.pool(), &self.mem))
     }
 }
 

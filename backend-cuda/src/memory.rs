@@ -203,9 +203,9 @@ impl CudaBuffer {
         self.ctx.ordinal()
     }
 
-    /// `K` of the device `cuda:K` this memory belongs to.
-    pub fn device_index(&self) -> usize {
-        self.mem.index
+    /// The memory (device) this block is counted in.
+    pub fn pool(&self) -> &Arc<DeviceMemory> {
+        &self.mem
     }
 
     /// Binds the context and waits for every stream of the device, before a synchronous copy.
