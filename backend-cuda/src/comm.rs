@@ -104,7 +104,7 @@ fn nccl_lib() -> Result<&'static Nccl> {
     nccl::library().map_err(err)
 }
 
-/// Fails when two of `backends` have the same `key` (a device index, or a GPU ordinal for NCCL).
+/// Fails when two of `backends` have the same `key` (the device, or the GPU ordinal for NCCL).
 fn check_distinct(backends: &[Arc<CudaBackend>], key: fn(&CudaBackend) -> usize) -> Result<()> {
     for (i, a) in backends.iter().enumerate() {
         if let Some(b) = backends[..i].iter().find(|b| key(b) == key(a)) {
@@ -112,7 +112,7 @@ fn check_distinct(backends: &[Arc<CudaBackend>], key: fn(&CudaBackend) -> usize)
                 "communicator: {} and {} are the same {} (GPU {})",
                 b.cuda_device().name(),
                 a.cuda_device().name(),
-                if b.cuda_device().index() == a.cuda_device().index() {
+                if Arc::ptr_eq(b.cuda_device(), a.cuda_device()) {
                     "device"
                 } else {
                     "GPU, which NCCL takes once"
@@ -435,7 +435,7 @@ impl SameGpuCommunicator {
                 first.name()
             )));
         }
-        check_distinct(&backends, |b| b.cuda_device().index())?;
+        check_distinct(&backends, |b| Arc::as_ptr(b.cuda_device()) as usize)?;
         let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
         let events = backends
             .iter()

@@ -140,7 +140,7 @@ impl BackendReg for CudaReg {
                 .enumerate()
                 .all(|(i, a)| streams[..i].iter().all(|b| key(b) != key(a)))
         };
-        if streams.is_empty() || !distinct(|s| s.cuda_device().index()) {
+        if streams.is_empty() || !distinct(|s| Arc::as_ptr(s.cuda_device()) as usize) {
             return None;
         }
         let ordinal = streams[0].cuda_device().ordinal();
