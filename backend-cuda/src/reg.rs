@@ -186,4 +186,21 @@ mod tests {
         }
         assert!(ggml_core::registry::backend("cuda").is_some());
     }
+
+    #[test]
+    fn logical_sets_share_the_gpus_or_the_reason() {
+        assert_eq!(crate::settings::Settings::default().logical, 1);
+        match (cuda_devices_with(1), cuda_devices_with(2)) {
+            (Err(one), Err(two)) => {
+                assert_eq!(one, two);
+                println!("skipped: no CUDA device ({one})");
+            }
+            (Ok(one), Ok(two)) => {
+                assert_eq!(two.len(), 2 * one.len());
+                assert!(Arc::ptr_eq(two[1].gpu(), one[0].gpu()));
+                assert!(Arc::ptr_eq(&cuda_devices_with(0).unwrap()[0], &one[0]));
+            }
+            (one, two) => panic!("1 per GPU: {:?}, 2 per GPU: {:?}", one.err(), two.err()),
+        }
+    }
 }
