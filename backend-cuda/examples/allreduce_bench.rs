@@ -112,10 +112,9 @@ fn main() -> ggml_core::Result<()> {
     let streams = backends
         .iter()
         .map(|b| {
-            let ctx = b.cuda_device().context().clone();
             Ok((
                 b.clone(),
-                CudaBuffer::new(ctx, "delay".into(), DELAY_BYTES)?,
+                CudaBuffer::new(b.cuda_device().pool(), "delay".into(), DELAY_BYTES)?,
             ))
         })
         .collect::<ggml_core::Result<Vec<_>>>()?;

@@ -6,6 +6,8 @@
 //! (converted on each stream; every rank gets the same sum). Communicators are created for a device
 //! set in this process (`ncclCommInitAll`) or as one rank of a multi-process job from a unique id
 //! ([`NcclCommunicator::from_unique_id`], see `rendezvous`); they are destroyed with the value.
+//! NCCL takes each GPU once: logical devices of one GPU reduce through [`SameGpuCommunicator`]
+//! (one summing kernel, ordered against every rank's stream with events).
 
 use crate::memory::CudaBuffer;
 use crate::nccl::{self, Nccl, RawComm, UniqueId};
@@ -13,6 +15,7 @@ use crate::p2p::{self, PeerReducer, Wire};
 use crate::settings::{settings, Settings};
 use crate::stream::CudaBackend;
 use crate::{cu, err};
+use cudarc::driver::{sys, CudaEvent};
 use ggml_core::backend::check_range;
 use ggml_core::settings::CoreSettings;
 use ggml_core::{Backend, Buffer as _, Communicator, DType, DataRef, Device, Error, Result};
@@ -101,19 +104,55 @@ fn nccl_lib() -> Result<&'static Nccl> {
     nccl::library().map_err(err)
 }
 
-fn check_distinct(backends: &[Arc<CudaBackend>]) -> Result<()> {
+/// Fails when two of `backends` have the same `key` (the device, or the GPU ordinal for NCCL).
+fn check_distinct(backends: &[Arc<CudaBackend>], key: fn(&CudaBackend) -> usize) -> Result<()> {
     for (i, a) in backends.iter().enumerate() {
-        if backends[..i]
-            .iter()
-            .any(|b| b.cuda_device().ordinal() == a.cuda_device().ordinal())
-        {
+        if let Some(b) = backends[..i].iter().find(|b| key(b) == key(a)) {
             return Err(err(format!(
-                "communicator: {} appears twice",
-                a.cuda_device().name()
+                "communicator: {} and {} are the same {} (GPU {})",
+                b.cuda_device().name(),
+                a.cuda_device().name(),
+                if Arc::ptr_eq(b.cuda_device(), a.cuda_device()) {
+                    "device"
+                } else {
+                    "GPU, which NCCL takes once"
+                },
+                a.cuda_device().ordinal()
             )));
         }
     }
     Ok(())
+}
+
+/// Device addresses of `data` (one buffer per rank of `ranks`, `len` bytes each, in the rank's
+/// device memory).
+fn pointers(data: &[DataRef], ranks: &[&CudaBackend], len: usize) -> Result<Vec<u64>> {
+    if data.len() != ranks.len() {
+        return Err(err(format!(
+            "all_reduce over {} buffers, communicator of {} local ranks",
+            data.len(),
+            ranks.len()
+        )));
+    }
+    let mut ptrs = Vec::with_capacity(data.len());
+    for (d, r) in data.iter().zip(ranks) {
+        check_range(d.offset, len, d.buffer.size())?;
+        let dev = r.cuda_device();
+        let b = d
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|b| Arc::ptr_eq(b.pool(), dev.pool()))
+            .ok_or_else(|| {
+                err(format!(
+                    "all_reduce: {} is not memory of {}",
+                    d.buffer.name(),
+                    dev.name()
+                ))
+            })?;
+        ptrs.push(b.device_ptr() + d.offset as u64);
+    }
+    Ok(ptrs)
 }
 
 impl NcclCommunicator {
@@ -128,7 +167,7 @@ impl NcclCommunicator {
         if backends.is_empty() {
             return Err(err("communicator over no stream"));
         }
-        check_distinct(&backends)?;
+        check_distinct(&backends, |b| b.cuda_device().ordinal())?;
         let nccl = nccl_lib()?;
         let list: Vec<i32> = backends
             .iter()
@@ -222,36 +261,6 @@ impl NcclCommunicator {
         }
     }
 
-    /// Device addresses of `data` (one buffer per local rank, `len` bytes each).
-    fn pointers(&self, data: &[DataRef], len: usize) -> Result<Vec<u64>> {
-        if data.len() != self.ranks.len() {
-            return Err(err(format!(
-                "all_reduce over {} buffers, communicator of {} local ranks",
-                data.len(),
-                self.ranks.len()
-            )));
-        }
-        let mut ptrs = Vec::with_capacity(data.len());
-        for (d, r) in data.iter().zip(&self.ranks) {
-            check_range(d.offset, len, d.buffer.size())?;
-            let dev = r.backend.cuda_device();
-            let b = d
-                .buffer
-                .as_any()
-                .downcast_ref::<CudaBuffer>()
-                .filter(|b| b.ordinal() == dev.ordinal())
-                .ok_or_else(|| {
-                    err(format!(
-                        "all_reduce: {} is not memory of {}",
-                        d.buffer.name(),
-                        dev.name()
-                    ))
-                })?;
-            ptrs.push(b.device_ptr() + d.offset as u64);
-        }
-        Ok(ptrs)
-    }
-
     /// Queues the AllReduce of `count` elements of `dtype` through `path` on every local rank's
     /// stream (for benchmarks and tests; [`Communicator::all_reduce`] picks the path by size).
     pub fn all_reduce_using(
@@ -265,7 +274,8 @@ impl NcclCommunicator {
             dtype,
             what: what.into(),
         };
-        let ptrs = self.pointers(data, count * dtype.type_size())?;
+        let ranks: Vec<&CudaBackend> = self.ranks.iter().map(|r| r.backend.as_ref()).collect();
+        let ptrs = pointers(data, &ranks, count * dtype.type_size())?;
         if count == 0 {
             return Ok(());
         }
@@ -336,7 +346,7 @@ impl NcclCommunicator {
             if slot.as_ref().is_none_or(|b| b.size() < count * 2) {
                 *slot = None;
                 *slot = Some(CudaBuffer::new(
-                    dev.context().clone(),
+                    dev.pool(),
                     format!("{} all-reduce BF16 transport", dev.name()),
                     (count * 2).next_power_of_two(),
                 )?);
@@ -384,6 +394,82 @@ impl Communicator for NcclCommunicator {
     fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
         let path = self.path_for(dtype, count);
         self.all_reduce_using(data, dtype, count, path)
+    }
+    fn is_stream_ordered(&self) -> bool {
+        true
+    }
+}
+
+/// AllReduce (sum) over streams of distinct logical devices of one GPU, stream-ordered like NCCL:
+/// the first rank's stream waits for every other rank's stream to reach the call (events), one
+/// kernel there sums every rank's data in rank order and writes the sum back to each
+/// ([`p2p::sum_same_gpu`]; one context, so every rank's memory is addressable), and every other
+/// stream waits for it. F32, BF16 and F16, summed in F32.
+pub struct SameGpuCommunicator {
+    backends: Vec<Arc<CudaBackend>>,
+    /// One reusable event per rank: the point its stream reached (rank 0's: the end of the sum).
+    events: Mutex<Vec<CudaEvent>>,
+}
+
+impl SameGpuCommunicator {
+    /// True when a communicator over `backends` can be made: 2 to [`p2p::MAX_RANKS`] streams of
+    /// one GPU, whose communication kernels build.
+    pub fn usable(backends: &[Arc<CudaBackend>]) -> bool {
+        (2..=p2p::MAX_RANKS).contains(&backends.len())
+            && backends[0].cuda_device().comm_kernels().is_ok()
+    }
+
+    /// A communicator over `backends` (streams of distinct devices of one GPU).
+    pub fn new(backends: Vec<Arc<CudaBackend>>) -> Result<Self> {
+        let Some(first) = backends.first().map(|b| b.cuda_device().clone()) else {
+            return Err(err("communicator over no stream"));
+        };
+        if let Some(b) = backends
+            .iter()
+            .find(|b| b.cuda_device().ordinal() != first.ordinal())
+        {
+            return Err(err(format!(
+                "same-GPU communicator: {} is not on GPU {} of {}",
+                b.cuda_device().name(),
+                first.ordinal(),
+                first.name()
+            )));
+        }
+        check_distinct(&backends, |b| Arc::as_ptr(b.cuda_device()) as usize)?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let events = backends
+            .iter()
+            .map(|_| cu("create event", first.context().new_event(flags)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SameGpuCommunicator {
+            backends,
+            events: Mutex::new(events),
+        })
+    }
+}
+
+impl Communicator for SameGpuCommunicator {
+    fn size(&self) -> usize {
+        self.backends.len()
+    }
+    fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
+        let ranks: Vec<&CudaBackend> = self.backends.iter().map(|b| b.as_ref()).collect();
+        let ptrs = pointers(data, &ranks, count * dtype.type_size())?;
+        if count == 0 {
+            return Ok(());
+        }
+        let events = self.events.lock();
+        let lead = &self.backends[0];
+        for (b, e) in self.backends.iter().zip(events.iter()).skip(1) {
+            cu("record event", e.record(b.stream()))?;
+            cu("stream wait", lead.stream().wait(e))?;
+        }
+        p2p::sum_same_gpu(lead, &ptrs, dtype, count)?;
+        cu("record event", events[0].record(lead.stream()))?;
+        for b in &self.backends[1..] {
+            cu("stream wait", b.stream().wait(&events[0]))?;
+        }
+        Ok(())
     }
     fn is_stream_ordered(&self) -> bool {
         true

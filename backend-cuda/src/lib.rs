@@ -3,7 +3,9 @@
 //! and dispatch) compiled at run time with NVRTC for each device's compute capability, cuBLAS for
 //! float matrix products, CUDA graph replay of repeated subgraphs, and a stream-ordered AllReduce
 //! communicator (NCCL, and a one-shot peer-to-peer kernel for small messages; one process per GPU
-//! through a rendezvous). Every CUDA library is loaded at run time: without a driver the family
+//! through a rendezvous). A GPU can be presented as several logical devices (`GGML_TP_CUDA_LOGICAL`:
+//! own streams, a share of the memory, copies and a same-GPU AllReduce within the card), so that
+//! every tensor-parallel path runs on one GPU. Every CUDA library is loaded at run time: without a driver the family
 //! reports zero devices and says why ([`probe`]). Its environment variables are read once
 //! ([`settings`]).
 
@@ -21,11 +23,13 @@ pub mod rendezvous;
 pub mod settings;
 pub mod stream;
 
-pub use comm::{NcclCommunicator, ReducePath, ReducePolicy};
-pub use device::CudaDevice;
+pub use comm::{NcclCommunicator, ReducePath, ReducePolicy, SameGpuCommunicator};
+pub use device::{CudaDevice, CudaGpu, Share};
 pub use graph_cache::GraphStats;
-pub use memory::{CudaBuffer, CudaBufferType, PinnedBuffer, PinnedBufferType, PinnedMemory};
-pub use reg::{cuda_devices, CudaReg};
+pub use memory::{
+    CudaBuffer, CudaBufferType, DeviceMemory, PinnedBuffer, PinnedBufferType, PinnedMemory,
+};
+pub use reg::{cuda_devices, cuda_devices_with, CudaReg};
 pub use rendezvous::Rendezvous;
 pub use stream::CudaBackend;
 

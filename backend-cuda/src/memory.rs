@@ -2,7 +2,8 @@
 //! wait for the device's queued work, then copy and wait for the copy, bounds-checked) with its allocator
 //! [`CudaBufferType`], and [`PinnedBuffer`] / [`PinnedBufferType`] (page-locked host memory for fast
 //! transfers; mid-sized reads go through one as a bounce buffer). Context-wide waits are serialized
-//! with stream capture ([`CaptureGuard`]). Live device bytes are counted per device.
+//! with stream capture ([`CaptureGuard`]). Live device bytes are counted per device
+//! ([`DeviceMemory`]), which also holds a logical device to its share of the card.
 
 use crate::{cu, err};
 use cudarc::driver::{result, sys, CudaContext};
@@ -23,14 +24,73 @@ const STAGED_MAX: usize = 64 << 20;
 /// The process's bounce buffer of [`CudaBuffer::get`] (portable: any device copies into it).
 static STAGING: Mutex<Option<PinnedMemory>> = parking_lot::const_mutex(None);
 
-/// Bytes of live [`CudaBuffer`]s per device ordinal (devices past the table are not counted).
-static ALLOCATED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+/// The device memory of one CUDA device (`cuda:K`): its context, the bytes of its live
+/// [`CudaBuffer`]s, and for a logical device the share of the card it may hold (an allocation past
+/// it fails with [`Error::OutOfMemory`], as on a smaller card).
+pub struct DeviceMemory {
+    ctx: Arc<CudaContext>,
+    index: usize,
+    limit: Option<usize>,
+    allocated: AtomicUsize,
+}
 
-/// Bytes of live [`CudaBuffer`]s on device `ordinal`.
-pub fn allocated_on(ordinal: usize) -> usize {
-    ALLOCATED
-        .get(ordinal)
-        .map_or(0, |a| a.load(Ordering::Relaxed))
+impl DeviceMemory {
+    /// The memory of device `cuda:{index}` in `ctx`, limited to `limit` bytes (`None`: the card).
+    pub fn new(ctx: Arc<CudaContext>, index: usize, limit: Option<usize>) -> Arc<Self> {
+        Arc::new(DeviceMemory {
+            ctx,
+            index,
+            limit,
+            allocated: AtomicUsize::new(0),
+        })
+    }
+
+    /// The context (physical GPU) this memory lives in.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// `K` of `cuda:K`.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The device's name, `cuda:K`.
+    pub fn device_name(&self) -> String {
+        format!("cuda:{}", self.index)
+    }
+
+    /// Bytes the device may hold (`None`: the whole card).
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// Bytes of the device's live [`CudaBuffer`]s.
+    pub fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Counts `size` more bytes, or fails when they do not fit in the limit.
+    fn reserve(&self, size: usize) -> Result<()> {
+        let Some(limit) = self.limit else {
+            self.allocated.fetch_add(size, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.allocated
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                a.checked_add(size).filter(|&t| t <= limit)
+            })
+            .map(|_| ())
+            .map_err(|a| Error::OutOfMemory {
+                device: self.device_name(),
+                requested: size,
+                available: limit.saturating_sub(a),
+            })
+    }
+
+    fn release(&self, size: usize) {
+        self.allocated.fetch_sub(size, Ordering::Relaxed);
+    }
 }
 
 /// Held while a stream captures a CUDA graph. `cuCtxSynchronize` fails while any stream of the
@@ -79,46 +139,53 @@ pub const CUDA_ALIGNMENT: usize = 256;
 pub struct CudaBuffer {
     ptr: sys::CUdeviceptr,
     size: usize,
+    mem: Arc<DeviceMemory>,
     ctx: Arc<CudaContext>,
-    device: String,
+    label: String,
 }
 
 impl CudaBuffer {
-    /// Allocates `size` bytes on the device of `ctx` (zero-filled).
-    pub fn new(ctx: Arc<CudaContext>, device: String, size: usize) -> Result<Self> {
+    /// Allocates `size` bytes of the device of `mem` (zero-filled), called `label`.
+    pub fn new(mem: &Arc<DeviceMemory>, label: String, size: usize) -> Result<Self> {
+        let (mem, ctx) = (mem.clone(), mem.ctx.clone());
         if size == 0 {
             return Ok(CudaBuffer {
                 ptr: 0,
                 size,
+                mem,
                 ctx,
-                device,
+                label,
             });
         }
+        mem.reserve(size)?;
+        let ptr = Self::malloc(&ctx, &label, size).inspect_err(|_| mem.release(size))?;
+        let b = CudaBuffer {
+            ptr,
+            size,
+            mem,
+            ctx,
+            label,
+        };
+        b.fill(0, size, 0)?;
+        Ok(b)
+    }
+
+    /// `cuMemAlloc` of `size` bytes in `ctx`.
+    fn malloc(ctx: &CudaContext, label: &str, size: usize) -> Result<sys::CUdeviceptr> {
         cu("bind context", ctx.bind_to_thread())?;
         // SAFETY: the context is current; the pointer is freed once in `drop`.
-        let ptr = unsafe { result::malloc_sync(size) }.map_err(|e| {
+        unsafe { result::malloc_sync(size) }.map_err(|e| {
             let free = result::mem_get_info().map(|m| m.0).unwrap_or(0);
             if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                 Error::OutOfMemory {
-                    device: device.clone(),
+                    device: label.to_string(),
                     requested: size,
                     available: free,
                 }
             } else {
-                err(format!("cuMemAlloc of {size} bytes on {device}: {e:?}"))
+                err(format!("cuMemAlloc of {size} bytes on {label}: {e:?}"))
             }
-        })?;
-        let b = CudaBuffer {
-            ptr,
-            size,
-            ctx,
-            device,
-        };
-        if let Some(a) = ALLOCATED.get(b.ordinal()) {
-            a.fetch_add(size, Ordering::Relaxed);
-        }
-        b.fill(0, size, 0)?;
-        Ok(b)
+        })
     }
 
     /// Device address of byte 0.
@@ -131,9 +198,14 @@ impl CudaBuffer {
         &self.ctx
     }
 
-    /// Device ordinal of this memory.
+    /// Ordinal of the physical GPU holding this memory (logical devices of one GPU share it).
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()
+    }
+
+    /// The memory (device) this block is counted in.
+    pub fn pool(&self) -> &Arc<DeviceMemory> {
+        &self.mem
     }
 
     /// Binds the context and waits for every stream of the device, before a synchronous copy.
@@ -148,9 +220,7 @@ impl Drop for CudaBuffer {
         if self.size > 0 && self.quiesce().is_ok() {
             // SAFETY: allocated in `new`, freed once; no queued work uses it after the synchronize.
             if unsafe { result::free_sync(self.ptr) }.is_ok() {
-                if let Some(a) = ALLOCATED.get(self.ordinal()) {
-                    a.fetch_sub(self.size, Ordering::Relaxed);
-                }
+                self.mem.release(self.size);
             }
         }
     }
@@ -161,7 +231,7 @@ impl Buffer for CudaBuffer {
         self.size
     }
     fn name(&self) -> String {
-        self.device.clone()
+        self.label.clone()
     }
     fn host_ptr(&self) -> Option<*mut u8> {
         None
@@ -232,33 +302,36 @@ impl Buffer for CudaBuffer {
 
 /// The device-memory allocator of one CUDA device.
 pub struct CudaBufferType {
-    ctx: Arc<CudaContext>,
-    device: String,
+    mem: Arc<DeviceMemory>,
 }
 
 impl CudaBufferType {
-    pub fn new(ctx: Arc<CudaContext>, device: String) -> Self {
-        CudaBufferType { ctx, device }
+    pub fn new(mem: Arc<DeviceMemory>) -> Self {
+        CudaBufferType { mem }
     }
 }
 
 impl BufferType for CudaBufferType {
     fn name(&self) -> String {
-        self.device.clone()
+        self.mem.device_name()
     }
     fn alignment(&self) -> usize {
         CUDA_ALIGNMENT
     }
+    /// The card's memory, or a logical device's share of it.
     fn max_size(&self) -> usize {
-        self.ctx.total_mem().unwrap_or(usize::MAX)
+        match self.mem.limit {
+            Some(limit) => limit,
+            None => self.mem.ctx.total_mem().unwrap_or(usize::MAX),
+        }
     }
     fn is_host(&self) -> bool {
         false
     }
     fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
         Ok(Arc::new(CudaBuffer::new(
-            self.ctx.clone(),
-            self.device.clone(),
+            &self.mem,
+            self.mem.device_name(),
             size,
         )?))
     }

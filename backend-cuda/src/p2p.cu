@@ -130,3 +130,46 @@ extern "C" __global__ void k_bf16_to_f32(const u16* src, float* dst, u64 n) {
         dst[i] = bf16_value(src[i]);
     }
 }
+
+// The same-GPU AllReduce of logical devices (one context: every rank's data is addressable here),
+// launched once, on one stream, after the other ranks' streams reached the call: element i of every
+// rank is summed in rank order (F32 accumulation) and the sum written back to every rank.
+__device__ __forceinline__ float f16_value(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f16_bits(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+struct ElemF32 {
+    typedef float T;
+    __device__ static float get(float v) { return v; }
+    __device__ static float put(float v) { return v; }
+};
+struct ElemBf16 {
+    typedef u16 T;
+    __device__ static float get(u16 v) { return bf16_value(v); }
+    __device__ static u16 put(float v) { return (u16)bf16_bits(v); }
+};
+struct ElemF16 {
+    typedef u16 T;
+    __device__ static float get(u16 v) { return f16_value(v); }
+    __device__ static u16 put(float v) { return f16_bits(v); }
+};
+
+template <typename E>
+__device__ void sum_local(ArPeers data, int nranks, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int r = 0; r < nranks; ++r) acc += E::get(((const typename E::T*)data.stage[r])[i]);
+        const typename E::T v = E::put(acc);
+        for (int r = 0; r < nranks; ++r) ((typename E::T*)data.stage[r])[i] = v;
+    }
+}
+
+extern "C" __global__ void k_sum_f32(ArPeers data, int nranks, u64 n) { sum_local<ElemF32>(data, nranks, n); }
+extern "C" __global__ void k_sum_bf16(ArPeers data, int nranks, u64 n) { sum_local<ElemBf16>(data, nranks, n); }
+extern "C" __global__ void k_sum_f16(ArPeers data, int nranks, u64 n) { sum_local<ElemF16>(data, nranks, n); }

@@ -1,15 +1,16 @@
 //! Direct GPU-to-GPU AllReduce for small messages: peer access between the devices, the staging
 //! areas the one-shot kernel (`p2p.cu`, flag-carrying 8-byte words) pushes into, and its launches
 //! on the participants' own streams (stream-ordered, no host round trip); plus the F32 <-> BF16
-//! conversion kernels of the BF16 transport. The kernels need compute capability 8.0 (BF16
-//! conversions in PTX).
+//! conversion kernels of the BF16 transport; and the same-GPU sum of logical devices (one context,
+//! every rank's data addressable: one kernel on one stream sums and writes back every rank). The
+//! kernels need compute capability 8.0 (BF16 conversions in PTX).
 
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
 use cudarc::driver::{sys, CudaContext, CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use ggml_core::{Device as _, Result};
+use ggml_core::{DType, Device as _, Error, Result};
 use std::sync::Arc;
 
 /// The kernel source.
@@ -30,6 +31,9 @@ pub struct CommKernels {
     ar_bf16: CudaFunction,
     to_bf16: CudaFunction,
     to_f32: CudaFunction,
+    sum_f32: CudaFunction,
+    sum_bf16: CudaFunction,
+    sum_f16: CudaFunction,
 }
 
 impl CommKernels {
@@ -58,6 +62,9 @@ impl CommKernels {
                 ar_bf16: f("k_ar_bf16")?,
                 to_bf16: f("k_f32_to_bf16")?,
                 to_f32: f("k_bf16_to_f32")?,
+                sum_f32: f("k_sum_f32")?,
+                sum_bf16: f("k_sum_bf16")?,
+                sum_f16: f("k_sum_f16")?,
             })
         })
     }
@@ -119,6 +126,38 @@ pub fn convert(be: &CudaBackend, src: u64, dst: u64, n: usize, to_f32: bool) -> 
         b.launch(convert_grid(n))
     })
     .map(|_| ())
+}
+
+/// Queues on `be`'s stream the sum of `n` elements of `dtype` (F32, BF16 or F16) at every address
+/// of `ptrs` (memory of logical devices of `be`'s GPU, at most [`MAX_RANKS`]), written back to
+/// every address. The caller orders the launch after the other ranks' work and theirs after it.
+pub fn sum_same_gpu(be: &CudaBackend, ptrs: &[u64], dtype: DType, n: usize) -> Result<()> {
+    if !(1..=MAX_RANKS).contains(&ptrs.len()) {
+        return Err(err(format!(
+            "same-GPU all-reduce over {} ranks (1 to {MAX_RANKS})",
+            ptrs.len()
+        )));
+    }
+    let k = be.cuda_device().comm_kernels()?;
+    let f = match dtype {
+        DType::F32 => &k.sum_f32,
+        DType::BF16 => &k.sum_bf16,
+        DType::F16 => &k.sum_f16,
+        _ => {
+            return Err(Error::UnsupportedType {
+                dtype,
+                what: "same-GPU all-reduce".into(),
+            })
+        }
+    };
+    let mut data = ArPeers::default();
+    data.stage[..ptrs.len()].copy_from_slice(ptrs);
+    let (nranks, n64) = (ptrs.len() as i32, n as u64);
+    cu("bind context", be.cuda_device().context().bind_to_thread())?;
+    let mut b = be.stream().launch_builder(f);
+    b.arg(&data).arg(&nranks).arg(&n64);
+    // SAFETY: the caller passes `n`-element ranges of `dtype` in this context, one per rank.
+    cu("same-GPU all-reduce", unsafe { b.launch(convert_grid(n)) }).map(|_| ())
 }
 
 /// True when every device of `ctxs` can map every other's memory.
@@ -201,7 +240,7 @@ impl PeerReducer {
             .map(|b| {
                 let dev = b.cuda_device();
                 CudaBuffer::new(
-                    dev.context().clone(),
+                    dev.pool(),
                     format!("{} all-reduce staging", dev.name()),
                     2 * n * cap * WORD,
                 )
@@ -292,6 +331,9 @@ mod tests {
             "k_ar_bf16(",
             "k_f32_to_bf16(",
             "k_bf16_to_f32(",
+            "k_sum_f32(",
+            "k_sum_bf16(",
+            "k_sum_f16(",
         ] {
             assert!(SOURCE.contains(name), "{name}");
         }

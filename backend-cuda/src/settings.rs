@@ -8,6 +8,7 @@
 //! | `GGML_TP_CUDA_PROFILE` | print the GPU time per kind of node when a backend is dropped (default off) |
 //! | `GGML_TP_CUDA_STATS` | print the graph cache's counters and the host time of `compute` when a backend is dropped (default off) |
 //! | `GGML_TP_ONESHOT_MAX_BYTES` | largest AllReduce message (bytes on the wire) the one-shot peer-to-peer kernel takes (a byte count, or `off`: never; default 2 MiB) |
+//! | `GGML_TP_CUDA_LOGICAL` | present every GPU as this many logical devices (own streams, memory held to an equal share of the card, copies and AllReduce within the card; default 1) |
 //! | `GGML_TP_NCCL_LIB` | the NCCL library tried first (default: `libnccl.so`, then `libnccl.so.2`) |
 
 use std::path::PathBuf;
@@ -26,6 +27,8 @@ pub struct Settings {
     pub oneshot_max_bytes: Option<usize>,
     /// `GGML_TP_NCCL_LIB`.
     pub nccl_lib: Option<PathBuf>,
+    /// `GGML_TP_CUDA_LOGICAL`: logical devices per GPU (1: each GPU is one device).
+    pub logical: usize,
 }
 
 impl Default for Settings {
@@ -37,6 +40,7 @@ impl Default for Settings {
             stats: false,
             oneshot_max_bytes: None,
             nccl_lib: None,
+            logical: 1,
         }
     }
 }
@@ -51,6 +55,7 @@ impl Settings {
             stats: ggml_core::env::flag("GGML_TP_CUDA_STATS", d.stats),
             oneshot_max_bytes: ggml_core::env::bytes("GGML_TP_ONESHOT_MAX_BYTES"),
             nccl_lib: ggml_core::env::path("GGML_TP_NCCL_LIB"),
+            logical: ggml_core::env::count("GGML_TP_CUDA_LOGICAL").unwrap_or(d.logical),
         }
     }
 }

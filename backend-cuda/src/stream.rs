@@ -72,7 +72,7 @@ impl CudaBackend {
         let settings = settings();
         let profiling = settings.profile;
         let workspace = CudaBuffer::new(
-            ctx.clone(),
+            device.pool(),
             format!("{} cuBLAS workspace", device.name()),
             BLAS_WORKSPACE,
         )?;
@@ -141,7 +141,7 @@ impl CudaBackend {
             }
             let size = bytes.next_power_of_two().max(1 << 16);
             s.slots[slot] = Some(Arc::new(CudaBuffer::new(
-                self.device.context().clone(),
+                self.device.pool(),
                 format!("{} scratch", self.device.name()),
                 size,
             )?));

@@ -1,11 +1,11 @@
 //! Shared helpers of the logits tests (included by them with `#[path]`): fixture and model folders,
-//! device placements for each split mode, raw little-endian readers, and the comparison metrics
-//! (NMSE, KL divergence, argmax) of the fixtures' README.
+//! device placements for each split mode (on fewer GPUs than a mode needs, logical CUDA devices
+//! sharing them), raw little-endian readers, and the comparison metrics (NMSE, KL divergence,
+//! argmax) of the fixtures' README.
 
 #![allow(dead_code)]
 
 use backend_cpu::device::cpu_devices;
-use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
 use ggml_tp_tests::emulated::{self, Flavor};
@@ -62,8 +62,8 @@ fn emulated_flavor(fam: &str) -> Option<Flavor> {
         .find(|f| f.name() == fam)
 }
 
-/// `n` devices of the test family (virtual CPU devices, emulated GPUs, or the first `n`
-/// registered ones).
+/// `n` devices of the test family (virtual CPU devices, emulated GPUs, the first `n` registered
+/// ones, or for `cuda` with fewer GPUs than `n` logical devices, see [`logical_cuda`]).
 pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
     let fam = family();
     if fam == "cpu" {
@@ -80,6 +80,9 @@ pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
         .into_iter()
         .filter(|d| d.family() == fam)
         .collect();
+    if fam == "cuda" && devs.len() < n && !devs.is_empty() {
+        return logical_cuda(n);
+    }
     assert!(
         devs.len() >= n,
         "{n} {fam} devices needed, {} found",
@@ -88,15 +91,40 @@ pub fn devices(n: usize) -> Vec<Arc<dyn Device>> {
     devs.into_iter().take(n).collect()
 }
 
-/// How many devices of the test family exist (CPU and emulated devices are virtual: any number).
+/// `n` CUDA devices over fewer GPUs: every GPU as `ceil(n / GPUs)` logical devices (own streams,
+/// an equal share of the memory, copies and AllReduce within the card), the first `n` of them, so
+/// that every split mode runs on one GPU.
+fn logical_cuda(n: usize) -> Vec<Arc<dyn Device>> {
+    let gpus = backend_cuda::cuda_devices_with(1).expect("CUDA GPUs").len();
+    let devs = backend_cuda::cuda_devices_with(n.div_ceil(gpus)).expect("logical CUDA devices");
+    println!(
+        "{n} logical CUDA devices on {gpus} GPU(s): {}",
+        devs.iter()
+            .take(n)
+            .map(|d| format!("{} {}", d.name(), d.description()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    devs.into_iter()
+        .take(n)
+        .map(|d| d as Arc<dyn Device>)
+        .collect()
+}
+
+/// How many devices of the test family exist (CPU and emulated devices are virtual, and so are
+/// logical CUDA devices once there is a GPU: any number).
 pub fn available() -> usize {
     if family() == "cpu" || emulated_flavor(&family()).is_some() {
+        return usize::MAX;
+    }
+    let n = ggml_core::registry::devices()
+        .into_iter()
+        .filter(|d| d.family() == family())
+        .count();
+    if family() == "cuda" && n > 0 {
         usize::MAX
     } else {
-        ggml_core::registry::devices()
-            .into_iter()
-            .filter(|d| d.family() == family())
-            .count()
+        n
     }
 }
 

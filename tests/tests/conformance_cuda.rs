@@ -1,9 +1,9 @@
 //! The conformance suite on every CUDA device, and on meta devices over the CUDA devices with even
-//! and 3:1 ratios (AllReduce through NCCL when it loads); then a direct check of the NCCL
-//! communicator and a few timings. Prints `skipped: no CUDA device` (with the reason) when there is
-//! none, as on CI.
+//! and 3:1 ratios (AllReduce through NCCL when it loads) and over 2 and 3 logical devices of GPU 0
+//! (`backend_cuda::cuda_devices_with`: the same-GPU AllReduce, so that every tensor-parallel path
+//! runs on one GPU); then a direct check of the NCCL communicator and a few timings. Prints
+//! `skipped: no CUDA device` (with the reason) when there is none, as on CI.
 
-use backend_cuda as _;
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device, Graph};
 use ggml_tp_tests::{check_all_reduce_sum, family_devices, run_family, run_suite};
@@ -26,17 +26,49 @@ fn cuda_devices_conform() {
     }
 }
 
+/// The `n` logical devices of GPU 0, or `None` after printing why there are none.
+fn logical_devices(n: usize) -> Option<Vec<Arc<dyn Device>>> {
+    match backend_cuda::cuda_devices_with(n) {
+        Err(reason) => {
+            println!("skipped: no CUDA device ({reason})");
+            None
+        }
+        Ok(d) => Some(
+            d.into_iter()
+                .filter(|d| d.ordinal() == 0)
+                .map(|d| d as Arc<dyn Device>)
+                .collect(),
+        ),
+    }
+}
+
 /// The suite on a meta device over the CUDA devices; with split inputs, an in-place write into a
 /// destination split along the written axis has no rule (the only failure allowed, as for CPU).
 fn check_meta(ratios: Option<Vec<f32>>, input_axis: Option<usize>) {
     let Some(devs) = cuda_devices() else { return };
+    check_meta_over(devs, ratios, input_axis);
+}
+
+/// [`check_meta`] over `devs`.
+fn check_meta_over(
+    devs: Vec<Arc<dyn Device>>,
+    ratios: Option<Vec<f32>>,
+    input_axis: Option<usize>,
+) {
     let ratios = ratios.filter(|r| r.len() == devs.len());
     let m = MetaDevice::new(devs.clone(), ratios.clone()).unwrap();
     m.set_input_split(input_axis);
-    let mut report = run_suite(m.new_backend().unwrap());
+    let backend = m.new_meta_backend().unwrap();
+    let communicator = backend.has_communicator();
+    let mut report = run_suite(backend);
     println!(
-        "meta over {} CUDA devices, ratios {ratios:?}, inputs split on {input_axis:?}:\n{}",
+        "meta over {} CUDA devices ({}), ratios {ratios:?}, inputs split on {input_axis:?}, \
+         communicator: {communicator}:\n{}",
         devs.len(),
+        devs.iter()
+            .map(|d| d.description())
+            .collect::<Vec<_>>()
+            .join(", "),
         report.summary()
     );
     for s in report.skipped.iter().take(20) {
@@ -67,6 +99,46 @@ fn meta_cuda_three_to_one_inputs_whole() {
 #[test]
 fn meta_cuda_three_to_one_inputs_split_on_axis_1() {
     check_meta(Some(vec![3.0, 1.0]), Some(1));
+}
+
+/// The suite on a meta device over `n` logical devices of GPU 0, which reduce through the same-GPU
+/// communicator.
+fn check_meta_logical(n: usize, ratios: Option<Vec<f32>>, input_axis: Option<usize>) {
+    let Some(devs) = logical_devices(n) else {
+        return;
+    };
+    assert_eq!(devs.len(), n);
+    let m = MetaDevice::new(devs.clone(), None).unwrap();
+    assert!(
+        m.new_meta_backend().unwrap().has_communicator(),
+        "logical devices of one GPU have a communicator"
+    );
+    check_meta_over(devs, ratios, input_axis);
+}
+
+#[test]
+fn meta_cuda_two_logical_even() {
+    check_meta_logical(2, None, None);
+}
+
+#[test]
+fn meta_cuda_two_logical_three_to_one() {
+    check_meta_logical(2, Some(vec![3.0, 1.0]), None);
+}
+
+#[test]
+fn meta_cuda_two_logical_three_to_one_inputs_split_on_axis_1() {
+    check_meta_logical(2, Some(vec![3.0, 1.0]), Some(1));
+}
+
+#[test]
+fn meta_cuda_three_logical_even() {
+    check_meta_logical(3, None, None);
+}
+
+#[test]
+fn meta_cuda_three_logical_three_to_one_to_one() {
+    check_meta_logical(3, Some(vec![3.0, 1.0, 1.0]), None);
 }
 
 /// Allocates `count` f32 on each device and returns (backend, buffer) pairs.

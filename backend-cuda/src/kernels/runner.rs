@@ -62,7 +62,7 @@ impl Runner for CudaBackend {
             .buffer
             .as_any()
             .downcast_ref::<CudaBuffer>()
-            .filter(|b| b.ordinal() == self.cuda_device().ordinal())
+            .filter(|b| std::sync::Arc::ptr_eq(b.pool(), self.cuda_device().pool()))
             .ok_or_else(|| {
                 err(format!(
                     "tensor {} lives in {}, not in memory of {}",

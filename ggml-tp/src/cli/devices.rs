@@ -1,5 +1,6 @@
-//! `ggml-tp devices`: every registered backend family with its devices (name, description, memory),
-//! or the reason a family has none, and plugins that failed to load.
+//! `ggml-tp devices`: every registered backend family with its devices (name, description, memory;
+//! a logical CUDA device says which GPU and share it is, and its memory is that share), or the
+//! reason a family has none, and plugins that failed to load.
 
 use super::CliResult;
 use ggml_core::registry;
@@ -42,7 +43,8 @@ pub fn run(_args: &Args) -> CliResult {
     }
     println!(
         "(virtual CPU devices for a run: --cpu-devices N or --devices cpu:0,cpu:1; \
-         GGML_TP_CPU_DEVICES sets how many are listed here)"
+         GGML_TP_CPU_DEVICES sets how many are listed here; GGML_TP_CUDA_LOGICAL=N presents \
+         every GPU as N logical CUDA devices)"
     );
     Ok(())
 }
