@@ -1,7 +1,7 @@
 //! flash_attn_ext dispatch. Few queries per KV head (decode), or a backend without batched BLAS,
 //! go to `k_flash_attn_vec` when K and V are F16/BF16/F32 rows of whole 16-byte chunks (blocks of
-//! up to [`FAV_MAX_HEADS`] query heads of a GQA group, as many as [`FAV_MAX_DIMS`] accumulators
-//! allow, the keys split over blocks in tiles of [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and sequence); either splits
+//! up to [`FAV_MAX_HEADS`] query heads of a GQA group, the keys split over blocks in tiles of
+//! [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and sequence); either splits
 //! over the keys when the rows alone leave the GPU idle, merged by `k_flash_attn_combine`. Many
 //! queries (prompt processing) take the BLAS path: per sequence and chunk of queries, scores =
 //! K·Q^T as one strided batched GEMM over the KV heads (the query heads of a GQA group are one
@@ -27,8 +27,6 @@ const FAV_TILE: usize = 64;
 const FAV_MAX_HEADS: usize = 4;
 /// Longest K or V row (bytes) of `k_flash_attn_vec`.
 const FAV_MAX_ROW_BYTES: usize = 1024;
-/// Accumulators (heads per block times V dims) of a `k_flash_attn_vec` half-warp.
-const FAV_MAX_DIMS: usize = FAV_MAX_ROW_BYTES / 2;
 /// Fewest queries per sequence for the BLAS path.
 const FA_BLAS_MIN_QUERIES: usize = 16;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
@@ -146,14 +144,13 @@ struct VecPlan {
 }
 
 /// The plan for `group` query heads per KV head, `rows_per_head` = KV heads x queries x
-/// sequences, over `n_kv` keys with V rows of `dv` elements: the heads of a group share a block (up
-/// to [`FAV_MAX_HEADS`], and [`FAV_MAX_DIMS`] / `dv`) when the shared blocks, one per tile at most,
-/// still fill half of [`FA_TARGET_BLOCKS`]; otherwise one head per block. Then as many splits as
-/// bring the blocks to [`FA_TARGET_BLOCKS`], one tile each at least.
-fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize, dv: usize) -> VecPlan {
+/// sequences, over `n_kv` keys: the heads of a group share a block (up to [`FAV_MAX_HEADS`]) when
+/// the shared blocks, one per tile at most, still fill half of [`FA_TARGET_BLOCKS`]; otherwise one
+/// head per block. Then as many splits as bring the blocks to [`FA_TARGET_BLOCKS`], one tile each
+/// at least.
+fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize) -> VecPlan {
     let tiles = n_kv.div_ceil(FAV_TILE).max(1);
-    let most = (FAV_MAX_DIMS / dv.max(1)).clamp(1, FAV_MAX_HEADS);
-    let shared = group.clamp(1, most);
+    let shared = group.clamp(1, FAV_MAX_HEADS);
     let shared_blocks = group.div_ceil(shared) * rows_per_head.max(1);
     let heads_per_block = if shared_blocks * tiles >= FA_TARGET_BLOCKS / 2 {
         shared
@@ -207,7 +204,7 @@ fn vec_fits(a: &Attn) -> bool {
 fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let [_, n_q, heads, seqs] = a.lq.ne;
     let [_, n_kv, kv_heads, _] = a.lk.ne;
-    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv, a.lv.ne[0]);
+    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv);
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAV_THREADS);
     let split = (plan.splits, plan.kv_per_split);
@@ -472,14 +469,8 @@ mod tests {
         for group in [1, 4, 6, 7, 8] {
             for rows_per_head in [1, 2, 8, 40, 1024] {
                 for n_kv in [0, 1, 7, 63, 64, 65, 255, 256, 257, 4100, 32_768, 131_072] {
-                    for dv in [64, 128, 256, 512] {
-                        let plan = vec_plan(group, rows_per_head, n_kv, dv);
-                        assert_covers(plan, group, rows_per_head, n_kv);
-                        assert!(
-                            plan.heads_per_block * dv <= FAV_MAX_DIMS.max(dv),
-                            "{plan:?}"
-                        );
-                    }
+                    let plan = vec_plan(group, rows_per_head, n_kv);
+                    assert_covers(plan, group, rows_per_head, n_kv);
                 }
             }
         }
@@ -489,29 +480,26 @@ mod tests {
     fn vec_plans_fill_the_gpu_at_decode() {
         // Llama-3.1-8B decode (8 KV heads, groups of 4): few keys give one head per block and
         // one tile per split; 16 keys need no combine.
-        let short = vec_plan(4, 8, 16, 128);
+        let short = vec_plan(4, 8, 16);
         assert_eq!(
             (short.heads_per_block, short.blocks, short.splits),
             (1, 32, 1)
         );
-        let p = vec_plan(4, 8, 256, 128);
+        let p = vec_plan(4, 8, 256);
         assert_eq!(
             (p.heads_per_block, p.blocks, p.splits, p.kv_per_split),
             (1, 32, 4, 64)
         );
         // A long KV: the group shares its loads and the splits bring the blocks to the target.
-        let long = vec_plan(4, 8, 32_768, 128);
+        let long = vec_plan(4, 8, 32_768);
         assert_eq!((long.heads_per_block, long.blocks), (4, 8));
         assert_eq!(long.blocks * long.splits, FA_TARGET_BLOCKS);
         assert_eq!(long.kv_per_split, 32_768 / 64);
         // Groups beyond one block's heads: 6 = 4 + 2, 8 = 4 + 4.
-        assert_eq!(vec_plan(6, 64, 4100, 128).blocks, 128);
-        assert_eq!(vec_plan(8, 64, 4100, 128).heads_per_block, 4);
-        // Long V rows leave room for fewer heads per block.
-        assert_eq!(vec_plan(8, 1, 32_768, 256).heads_per_block, 2);
-        assert_eq!(vec_plan(8, 1, 32_768, 512).heads_per_block, 1);
+        assert_eq!(vec_plan(6, 64, 4100).blocks, 128);
+        assert_eq!(vec_plan(8, 64, 4100).heads_per_block, 4);
         // Many blocks already: one split.
-        assert_eq!(vec_plan(1, 4096, 1000, 128).splits, 1);
+        assert_eq!(vec_plan(1, 4096, 1000).splits, 1);
     }
 
     #[test]

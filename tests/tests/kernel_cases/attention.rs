@@ -233,16 +233,6 @@ fn flash_attn_vec_splits_and_head_blocks() {
             );
         }
     }
-    // Llama-3.1-8B decode (32 query heads over 8 KV heads) at short contexts.
-    for keys in [64, 130, 512] {
-        push_attn(
-            &mut set,
-            AttnCase {
-                kv_view: true,
-                ..AttnCase::new(DType::F16, 32, 8, 1, keys)
-            },
-        );
-    }
     // Long KV: the heads of a group share a block (GQA 4 and 8, and 6 = 4 + 2 over 5 queries),
     // several tiles per split; sinks, softcap and ALiBi on shared blocks.
     push_attn(

@@ -1,8 +1,7 @@
 // flash_attn_ext. Three paths (dispatch/attention.rs picks one):
 // - k_flash_attn_vec (few queries: decode; any shape without batched BLAS; F16/BF16/F32 K and V in
 //   rows of whole 16-byte chunks): the query heads of a GQA group share K/V loads, keys split over
-//   blocks in tiles of 64, each warp with its own keys and online softmax (no barrier per tile), a
-//   tile's K and V rows in flight at once; described at the kernel.
+//   blocks in tiles of 64, every load of a tile's rows in flight at once; described at the kernel.
 // - k_flash_attn (the same shapes with any other K/V): one block of FA_THREADS threads per (head,
 //   query, sequence) and KV split. Keys are taken in tiles of FA_THREADS (one score per thread),
 //   with an online softmax. Each warp accumulates the values of its quarter of the tile, each lane
@@ -165,36 +164,31 @@ extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, flo
         store(d, dv, h, iq, s, (red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv]) * inv);
 }
 
-// A float (F32, F16 or BF16) at p.
-__device__ __forceinline__ float float_at(const u8* p, int type) {
-    if (type == T_F32) return *(const float*)p;
-    return type == T_F16 ? h2f(ld16(p)) : bf2f(ld16(p));
-}
-
 // Element of a float tensor (F32, F16 or BF16: queries, masks, sinks) without the block formats.
 __device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2, i64 i3) {
-    return float_at((const u8*)t.ptr + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3], t.type);
+    const u8* p = (const u8*)t.ptr + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+    if (t.type == T_F32) return *(const float*)p;
+    return t.type == T_F16 ? h2f(ld16(p)) : bf2f(ld16(p));
 }
 
 // k_flash_attn_vec: the decode path for F16/BF16/F32 K and V whose rows are whole 16-byte chunks
 // (at most FAV_MAX_ROW_BYTES). A block takes `heads_per_block` query heads of one GQA group (they
-// share every K/V load; the host keeps heads x DV within FAV_MAX_DIMS), one query, one sequence,
-// and the keys of its split in tiles of FAV_TILE. Each warp owns FAV_KEYS consecutive keys per
-// half-warp of a tile and runs its own online softmax: a half-warp reads a row 16 bytes per lane
-// and pass (256 bytes of a row per pass), the K and the first V pass of all its keys in flight at
-// once (keys the mask hides are not read), reduces the dots by shuffles, and adds the weighted V
-// chunks into its own accumulators in shared memory. No barrier inside the key loop: the warps'
-// (max, sum, accumulators) merge once at the end. The mask of the next tile is loaded while the
-// current one is summed. Splits write partials for k_flash_attn_combine.
+// share every K/V load), one query, one sequence, and the keys of its split in tiles of FAV_TILE.
+// Half-warp `half` handles keys half, half + FAV_HALVES, ... of a tile, 16 bytes of each row per
+// lane and pass (256 bytes of a row per pass): all FAV_KEYS loads of a pass are issued before they
+// are used. Scores go through shared memory, one warp per head updates that head's online softmax,
+// then the half-warps accumulate the weighted V chunks, summed in a fixed order into the block's
+// accumulator. Splits write partials for k_flash_attn_combine.
 #define FAV_THREADS 128
 #define FAV_TILE 64
 #define FAV_MAX_HEADS 4
 #define FAV_MAX_ROW_BYTES 1024
 #define FAV_PASS_BYTES 256
-#define FAV_WARPS (FAV_THREADS / 32)
 #define FAV_HALVES (FAV_THREADS / 16)
 #define FAV_KEYS (FAV_TILE / FAV_HALVES)
 #define FAV_MAX_DIMS (FAV_MAX_ROW_BYTES / 2)
+static_assert(FAV_TILE == 64, "the softmax takes two keys of a tile per lane of a warp");
+static_assert(FAV_MAX_HEADS <= FAV_THREADS / 32, "the softmax takes one warp per head");
 
 // The elements of a 16-byte chunk of an F16, BF16 (8) or F32 (4, the rest zeros) row as floats.
 __device__ __forceinline__ void chunk_floats(uint4 c, int type, float (&f)[8]) {
@@ -218,61 +212,6 @@ __device__ __forceinline__ uint4 row_chunk(const TD& t, bool on, i64 j, i64 hk, 
     return on ? *(const uint4*)(kv_row(t, j, hk, s) + off) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Mask values of keys j0 + u (u < FAV_KEYS) for the block's heads (mask rows mrow, elements
-// `nb0` bytes apart): 0 without a mask, NEG_INF from key kv1 on.
-__device__ __forceinline__ void fav_mask(const u8* const (&mrow)[FAV_MAX_HEADS], const TD& m, int has_mask, int nh,
-                                         int j0, int kv1, float (&mv)[FAV_MAX_HEADS][FAV_KEYS]) {
-#pragma unroll
-    for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
-#pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++) {
-            const int j = j0 + u;
-            mv[hh][u] = j >= kv1 ? NEG_INF
-                                 : (has_mask && hh < nh ? float_at(mrow[hh] + (i64)j * m.nb[0], m.type) : 0.0f);
-        }
-}
-
-// The end of k_flash_attn_vec: merges the warps' maxima `wmax`, sums `wsum` and the half-warps'
-// accumulators `acc` per head and dim; writes the split's partial (part) or the normalized
-// result.
-__device__ void fav_finish(const TD& sk, const TD& d, int has_sinks, u64 part, int h0, int nh, int DV, i64 iq, i64 s,
-                           const float (&wmax)[FAV_WARPS][FAV_MAX_HEADS],
-                           const float (&wsum)[FAV_WARPS][FAV_MAX_HEADS], const float (&acc)[FAV_HALVES][FAV_MAX_DIMS]) {
-    for (int i = threadIdx.x; i < nh * DV; i += FAV_THREADS) {
-        const int hh = i / DV, dv = i % DV, h = h0 + hh;
-        float top = NEG_INF;
-#pragma unroll
-        for (int w = 0; w < FAV_WARPS; w++) top = fmaxf(top, wmax[w][hh]);
-        float total = 0.0f, a = 0.0f;
-#pragma unroll
-        for (int w = 0; w < FAV_WARPS; w++) {
-            if (wmax[w][hh] == NEG_INF) continue;
-            const float e = expf(wmax[w][hh] - top);
-            total += e * wsum[w][hh];
-            a += e * (acc[2 * w][i] + acc[2 * w + 1][i]);
-        }
-        if (part) {
-            const i64 r = h + d.ne[1] * (iq + d.ne[2] * s);
-            float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
-            if (dv == 0) {
-                p[0] = top;
-                p[1] = total;
-            }
-            p[2 + dv] = a;
-            continue;
-        }
-        float scale_out = 1.0f;
-        if (has_sinks) {
-            const float sink = load_float(sk, h, 0, 0, 0);
-            const float nm = fmaxf(top, sink);
-            scale_out = top == NEG_INF ? 0.0f : expf(top - nm);
-            total = total * scale_out + expf(sink - nm);
-        }
-        const float inv = total == 0.0f ? 0.0f : scale_out / total;
-        store(d, dv, h, iq, s, a * inv);
-    }
-}
-
 // part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
 // (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
 // first); block y: the split.
@@ -280,8 +219,10 @@ extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
                                             float softcap, int has_mask, int has_sinks, int heads_per_block,
                                             int kv_per_split, u64 part) {
     __shared__ float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
-    __shared__ float acc[FAV_HALVES][FAV_MAX_DIMS];
-    __shared__ float wmax[FAV_WARPS][FAV_MAX_HEADS], wsum[FAV_WARPS][FAV_MAX_HEADS];
+    __shared__ float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
+    __shared__ float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
+    __shared__ float ws[FAV_MAX_HEADS][FAV_TILE];
+    __shared__ float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
     const int group = (int)(q.ne[2] / k.ne[2]);
     const int head_blocks = (group + heads_per_block - 1) / heads_per_block;
     i64 b = blockIdx.x;
@@ -294,138 +235,169 @@ extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
     const int nh = min(heads_per_block, group - hblk * heads_per_block);
     const int D = (int)q.ne[0], DV = (int)v.ne[0], n_kv = (int)k.ne[1];
     const int kv0 = blockIdx.y * kv_per_split, kv1 = min(n_kv, kv0 + kv_per_split);
-    const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16, warp = tid / 32;
+    const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16, warp = tid / 32, lane = tid % 32;
     const int kes = k.type == T_F32 ? 4 : 2, ves = v.type == T_F32 ? 4 : 2;
-    const int k_bytes = D * kes, v_bytes = DV * ves, v_chunk = 16 / ves;
+    const int k_bytes = D * kes, v_bytes = DV * ves, v_chunk = 16 / ves, v_pass = FAV_PASS_BYTES / ves;
     const float sc = softcap != 0.0f ? scale / softcap : scale;
-    float slope[FAV_MAX_HEADS], mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], mv[FAV_MAX_HEADS][FAV_KEYS];
-    const u8* mrow[FAV_MAX_HEADS];
-#pragma unroll
-    for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-        const int h = h0 + min(hh, nh - 1);
-        slope[hh] = has_mask ? alibi_slope(max_bias, h, (int)q.ne[2]) : 0.0f;
-        mrow[hh] = has_mask ? (const u8*)m.ptr + iq * m.nb[1] + (h % m.ne[2]) * m.nb[2] + (s % m.ne[3]) * m.nb[3]
-                            : nullptr;
-        mx[hh] = NEG_INF;
-        sum[hh] = 0.0f;
-    }
-    fav_mask(mrow, m, has_mask, nh, kv0 + half * FAV_KEYS, kv1, mv);
     for (int i = tid; i < nh * D; i += FAV_THREADS) qs[i / D][i % D] = load_float(q, i % D, iq, h0 + i / D, s);
-    for (int i = tid; i < FAV_HALVES * nh * DV; i += FAV_THREADS) acc[i / (nh * DV)][i % (nh * DV)] = 0.0f;
+    for (int i = tid; i < nh * DV; i += FAV_THREADS) out[i / DV][i % DV] = 0.0f;
+    if (tid < FAV_MAX_HEADS) {
+        mx[tid] = NEG_INF;
+        sum[tid] = 0.0f;
+    }
     __syncthreads();
     for (int t0 = kv0; t0 < kv1; t0 += FAV_TILE) {
-        const int j0 = t0 + half * FAV_KEYS;
-        bool used[FAV_KEYS];
-#pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++) {
-            used[u] = false;
-#pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) used[u] |= hh < nh && mv[hh][u] != NEG_INF;
-        }
-        // Scores: K of every pass, with V's first pass in flight beside K's.
-        float x[FAV_MAX_HEADS][FAV_KEYS];
+        float dot[FAV_MAX_HEADS][FAV_KEYS];
 #pragma unroll
         for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) x[hh][u] = 0.0f;
-        uint4 vraw[FAV_KEYS];
-        for (int p0 = 0; p0 < k_bytes; p0 += FAV_PASS_BYTES) {
+            for (int u = 0; u < FAV_KEYS; u++) dot[hh][u] = 0.0f;
+        for (int off = 16 * l16; off - 16 * l16 < k_bytes; off += FAV_PASS_BYTES) {
+            const bool on = off < k_bytes;
+            uint4 raw[FAV_KEYS];
+#pragma unroll
+            for (int u = 0; u < FAV_KEYS; u++) {
+                const int j = t0 + half + FAV_HALVES * u;
+                raw[u] = row_chunk(k, on && j < kv1, j, hk, s, off);
+            }
+            if (!on) continue;
+            float f[FAV_KEYS][8];
+#pragma unroll
+            for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], k.type, f[u]);
+            const int c0 = off / kes;
+#pragma unroll
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
+                if (hh >= nh) continue;
+                float qv[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) qv[e] = e < 16 / kes ? qs[hh][c0 + e] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < FAV_KEYS; u++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) dot[hh][u] += f[u][e] * qv[e];
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
+#pragma unroll
+            for (int u = 0; u < FAV_KEYS; u++)
+                if (hh < nh)
+#pragma unroll
+                    for (int o = 8; o > 0; o >>= 1) dot[hh][u] += WARP_SHFL_XOR(dot[hh][u], o);
+        // Lane u < FAV_KEYS of each half-warp turns the dots of its key u into logits.
+        float mine[FAV_MAX_HEADS];
+#pragma unroll
+        for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
+            mine[hh] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < FAV_KEYS; u++)
+                if (l16 == u) mine[hh] = dot[hh][u];
+        }
+        if (l16 < FAV_KEYS) {
+            const int kk = half + FAV_HALVES * l16, j = t0 + kk;
+#pragma unroll
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
+                if (hh >= nh) continue;
+                float x = NEG_INF;
+                if (j < kv1) {
+                    x = mine[hh] * sc;
+                    if (softcap != 0.0f) x = softcap * tanhf(x);
+                    if (has_mask) {
+                        const int h = h0 + hh;
+                        const float mv = load_float(m, j, iq, h % m.ne[2], s % m.ne[3]);
+                        x = mv == NEG_INF ? NEG_INF : x + alibi_slope(max_bias, h, (int)q.ne[2]) * mv;
+                    }
+                }
+                ws[hh][kk] = x;
+            }
+        }
+        __syncthreads();
+        // Warp hh: head hh's tile maximum, weights and sum.
+        if (warp < nh) {
+            const float x0 = ws[warp][lane], x1 = ws[warp][lane + 32];
+            float tmax = fmaxf(x0, x1);
+            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, WARP_SHFL_XOR(tmax, o));
+            const float old = mx[warp], nm = fmaxf(old, tmax);
+            const float p0 = x0 == NEG_INF ? 0.0f : expf(x0 - nm), p1 = x1 == NEG_INF ? 0.0f : expf(x1 - nm);
+            ws[warp][lane] = p0;
+            ws[warp][lane + 32] = p1;
+            float ts = p0 + p1;
+            for (int o = 16; o > 0; o >>= 1) ts += WARP_SHFL_XOR(ts, o);
+            if (lane == 0) {
+                const float a = old == NEG_INF ? 0.0f : expf(old - nm);
+                alpha[warp] = a;
+                sum[warp] = sum[warp] * a + ts;
+                mx[warp] = nm;
+            }
+        }
+        __syncthreads();
+        for (int p0 = 0; p0 < v_bytes; p0 += FAV_PASS_BYTES) {
             const int off = p0 + 16 * l16;
             uint4 raw[FAV_KEYS];
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) raw[u] = row_chunk(k, off < k_bytes && used[u], j0 + u, hk, s, off);
-            if (p0 == 0)
+            for (int u = 0; u < FAV_KEYS; u++) {
+                const int kk = half + FAV_HALVES * u;
+                bool used = false;
 #pragma unroll
-                for (int u = 0; u < FAV_KEYS; u++)
-                    vraw[u] = row_chunk(v, 16 * l16 < v_bytes && used[u], j0 + u, hk, s, 16 * l16);
-            if (off >= k_bytes) continue;
-            const int c0 = off / kes;
-            float qv[FAV_MAX_HEADS][8];
+                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) used |= hh < nh && ws[hh][kk] != 0.0f;
+                raw[u] = row_chunk(v, off < v_bytes && used, t0 + kk, hk, s, off);
+            }
+            float acc[FAV_MAX_HEADS][8];
 #pragma unroll
             for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) qv[hh][e] = hh < nh && e < 16 / kes ? qs[hh][c0 + e] : 0.0f;
+                for (int e = 0; e < 8; e++) acc[hh][e] = 0.0f;
 #pragma unroll
             for (int u = 0; u < FAV_KEYS; u++) {
                 float f[8];
-                chunk_floats(raw[u], k.type, f);
+                chunk_floats(raw[u], v.type, f);
 #pragma unroll
-                for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
+                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
+                    const float wv = hh < nh ? ws[hh][half + FAV_HALVES * u] : 0.0f;
+                    if (wv != 0.0f)
 #pragma unroll
-                    for (int e = 0; e < 8; e++) x[hh][u] += f[e] * qv[hh][e];
+                        for (int e = 0; e < 8; e++) acc[hh][e] += wv * f[e];
+                }
             }
-        }
-        // Logits, the next tile's mask, then the warp's online softmax (its two half-warps' keys).
-        float alpha[FAV_MAX_HEADS];
-#pragma unroll
-        for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-            alpha[hh] = 0.0f;
-            if (hh >= nh) continue;
-            float tmax = NEG_INF;
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-#pragma unroll
-                for (int o = 8; o > 0; o >>= 1) x[hh][u] += WARP_SHFL_XOR(x[hh][u], o);
-                float y = x[hh][u] * sc;
-                if (softcap != 0.0f) y = softcap * tanhf(y);
-                x[hh][u] = mv[hh][u] == NEG_INF ? NEG_INF : y + slope[hh] * mv[hh][u];
-                tmax = fmaxf(tmax, x[hh][u]);
-            }
-            tmax = fmaxf(tmax, WARP_SHFL_XOR(tmax, 16));
-            const float nm = fmaxf(mx[hh], tmax);
-            float ts = 0.0f;
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-                x[hh][u] = x[hh][u] == NEG_INF ? 0.0f : expf(x[hh][u] - nm);
-                ts += x[hh][u];
-            }
-            ts += WARP_SHFL_XOR(ts, 16);
-            alpha[hh] = mx[hh] == NEG_INF ? 0.0f : expf(mx[hh] - nm);
-            sum[hh] = sum[hh] * alpha[hh] + ts;
-            mx[hh] = nm;
-        }
-        if (t0 + FAV_TILE < kv1) fav_mask(mrow, m, has_mask, nh, j0 + FAV_TILE, kv1, mv);
-        // The weighted V chunks into this half-warp's accumulators (lane-owned: no barrier).
-        for (int p0 = 0; p0 < v_bytes; p0 += FAV_PASS_BYTES) {
-            const int off = p0 + 16 * l16;
-            if (p0 > 0)
-#pragma unroll
-                for (int u = 0; u < FAV_KEYS; u++) vraw[u] = row_chunk(v, off < v_bytes && used[u], j0 + u, hk, s, off);
-            if (off >= v_bytes) continue;
-            float a[FAV_MAX_HEADS][8];
-#pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) a[hh][e] = 0.0f;
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-                float f[8];
-                chunk_floats(vraw[u], v.type, f);
-#pragma unroll
-                for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) a[hh][e] += x[hh][u] * f[e];
-            }
-            const int d0 = off / ves;
 #pragma unroll
             for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
                 if (hh < nh)
 #pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        if (e < v_chunk) {
-                            float& o = acc[half][hh * DV + d0 + e];
-                            o = o * alpha[hh] + a[hh][e];
-                        }
+                    for (int e = 0; e < 8; e++) red[half][hh][8 * l16 + e] = acc[hh][e];
+            __syncthreads();
+            for (int i = tid; i < nh * v_pass; i += FAV_THREADS) {
+                const int hh = i / v_pass, c = i % v_pass, dv = p0 / ves + c;
+                if (dv >= DV) continue;
+                const int at = 8 * (c / v_chunk) + c % v_chunk;
+                float a = 0.0f;
+#pragma unroll
+                for (int hw = 0; hw < FAV_HALVES; hw++) a += red[hw][hh][at];
+                out[hh][dv] = out[hh][dv] * alpha[hh] + a;
+            }
+            __syncthreads();
         }
     }
-    if (tid % 32 == 0)
-#pragma unroll
-        for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-            wmax[warp][hh] = mx[hh];
-            wsum[warp][hh] = sum[hh];
+    if (part) {
+        for (int i = tid; i < nh * (DV + 2); i += FAV_THREADS) {
+            const int hh = i / (DV + 2), c = i % (DV + 2);
+            const i64 r = h0 + hh + d.ne[1] * (iq + d.ne[2] * s);
+            float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
+            p[c] = c == 0 ? mx[hh] : (c == 1 ? sum[hh] : out[hh][c - 2]);
         }
-    __syncthreads();
-    fav_finish(sk, d, has_sinks, part, h0, nh, DV, iq, s, wmax, wsum, acc);
+        return;
+    }
+    for (int i = tid; i < nh * DV; i += FAV_THREADS) {
+        const int hh = i / DV, dv = i % DV, h = h0 + hh;
+        float total = sum[hh], scale_out = 1.0f;
+        if (has_sinks) {
+            const float sink = load_float(sk, h, 0, 0, 0);
+            const float nm = fmaxf(mx[hh], sink);
+            scale_out = mx[hh] == NEG_INF ? 0.0f : expf(mx[hh] - nm);
+            total = total * scale_out + expf(sink - nm);
+        }
+        const float inv = total == 0.0f ? 0.0f : scale_out / total;
+        store(d, dv, h, iq, s, out[hh][dv] * inv);
+    }
 }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
