@@ -116,7 +116,9 @@ impl Guard {
                     .headers()
                     .get(header::AUTHORIZATION)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "));
+                    .and_then(|v| v.split_once(' '))
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, token)| token.trim());
                 if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
                     return Err(ApiError::new(
                         StatusCode::UNAUTHORIZED,
