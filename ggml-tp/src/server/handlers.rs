@@ -1,6 +1,7 @@
 //! The HTTP handlers: request validation (body size, JSON shape, prompt and `max_tokens` limits),
 //! prompt building (chat template, tokenizer; off the async workers, [`super::prepare`]), handing
-//! requests to the [`Engine`] (a place in its queue is taken before the prompt is prepared), and
+//! requests to the [`Engine`] (a place in its queue is taken once the parameters are checked and
+//! before the prompt is rendered and tokenized), and
 //! answering as one JSON object or as an SSE stream of `data: {...}` chunks ending with
 //! `data: [DONE]`.
 
@@ -89,11 +90,11 @@ pub fn reply(state: &AppState, r: Result<Response, ApiError>) -> Response {
 pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Response {
     let r = async {
         let bytes = read_body(&headers, body, s.max_body_bytes, &s.limits).await?;
-        let ticket = s.engine.admit()?;
         let st = s.clone();
-        let (prompt, p) = off_thread(&s.prep, &s.limits, move || {
+        let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
             let req: CompletionRequest = parse(&bytes)?;
             let mut p = check_params(&st, req.common)?;
+            let ticket = st.engine.admit()?;
             let prompt = match req.prompt {
                 Prompt::Text(text) => {
                     check_text_len(&st, &text)?;
@@ -114,7 +115,7 @@ pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Re
                 )),
             };
             check_prompt(&st, &prompt)?;
-            Ok((prompt, p))
+            Ok((prompt, p, ticket))
         })
         .await?;
         generate(&s, Endpoint::Completions, prompt, p, ticket).await
@@ -126,14 +127,14 @@ pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Re
 pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response {
     let r = async {
         let bytes = read_body(&headers, body, s.max_body_bytes, &s.limits).await?;
-        let ticket = s.engine.admit()?;
         let st = s.clone();
-        let (prompt, p) = off_thread(&s.prep, &s.limits, move || {
+        let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
             let req: ChatRequest = parse(&bytes)?;
             if req.messages.is_empty() {
                 return Err(ApiError::bad_request("messages must not be empty"));
             }
             let p = check_params(&st, req.common)?;
+            let ticket = st.engine.admit()?;
             let messages = req
                 .messages
                 .iter()
@@ -157,7 +158,7 @@ pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response 
             check_text_len(&st, text)?;
             let prompt = st.tokenizer.encode(text, true, true);
             check_prompt(&st, &prompt)?;
-            Ok((prompt, p))
+            Ok((prompt, p, ticket))
         })
         .await?;
         generate(&s, Endpoint::Chat, prompt, p, ticket).await

@@ -11,15 +11,23 @@
 //!   prefix a slot's cache shares with the prompt; default true). Chat prompts are rendered with
 //!   the model's template ([`llama::chat`]).
 //! * `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET /slots`.
-//! * `POST /slots/{id}?action=save&filename=X`, `action=restore`, `action=erase`: a slot's tokens and
-//!   KV cache to and from a file in the configured directory ([`llama::slot_file`]).
+//! * `POST /slots/{id}?action=save&filename=X[&overwrite=true]`, `action=restore`, `action=erase`:
+//!   a slot's tokens and KV cache to and from a file in the configured directory
+//!   ([`llama::slot_file`], [`slots`]: a quota of files and bytes, no silent overwrite).
 //!
 //! Requests run in slots, each a sequence with its own region of one KV cache, served by one
 //! inference thread that advances every active slot per step in one forward pass (continuous
 //! batching, [`engine`]); `/metrics` shows the sequences per pass. Errors are JSON
-//! `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a malformed body, a prompt that
-//! does not fit a slot's context, `max_tokens` over the limit or a body over the size limit give
-//! 4xx; full slots and queue give 503.
+//! `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status: a malformed body, a
+//! prompt that does not fit a slot's context, `max_tokens` over the limit, an unknown path (404),
+//! a wrong method (405) or a body over the size limit (413) give 4xx; full slots and queue give 503.
+//!
+//! Hostile clients are bounded ([`config::Limits`]): connections by a cap and a timeout for request
+//! heads that also ends idle keep-alive connections ([`listen`]), bodies by a size and a deadline,
+//! prompts by being prepared off the async workers within a time bound after a place in the queue
+//! was taken ([`prepare`]), stop lists by count and length. [`guard`] checks `Host` (against DNS
+//! rebinding), `Origin` (CORS only for named origins) and the API key. `/health` is 503 when the
+//! inference worker died or is stuck ([`health`]).
 
 pub mod api;
 pub mod config;
