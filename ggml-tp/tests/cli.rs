@@ -301,7 +301,7 @@ fn serve_answers_http_until_killed() {
     let request = |body: &str| -> Option<String> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         let req = format!(
-            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
         s.write_all(req.as_bytes()).ok()?;

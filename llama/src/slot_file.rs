@@ -8,6 +8,9 @@
 //! logical offsets onto the device that holds each head; files are therefore independent of the
 //! placement and of the slot they were saved from.
 //!
+//! [`encode`] and [`decode_into`] work in memory (on the thread that owns the session);
+//! [`write_file`] and [`read_file`] do the disk I/O, so a server can do that elsewhere.
+//!
 //! Format (little-endian): magic `GGTPSLOT`, version `u32`, dtype name (`u32` length + UTF-8),
 //! `u32` n_layer, n_head_kv, K row bytes, V row bytes, n_tokens, the tokens (`u32` each), then per
 //! layer K then V, per head the `n_tokens` rows.
@@ -15,11 +18,15 @@
 use crate::kv::KvCache;
 use crate::runtime::BatchSession;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const MAGIC: &[u8; 8] = b"GGTPSLOT";
 const VERSION: u32 = 1;
+
+/// Makes the temporary names of concurrent writes in one process distinct.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Errors of saving and restoring slot files.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +35,10 @@ pub enum SlotFileError {
     Io(#[from] std::io::Error),
     #[error("not a slot file of this model/cache: {0}")]
     Mismatch(String),
+    #[error("slot file {0} exists already")]
+    Exists(String),
+    #[error("slot file of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: u64, max: u64 },
     #[error(transparent)]
     Core(#[from] ggml_core::Error),
     #[error(transparent)]
@@ -62,14 +73,37 @@ impl Header {
 }
 
 /// Writes `tokens` (the positions `0..tokens.len()` of sequence `seq` of `session`'s cache) and
-/// their K/V rows to `path` (through a temporary file renamed at the end); returns the bytes
-/// written.
+/// their K/V rows to `path`, replacing a file already there ([`encode`] then [`write_file`]);
+/// returns the bytes written.
 pub fn save(
     session: &BatchSession,
     seq: usize,
     tokens: &[u32],
     path: &Path,
 ) -> Result<u64, SlotFileError> {
+    let bytes = encode(session, seq, tokens)?;
+    write_file(path, &bytes, true)
+}
+
+/// Reads a file written by [`save`] into sequence `seq` of `session`'s cache and returns its
+/// tokens ([`read_file`] then [`decode_into`]).
+pub fn restore(
+    session: &mut BatchSession,
+    seq: usize,
+    path: &Path,
+) -> Result<Vec<u32>, SlotFileError> {
+    let bytes = read_file(path, u64::MAX)?;
+    decode_into(session, seq, &bytes)
+}
+
+/// The slot file of `tokens` (the positions `0..tokens.len()` of sequence `seq` of `session`'s
+/// cache) and their K/V rows, in memory, so that the disk write can happen off the thread that owns
+/// the session.
+pub fn encode(
+    session: &BatchSession,
+    seq: usize,
+    tokens: &[u32],
+) -> Result<Vec<u8>, SlotFileError> {
     let n_past = session.n_past(seq)?;
     if tokens.len() != n_past {
         return Err(SlotFileError::Mismatch(format!(
@@ -80,12 +114,11 @@ pub fn save(
     let kv = session.kv();
     let n_layer = session.model().config.n_layer;
     let h = Header::of(kv, n_layer)?;
-    let tmp = path.with_extension("tmp");
-    let mut w = BufWriter::new(File::create(&tmp)?);
-    w.write_all(MAGIC)?;
-    put(&mut w, VERSION)?;
-    put(&mut w, h.dtype.len() as u32)?;
-    w.write_all(h.dtype.as_bytes())?;
+    let mut w = Vec::new();
+    w.extend_from_slice(MAGIC);
+    put(&mut w, VERSION);
+    put(&mut w, h.dtype.len() as u32);
+    w.extend_from_slice(h.dtype.as_bytes());
     for x in [
         h.n_layer,
         h.n_head_kv,
@@ -93,10 +126,10 @@ pub fn save(
         h.v_row,
         tokens.len() as u32,
     ] {
-        put(&mut w, x)?;
+        put(&mut w, x);
     }
     for &t in tokens {
-        put(&mut w, t)?;
+        put(&mut w, t);
     }
     let mut buf = Vec::new();
     for l in 0..n_layer {
@@ -106,26 +139,79 @@ pub fn save(
                 let (offset, len) = kv.span(t, seq, head, tokens.len());
                 buf.resize(len, 0);
                 t.data.buffer.get(offset, &mut buf)?;
-                w.write_all(&buf)?;
+                w.extend_from_slice(&buf);
             }
         }
     }
-    let file = w.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    let size = file.metadata()?.len();
-    std::fs::rename(&tmp, path)?;
-    Ok(size)
+    Ok(w)
 }
 
-/// Reads a file written by [`save`] into sequence `seq` of `session`'s cache and returns its
-/// tokens; the sequence then holds exactly those positions. On an error after the cache was touched
-/// the sequence is emptied.
-pub fn restore(
+/// Writes `bytes` to `path` through a temporary file in the same directory (named with a leading
+/// dot, synced, then moved into place), so a reader never sees a partial file and a failed write
+/// leaves nothing behind. Without `overwrite` an existing `path` is kept and
+/// [`SlotFileError::Exists`] returned (the move is a hard link, which fails atomically when the name
+/// is taken). Returns the bytes written.
+pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> Result<u64, SlotFileError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| SlotFileError::Mismatch(format!("{} names no file", path.display())))?;
+    let nonce = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(
+        ".{}.{}-{nonce}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| -> Result<(), SlotFileError> {
+        let mut f = File::create_new(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        if overwrite {
+            std::fs::rename(&tmp, path)?;
+        } else {
+            match std::fs::hard_link(&tmp, path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(SlotFileError::Exists(path.display().to_string()))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    })();
+    // After a rename the temporary name is gone already; after a link or a failure it goes now.
+    let _ = std::fs::remove_file(&tmp);
+    written.map(|()| bytes.len() as u64)
+}
+
+/// Reads the file at `path` whole, refusing one over `max` bytes ([`SlotFileError::TooLarge`])
+/// before reading it.
+pub fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, SlotFileError> {
+    let f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len > max {
+        return Err(SlotFileError::TooLarge { len, max });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(SlotFileError::TooLarge {
+            len: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Loads a slot file's `bytes` (from [`encode`]) into sequence `seq` of `session`'s cache and
+/// returns its tokens; the sequence then holds exactly those positions. On an error after the cache
+/// was touched the sequence is emptied.
+pub fn decode_into(
     session: &mut BatchSession,
     seq: usize,
-    path: &Path,
+    bytes: &[u8],
 ) -> Result<Vec<u32>, SlotFileError> {
-    let mut r = BufReader::new(File::open(path)?);
+    let mut r = bytes;
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic)?;
     if &magic != MAGIC {
@@ -218,8 +304,8 @@ fn write_rows(
     Ok(())
 }
 
-fn put(w: &mut impl Write, x: u32) -> std::io::Result<()> {
-    w.write_all(&x.to_le_bytes())
+fn put(w: &mut Vec<u8>, x: u32) {
+    w.extend_from_slice(&x.to_le_bytes());
 }
 
 fn get(r: &mut impl Read) -> std::io::Result<u32> {

@@ -1,6 +1,6 @@
 //! The OpenAI wire format: request bodies of `/v1/completions` and `/v1/chat/completions`, the
 //! JSON of responses and stream chunks, and the error type whose body is
-//! `{"error": {"message", "type", "code"}}`.
+//! `{"error": {"message", "type", "param", "code"}}`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// OpenAI's string `code` (e.g. `invalid_api_key`); the status number when `None`.
+    pub code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -20,6 +22,14 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            code: None,
+        }
+    }
+
+    pub fn with_code(self, code: &'static str) -> ApiError {
+        ApiError {
+            code: Some(code),
+            ..self
         }
     }
 
@@ -38,10 +48,15 @@ impl ApiError {
     }
 
     pub fn body(&self) -> Value {
+        let code = match self.code {
+            Some(c) => json!(c),
+            None => json!(self.status.as_u16()),
+        };
         json!({"error": {
             "message": self.message,
             "type": self.kind(),
-            "code": self.status.as_u16(),
+            "param": null,
+            "code": code,
         }})
     }
 }

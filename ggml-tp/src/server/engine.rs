@@ -14,17 +14,21 @@
 //! Requests beyond the free slots wait in a FIFO queue; the [`Admission`] counter bounds slots plus
 //! queue, and a request past that bound is refused before it reaches the worker. A request whose
 //! event receiver is gone (the client disconnected) is dropped at the next step and its slot
-//! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept.
+//! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept. A pass
+//! that fails ends the requests whose slots caused it and the others go on; the worker's progress
+//! is reported to `/health` ([`WorkerHealth`]).
 
 use super::api::{ApiError, FinishReason, Usage};
+use super::health::{AliveGuard, WorkerHealth};
 use super::metrics::Metrics;
+use super::stop::StopFilter;
 use axum::http::StatusCode;
+use llama::model::ModelError;
 use llama::runtime::{BatchSession, Logits, Outputs, SeqTokens};
 use llama::sampling::Sampler;
 use llama::slot_file;
 use llama::tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
@@ -42,6 +46,19 @@ pub struct GenRequest {
     pub slot: Option<usize>,
     /// Keep the prefix the slot's cache shares with the prompt (else evaluate it all).
     pub cache_prompt: bool,
+    /// A fault to simulate (test aid, see [`super::ServerConfig::test_faults`]).
+    pub fault: Option<Fault>,
+}
+
+/// Faults the worker simulates for tests of the server's failure handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Every pass holding this request's slot fails like an evaluation error.
+    EvalError,
+    /// The worker panics when it takes the request.
+    Panic,
+    /// The worker sleeps this long when it takes the request, with the request pending.
+    Stall(std::time::Duration),
 }
 
 /// What the worker reports to a request's handler.
@@ -116,20 +133,21 @@ pub struct SlotInfo {
     pub n_ctx: usize,
 }
 
-/// Operations on an idle slot.
+/// Operations on an idle slot; the files' disk I/O happens on the HTTP side.
 #[derive(Debug)]
 pub enum SlotAction {
-    Save(PathBuf),
-    Restore(PathBuf),
+    /// Encode the slot's tokens and cache ([`slot_file::encode`]).
+    Save,
+    /// Load a slot file's bytes into the slot.
+    Restore(Vec<u8>),
     Erase,
 }
 
-/// The result of a slot action.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SlotReport {
-    pub id_slot: usize,
+/// The result of a slot action: the slot's tokens afterwards and, for a save, the file's bytes.
+#[derive(Debug)]
+pub struct SlotDone {
     pub n_tokens: usize,
-    pub n_bytes: u64,
+    pub data: Option<Vec<u8>>,
 }
 
 enum Command {
@@ -137,7 +155,7 @@ enum Command {
     Slot {
         id: usize,
         action: SlotAction,
-        reply: oneshot::Sender<Result<SlotReport, ApiError>>,
+        reply: oneshot::Sender<Result<SlotDone, ApiError>>,
     },
     List(oneshot::Sender<Vec<SlotInfo>>),
 }
@@ -148,6 +166,7 @@ pub struct Engine {
     tx: Sender<Command>,
     admission: Arc<Admission>,
     n_slots: usize,
+    health: Arc<WorkerHealth>,
 }
 
 /// Settings of the worker.
@@ -158,6 +177,7 @@ pub struct WorkerSetup {
     pub metrics: Arc<Metrics>,
     pub prompt_chunk: usize,
     pub queue_len: usize,
+    pub health: Arc<WorkerHealth>,
 }
 
 fn unavailable() -> ApiError {
@@ -181,6 +201,7 @@ impl Engine {
             tx,
             admission: Admission::new(n_slots + setup.queue_len),
             n_slots,
+            health: setup.health.clone(),
         };
         let worker = Worker {
             rx,
@@ -196,6 +217,7 @@ impl Engine {
             metrics: setup.metrics,
             prompt_chunk: setup.prompt_chunk.max(1),
             started: 0,
+            health: setup.health,
         };
         (engine, worker)
     }
@@ -204,46 +226,59 @@ impl Engine {
         self.n_slots
     }
 
-    /// Admits `req` and hands it to the worker; events arrive on the returned receiver. Dropping
-    /// the receiver cancels the request.
-    pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
-        if let Some(id) = req.slot {
-            self.check_slot(id)?;
-        }
-        let ticket = self.admission.admit().ok_or_else(|| {
+    /// The worker's liveness.
+    pub fn health(&self) -> &WorkerHealth {
+        &self.health
+    }
+
+    /// A place in the slots or the queue, taken before a request's prompt is prepared (503 when
+    /// every place is taken).
+    pub fn admit(&self) -> Result<Ticket, ApiError> {
+        self.admission.admit().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the server is busy: every slot is serving and the queue is full; retry later",
             )
-        })?;
+        })
+    }
+
+    /// Hands `req`, admitted with `ticket`, to the worker; events arrive on the returned receiver.
+    /// Dropping the receiver cancels the request.
+    pub fn submit(
+        &self,
+        req: GenRequest,
+        ticket: Ticket,
+    ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+        if let Some(id) = req.slot {
+            self.check_slot(id)?;
+        }
         let (events, rx) = mpsc::unbounded_channel();
         let job = Job {
             req,
             events,
             _ticket: ticket,
         };
-        self.tx
-            .send(Command::Submit(Box::new(job)))
-            .map_err(|_| unavailable())?;
+        self.send(Command::Submit(Box::new(job)))?;
         Ok(rx)
     }
 
+    fn send(&self, c: Command) -> Result<(), ApiError> {
+        self.health.sent();
+        self.tx.send(c).map_err(|_| unavailable())
+    }
+
     /// Runs `action` on slot `id` between two steps of the worker.
-    pub async fn slot_action(&self, id: usize, action: SlotAction) -> Result<SlotReport, ApiError> {
+    pub async fn slot_action(&self, id: usize, action: SlotAction) -> Result<SlotDone, ApiError> {
         self.check_slot(id)?;
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Command::Slot { id, action, reply })
-            .map_err(|_| unavailable())?;
+        self.send(Command::Slot { id, action, reply })?;
         rx.await.map_err(|_| unavailable())?
     }
 
     /// The state of every slot.
     pub async fn slots(&self) -> Result<Vec<SlotInfo>, ApiError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Command::List(reply))
-            .map_err(|_| unavailable())?;
+        self.send(Command::List(reply))?;
         rx.await.map_err(|_| unavailable())
     }
 
@@ -288,14 +323,17 @@ pub struct Worker {
     prompt_chunk: usize,
     /// Requests that got a slot so far.
     started: u64,
+    health: Arc<WorkerHealth>,
 }
 
 impl Worker {
     /// Serves requests until every [`Engine`] handle is dropped and no slot is busy.
     pub fn run(mut self) {
+        let _alive = AliveGuard(self.health.clone());
         let mut connected = true;
         loop {
             let busy = self.slots.iter().any(|s| s.active.is_some());
+            self.health.beat(busy || !self.waiting.is_empty());
             if !busy && self.waiting.is_empty() {
                 if !connected {
                     return;
@@ -330,10 +368,20 @@ impl Worker {
     }
 
     fn command(&mut self, c: Command) {
+        self.health.taken();
         match c {
             Command::Submit(job) => {
                 Metrics::inc(&self.metrics.requests);
+                let fault = job.req.fault;
                 self.waiting.push_back(*job);
+                match fault {
+                    Some(Fault::Panic) => panic!("test fault: the inference worker panics"),
+                    Some(Fault::Stall(d)) => {
+                        self.health.beat(true);
+                        std::thread::sleep(d);
+                    }
+                    _ => {}
+                }
             }
             Command::Slot { id, action, reply } => {
                 let _ = reply.send(self.slot_action(id, action));
@@ -356,7 +404,7 @@ impl Worker {
         self.gauges();
     }
 
-    fn slot_action(&mut self, id: usize, action: SlotAction) -> Result<SlotReport, ApiError> {
+    fn slot_action(&mut self, id: usize, action: SlotAction) -> Result<SlotDone, ApiError> {
         let slot = &mut self.slots[id];
         if slot.active.is_some() {
             return Err(ApiError::new(
@@ -365,21 +413,20 @@ impl Worker {
             ));
         }
         let file_error = |e: slot_file::SlotFileError| match e {
-            slot_file::SlotFileError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                ApiError::new(StatusCode::NOT_FOUND, format!("slot file not found: {e}"))
+            slot_file::SlotFileError::Mismatch(_) | slot_file::SlotFileError::Io(_) => {
+                ApiError::bad_request(e.to_string())
             }
-            slot_file::SlotFileError::Mismatch(_) => ApiError::bad_request(e.to_string()),
             e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         let session = &mut self.session;
-        let n_bytes = match action {
-            SlotAction::Save(path) => {
-                slot_file::save(session, id, &slot.tokens, &path).map_err(file_error)?
+        let data = match action {
+            SlotAction::Save => {
+                Some(slot_file::encode(session, id, &slot.tokens).map_err(file_error)?)
             }
-            SlotAction::Restore(path) => match slot_file::restore(session, id, &path) {
+            SlotAction::Restore(bytes) => match slot_file::decode_into(session, id, &bytes) {
                 Ok(tokens) => {
                     slot.tokens = tokens;
-                    std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+                    None
                 }
                 Err(e) => {
                     slot.tokens.truncate(session.n_past(id).unwrap_or(0));
@@ -388,13 +435,12 @@ impl Worker {
             },
             SlotAction::Erase => {
                 forget(session, slot, id);
-                0
+                None
             }
         };
-        Ok(SlotReport {
-            id_slot: id,
+        Ok(SlotDone {
             n_tokens: slot.tokens.len(),
-            n_bytes,
+            data,
         })
     }
 
@@ -520,7 +566,9 @@ impl Worker {
         }
     }
 
-    /// Runs one forward pass over `inputs` (slot, tokens) and advances each of those slots.
+    /// Runs one forward pass over `inputs` (slot, tokens) and advances each of those slots. When a
+    /// pass over several slots fails, each slot whose cache the failure left intact is retried in
+    /// a pass of its own, so one slot's failure ends only its own request.
     fn pass(&mut self, inputs: &[(usize, Vec<u32>)]) {
         if inputs.is_empty() {
             return;
@@ -533,7 +581,18 @@ impl Worker {
                 outputs: Outputs::Last,
             })
             .collect();
-        match self.session.eval(&batch) {
+        let faulty = inputs.iter().any(|(i, _)| {
+            self.slots[*i]
+                .active
+                .as_ref()
+                .is_some_and(|a| a.job.req.fault == Some(Fault::EvalError))
+        });
+        let result = if faulty {
+            Err(ModelError::Input("test fault: evaluation error".into()))
+        } else {
+            self.session.eval(&batch)
+        };
+        match result {
             Ok(logits) => {
                 let n_tokens = inputs.iter().map(|(_, t)| t.len()).sum();
                 self.metrics.pass(inputs.len(), n_tokens);
@@ -543,8 +602,16 @@ impl Worker {
             }
             Err(e) => {
                 let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-                for (i, _) in inputs {
-                    self.fail(*i, e.clone());
+                if inputs.len() == 1 {
+                    return self.fail(inputs[0].0, e);
+                }
+                for k in 0..inputs.len() {
+                    let i = inputs[k].0;
+                    if self.session.n_past(i).ok() == Some(self.slots[i].tokens.len()) {
+                        self.pass(&inputs[k..k + 1]);
+                    } else {
+                        self.fail(i, e.clone());
+                    }
                 }
             }
         }
@@ -635,78 +702,9 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// Cuts generated text at the first stop string, holding back a tail that could be the start of
-/// one until the next text shows whether it is.
-#[derive(Debug, Default)]
-struct StopFilter {
-    stops: Vec<String>,
-    held: String,
-    hit: bool,
-}
-
-impl StopFilter {
-    fn new(stops: Vec<String>) -> StopFilter {
-        StopFilter {
-            stops,
-            ..StopFilter::default()
-        }
-    }
-
-    /// Adds `text`; returns the text that is safe to send and whether a stop string was reached
-    /// (then nothing after it is ever sent).
-    fn push(&mut self, text: &str) -> (String, bool) {
-        if self.hit {
-            return (String::new(), true);
-        }
-        self.held.push_str(text);
-        if let Some(pos) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            self.hit = true;
-            let out = self.held[..pos].to_string();
-            self.held.clear();
-            return (out, true);
-        }
-        let keep_from = (0..=self.held.len())
-            .filter(|&k| self.held.is_char_boundary(k))
-            .find(|&k| {
-                let tail = &self.held[k..];
-                tail.is_empty() || self.stops.iter().any(|s| s.starts_with(tail))
-            })
-            .unwrap_or(self.held.len());
-        let out = self.held[..keep_from].to_string();
-        self.held.drain(..keep_from);
-        (out, false)
-    }
-
-    /// The held-back text at the end of the generation.
-    fn flush(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stop_filter_holds_possible_prefixes() {
-        let mut f = StopFilter::new(vec!["</s>".into(), "END".into()]);
-        assert_eq!(f.push("hello <"), ("hello ".to_string(), false));
-        assert_eq!(f.push("/"), (String::new(), false));
-        assert_eq!(f.push("x"), ("</x".to_string(), false));
-        assert_eq!(f.push("ab E"), ("ab ".to_string(), false));
-        assert_eq!(f.push("NDtail"), (String::new(), true));
-        assert_eq!(f.push("more"), (String::new(), true));
-        let mut g = StopFilter::new(vec![]);
-        assert_eq!(g.push("é<"), ("é<".to_string(), false));
-        let mut h = StopFilter::new(vec!["ab".into()]);
-        assert_eq!(h.push("xa"), ("x".to_string(), false));
-        assert_eq!(h.flush(), "a");
-    }
 
     #[test]
     fn admission_bounds_tickets() {

@@ -1,28 +1,32 @@
 //! The HTTP handlers: request validation (body size, JSON shape, prompt and `max_tokens` limits),
-//! prompt building (chat template, tokenizer), handing requests to the [`Engine`], and answering as
-//! one JSON object or as an SSE stream of `data: {...}` chunks ending with `data: [DONE]`.
+//! prompt building (chat template, tokenizer; off the async workers, [`super::prepare`]), handing
+//! requests to the [`Engine`] (a place in its queue is taken once the parameters are checked and
+//! before the prompt is rendered and tokenized), and
+//! answering as one JSON object or as an SSE stream of `data: {...}` chunks ending with
+//! `data: [DONE]`.
 
 use super::api::{
     ApiError, ChatRequest, CommonParams, CompletionRequest, Endpoint, Envelope, Prompt,
 };
-use super::engine::{Engine, Event, GenRequest, SlotAction};
+use super::config::Limits;
+use super::engine::{Engine, Event, Fault, GenRequest, Ticket};
 use super::metrics::Metrics;
+use super::prepare::{check_stops, check_text_len, off_thread, parse, read_body};
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use llama::chat::{ChatTemplate, Message};
 use llama::sampling::Sampler;
 use llama::tokenizer::Tokenizer;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::Semaphore;
 
 /// What every handler shares.
 pub struct AppState {
@@ -40,10 +44,23 @@ pub struct AppState {
     pub max_tokens: usize,
     /// Where slot files go; `None` disables save/restore.
     pub slot_dir: Option<PathBuf>,
+    /// Files and bytes the slot directory may hold.
+    pub slot_max_files: usize,
+    pub slot_max_bytes: u64,
+    /// Serialises the disk stage of slot saves, so that a quota check and its write are one step.
+    pub slot_io: tokio::sync::Mutex<()>,
     pub next_id: AtomicU64,
+    pub max_body_bytes: usize,
+    /// The longest text one token stands for, in bytes (bounds the tokens of a text from below).
+    pub max_token_bytes: usize,
+    pub limits: Limits,
+    /// Permits to prepare prompts on blocking threads ([`Limits::prepare_threads`]).
+    pub prep: Arc<Semaphore>,
+    /// Test aid: simulate worker faults ([`super::ServerConfig::test_faults`]).
+    pub test_faults: bool,
 }
 
-type Shared = State<Arc<AppState>>;
+pub type Shared = State<Arc<AppState>>;
 
 fn unix_now() -> u64 {
     unix_nanos() / 1_000_000_000
@@ -57,7 +74,7 @@ fn unix_nanos() -> u64 {
 }
 
 /// Counts an error answer in the metrics and turns it into a response.
-fn reply(state: &AppState, r: Result<Response, ApiError>) -> Response {
+pub fn reply(state: &AppState, r: Result<Response, ApiError>) -> Response {
     match r {
         Ok(resp) => resp,
         Err(e) => {
@@ -70,96 +87,102 @@ fn reply(state: &AppState, r: Result<Response, ApiError>) -> Response {
     }
 }
 
-/// Parses a JSON body, mapping size and syntax problems to 4xx errors.
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|r| {
-        let msg = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body exceeds the server's size limit".to_string()
-        } else {
-            r.body_text()
-        };
-        ApiError::new(r.status(), msg)
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
-}
-
-pub async fn completions(State(s): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Response {
     let r = async {
-        let req: CompletionRequest = parse(body)?;
-        let prompt = match req.prompt {
-            Prompt::Text(text) => s.tokenizer.encode(&text, true, true),
-            Prompt::Tokens(ids) => {
-                if let Some(bad) = ids.iter().find(|&&t| t as usize >= s.n_vocab) {
-                    return Err(ApiError::bad_request(format!(
-                        "prompt token {bad} is outside the vocabulary of {}",
-                        s.n_vocab
-                    )));
+        let bytes = read_body(&headers, body, s.max_body_bytes, &s.limits).await?;
+        let st = s.clone();
+        let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
+            let req: CompletionRequest = parse(&bytes)?;
+            let mut p = check_params(&st, req.common)?;
+            let ticket = st.engine.admit()?;
+            let prompt = match req.prompt {
+                Prompt::Text(text) => {
+                    check_text_len(&st, &text)?;
+                    p.fault = test_fault(&st, &text);
+                    st.tokenizer.encode(&text, true, true)
                 }
-                ids
-            }
-            Prompt::Many(_) => return Err(ApiError::bad_request(
-                "prompt must be one string or one array of token ids (batches are not supported)",
-            )),
-        };
-        generate(&s, Endpoint::Completions, prompt, req.common).await
+                Prompt::Tokens(ids) => {
+                    if let Some(bad) = ids.iter().find(|&&t| t as usize >= st.n_vocab) {
+                        return Err(ApiError::bad_request(format!(
+                            "prompt token {bad} is outside the vocabulary of {}",
+                            st.n_vocab
+                        )));
+                    }
+                    ids
+                }
+                Prompt::Many(_) => return Err(ApiError::bad_request(
+                    "prompt must be one string or one array of token ids (batches are not supported)",
+                )),
+            };
+            check_prompt(&st, &prompt)?;
+            Ok((prompt, p, ticket))
+        })
+        .await?;
+        generate(&s, Endpoint::Completions, prompt, p, ticket).await
     };
     let r = r.await;
     reply(&s, r)
 }
 
-pub async fn chat(State(s): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response {
     let r = async {
-        let req: ChatRequest = parse(body)?;
-        if req.messages.is_empty() {
-            return Err(ApiError::bad_request("messages must not be empty"));
-        }
-        let messages = req
-            .messages
-            .iter()
-            .map(|m| {
-                let text = match &m.content {
-                    Some(c) => c.text()?,
-                    None => String::new(),
-                };
-                Ok(Message::new(m.role.clone(), text))
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
-        let rendered = s
-            .template
-            .render(&messages, true)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let text =
-            s.template
-                .strip_special(&rendered, s.tokenizer.add_bos(), s.tokenizer.add_eos());
-        let prompt = s.tokenizer.encode(text, true, true);
-        generate(&s, Endpoint::Chat, prompt, req.common).await
+        let bytes = read_body(&headers, body, s.max_body_bytes, &s.limits).await?;
+        let st = s.clone();
+        let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
+            let req: ChatRequest = parse(&bytes)?;
+            if req.messages.is_empty() {
+                return Err(ApiError::bad_request("messages must not be empty"));
+            }
+            let p = check_params(&st, req.common)?;
+            let ticket = st.engine.admit()?;
+            let messages = req
+                .messages
+                .iter()
+                .map(|m| {
+                    let text = match &m.content {
+                        Some(c) => c.text()?,
+                        None => String::new(),
+                    };
+                    Ok(Message::new(m.role.clone(), text))
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?;
+            let rendered = st
+                .template
+                .render(&messages, true)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let text = st.template.strip_special(
+                &rendered,
+                st.tokenizer.add_bos(),
+                st.tokenizer.add_eos(),
+            );
+            check_text_len(&st, text)?;
+            let prompt = st.tokenizer.encode(text, true, true);
+            check_prompt(&st, &prompt)?;
+            Ok((prompt, p, ticket))
+        })
+        .await?;
+        generate(&s, Endpoint::Chat, prompt, p, ticket).await
     };
     let r = r.await;
     reply(&s, r)
 }
 
-/// Checks the limits, submits the request and answers it (streaming or not).
-async fn generate(
-    s: &AppState,
-    endpoint: Endpoint,
-    prompt: Vec<u32>,
-    p: CommonParams,
-) -> Result<Response, ApiError> {
+/// A request's checked parameters.
+struct Params {
+    max_tokens: usize,
+    sampler: Sampler,
+    stop: Vec<String>,
+    slot: Option<usize>,
+    cache_prompt: bool,
+    stream: bool,
+    include_usage: bool,
+    fault: Option<Fault>,
+}
+
+/// Checks the parameters against the server's limits (before any expensive work).
+fn check_params(s: &AppState, p: CommonParams) -> Result<Params, ApiError> {
     if p.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_request("only n = 1 is supported"));
-    }
-    if prompt.is_empty() {
-        return Err(ApiError::bad_request("the prompt is empty"));
-    }
-    if prompt.len() >= s.n_ctx {
-        return Err(ApiError::bad_request(format!(
-            "the prompt has {} tokens but a slot's context holds {} positions (at most {} prompt \
-             tokens, so that at least one can be generated)",
-            prompt.len(),
-            s.n_ctx,
-            s.n_ctx - 1
-        )));
     }
     let max_tokens = match p.max_tokens.or(p.max_completion_tokens) {
         Some(0) => return Err(ApiError::bad_request("max_tokens must be at least 1")),
@@ -172,6 +195,63 @@ async fn generate(
         Some(m) => m,
         None => s.max_tokens,
     };
+    let fresh_seed = unix_nanos() ^ s.next_id.load(Ordering::Relaxed).rotate_left(32);
+    let sampler =
+        Sampler::new(p.sampling(fresh_seed)).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let stop = check_stops(
+        p.stop.clone().map(|x| x.into_vec()).unwrap_or_default(),
+        &s.limits,
+    )?;
+    Ok(Params {
+        max_tokens,
+        sampler,
+        stop,
+        slot: p.id_slot,
+        cache_prompt: p.cache_prompt.unwrap_or(true),
+        stream: p.stream,
+        include_usage: p.include_usage(),
+        fault: None,
+    })
+}
+
+/// The fault a test prompt asks for, where the server simulates faults.
+fn test_fault(s: &AppState, text: &str) -> Option<Fault> {
+    if !s.test_faults {
+        return None;
+    }
+    match text.strip_prefix("ggml-tp-test-fault:")? {
+        "eval-error" => Some(Fault::EvalError),
+        "panic" => Some(Fault::Panic),
+        "stall" => Some(Fault::Stall(s.limits.stuck_after * 3)),
+        _ => None,
+    }
+}
+
+/// Checks the prompt's length against a slot's context.
+fn check_prompt(s: &AppState, prompt: &[u32]) -> Result<(), ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    if prompt.len() >= s.n_ctx {
+        return Err(ApiError::bad_request(format!(
+            "the prompt has {} tokens but a slot's context holds {} positions (at most {} prompt \
+             tokens, so that at least one can be generated)",
+            prompt.len(),
+            s.n_ctx,
+            s.n_ctx - 1
+        )));
+    }
+    Ok(())
+}
+
+/// Submits the request and answers it (streaming or not).
+async fn generate(
+    s: &AppState,
+    endpoint: Endpoint,
+    prompt: Vec<u32>,
+    p: Params,
+    ticket: Ticket,
+) -> Result<Response, ApiError> {
     let env = Envelope {
         endpoint,
         id: format!(
@@ -185,20 +265,20 @@ async fn generate(
         created: unix_now(),
         model: s.model_name.clone(),
     };
-    let include_usage = p.include_usage();
-    let fresh_seed = unix_nanos() ^ s.next_id.load(Ordering::Relaxed).rotate_left(32);
-    let sampler =
-        Sampler::new(p.sampling(fresh_seed)).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let rx = s.engine.submit(GenRequest {
-        prompt,
-        max_tokens,
-        sampler,
-        stop: p.stop.map(|x| x.into_vec()).unwrap_or_default(),
-        slot: p.id_slot,
-        cache_prompt: p.cache_prompt.unwrap_or(true),
-    })?;
+    let rx = s.engine.submit(
+        GenRequest {
+            prompt,
+            max_tokens: p.max_tokens,
+            sampler: p.sampler,
+            stop: p.stop,
+            slot: p.slot,
+            cache_prompt: p.cache_prompt,
+            fault: p.fault,
+        },
+        ticket,
+    )?;
     if p.stream {
-        return Ok(stream(env, rx, include_usage));
+        return Ok(stream(env, rx, p.include_usage));
     }
     collect(env, rx).await
 }
@@ -288,8 +368,16 @@ pub async fn models(State(s): Shared) -> Response {
     .into_response()
 }
 
+/// `GET /health`: 200 `"ok"` while the inference worker is alive and making progress; 503 with
+/// the reason in OpenAI's error shape when it has stopped or is stuck.
 pub async fn health(State(s): Shared) -> Response {
     let active = s.metrics.slots_active.load(Ordering::Relaxed);
+    if let Err(reason) = s.engine.health().check(s.limits.stuck_after) {
+        let mut body = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason.clone()).body();
+        body["status"] = json!("error");
+        body["reason"] = json!(reason);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     Json(json!({
         "status": "ok",
         "slots_processing": active,
@@ -307,67 +395,14 @@ pub async fn metrics(State(s): Shared) -> Response {
         .into_response()
 }
 
-pub async fn slots(State(s): Shared) -> Response {
-    let r = s.engine.slots().await.map(|v| Json(v).into_response());
-    reply(&s, r)
-}
-
-#[derive(Debug, serde::Deserialize)]
-pub struct SlotQuery {
-    action: String,
-    filename: Option<String>,
-}
-
-/// `POST /slots/{id}?action=save|restore|erase[&filename=X]`.
-pub async fn slot_action(
-    State(s): Shared,
-    id: Result<Path<usize>, PathRejection>,
-    query: Result<Query<SlotQuery>, QueryRejection>,
-) -> Response {
-    let r = async {
-        let Path(id) = id.map_err(|e| ApiError::bad_request(e.body_text()))?;
-        let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-        let action = match q.action.as_str() {
-            "save" => SlotAction::Save(slot_path(&s, q.filename.as_deref())?),
-            "restore" => SlotAction::Restore(slot_path(&s, q.filename.as_deref())?),
-            "erase" => SlotAction::Erase,
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown action {other:?} (save, restore or erase)"
-                )))
-            }
-        };
-        let report = s.engine.slot_action(id, action).await?;
-        Ok(Json(report).into_response())
-    };
-    let r = r.await;
-    reply(&s, r)
-}
-
-/// The file `name` in the slot directory; only plain names (`[A-Za-z0-9._-]`, not starting with
-/// a dot) are accepted, so a request cannot reach outside the directory.
-fn slot_path(s: &AppState, name: Option<&str>) -> Result<PathBuf, ApiError> {
-    let dir = s.slot_dir.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "slot save/restore is disabled: start the server with a slot save directory",
-        )
-    })?;
-    let name = name.ok_or_else(|| ApiError::bad_request("filename is required"))?;
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if !ok {
-        return Err(ApiError::bad_request(format!(
-            "invalid filename {name:?} (letters, digits, '.', '_', '-'; not starting with '.')"
-        )));
-    }
-    Ok(dir.join(name))
-}
-
 pub async fn not_found() -> Response {
     ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").into_response()
+}
+
+pub async fn method_not_allowed() -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this endpoint does not take this method",
+    )
+    .into_response()
 }

@@ -11,86 +11,53 @@
 //!   prefix a slot's cache shares with the prompt; default true). Chat prompts are rendered with
 //!   the model's template ([`llama::chat`]).
 //! * `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET /slots`.
-//! * `POST /slots/{id}?action=save&filename=X`, `action=restore`, `action=erase`: a slot's tokens and
-//!   KV cache to and from a file in the configured directory ([`llama::slot_file`]).
+//! * `POST /slots/{id}?action=save&filename=X[&overwrite=true]`, `action=restore`, `action=erase`:
+//!   a slot's tokens and KV cache to and from a file in the configured directory
+//!   ([`llama::slot_file`], [`slots`]: a quota of files and bytes, no silent overwrite).
 //!
 //! Requests run in slots, each a sequence with its own region of one KV cache, served by one
 //! inference thread that advances every active slot per step in one forward pass (continuous
 //! batching, [`engine`]); `/metrics` shows the sequences per pass. Errors are JSON
-//! `{"error": {"message", "type", "code"}}` with a 4xx/5xx status: a malformed body, a prompt that
-//! does not fit a slot's context, `max_tokens` over the limit or a body over the size limit give
-//! 4xx; full slots and queue give 503.
+//! `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status: a malformed body, a
+//! prompt that does not fit a slot's context, `max_tokens` over the limit, an unknown path (404),
+//! a wrong method (405) or a body over the size limit (413) give 4xx; full slots and queue give 503.
+//!
+//! Hostile clients are bounded ([`config::Limits`]): connections by a cap and a timeout for request
+//! heads that also ends idle keep-alive connections ([`listen`]), bodies by a size and a deadline,
+//! prompts by being prepared off the async workers within a time bound after a place in the queue
+//! was taken ([`prepare`]), stop lists by count and length. [`guard`] checks `Host` (against DNS
+//! rebinding), `Origin` (CORS only for named origins) and the API key. `/health` is 503 when the
+//! inference worker died or is stuck ([`health`]).
 
 pub mod api;
+pub mod config;
 pub mod engine;
+pub mod guard;
 pub mod handlers;
+pub mod health;
+pub mod listen;
 pub mod metrics;
+pub mod prepare;
+pub mod slots;
+pub mod stop;
 
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
+pub use config::{Access, Limits, ServerConfig};
 use engine::{Engine, WorkerSetup};
 use ggml_core::gguf::{GgufError, GgufFile};
-use ggml_core::DType;
+use guard::Guard;
 use handlers::AppState;
+use health::WorkerHealth;
 use llama::chat::{ChatError, ChatTemplate};
-use llama::model::{Model, ModelError, Placement};
+use llama::model::{Model, ModelError};
 use llama::runtime::{BatchSession, SessionOptions};
 use llama::tokenizer::{Tokenizer, TokenizerError};
 use metrics::Metrics;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-
-/// Settings of a server.
-#[derive(Clone)]
-pub struct ServerConfig {
-    pub model_path: PathBuf,
-    pub placement: Placement,
-    /// Address to listen on (port 0: any free port, see [`Server::local_addr`]).
-    pub addr: SocketAddr,
-    /// The model id in responses; the file name without extension when `None`.
-    pub model_name: Option<String>,
-    /// Concurrent sequences, each with its own region of the KV cache.
-    pub n_slots: usize,
-    /// Positions of each slot's cache (prompt plus generated tokens).
-    pub n_ctx: usize,
-    pub kv_type: DType,
-    /// Requests that may wait for a slot; more are refused with 503.
-    pub queue_len: usize,
-    /// The largest `max_tokens` a request may ask for (also the default).
-    pub max_tokens: usize,
-    /// The largest request body in bytes (413 beyond).
-    pub max_body_bytes: usize,
-    /// Prompt tokens evaluated per step over all slots (oldest request first), so a step stays
-    /// bounded and long prompts do not stall the generating slots.
-    pub prompt_chunk: usize,
-    /// Directory of slot files; `None` disables `/slots/{id}?action=save|restore`.
-    pub slot_dir: Option<PathBuf>,
-}
-
-impl ServerConfig {
-    /// Defaults: 127.0.0.1:8080, 4 slots of 4096 positions, F16 cache, a queue of 64,
-    /// `max_tokens` up to 4096, bodies up to 8 MiB, prompt chunks of 512, no slot directory.
-    pub fn new(model_path: impl Into<PathBuf>, placement: Placement) -> ServerConfig {
-        ServerConfig {
-            model_path: model_path.into(),
-            placement,
-            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            model_name: None,
-            n_slots: 4,
-            n_ctx: 4096,
-            kv_type: DType::F16,
-            queue_len: 64,
-            max_tokens: 4096,
-            max_body_bytes: 8 << 20,
-            prompt_chunk: 512,
-            slot_dir: None,
-        }
-    }
-}
 
 /// Errors of starting or running a server.
 #[derive(Debug, thiserror::Error)]
@@ -115,13 +82,14 @@ pub enum ServerError {
 pub struct Server {
     listener: tokio::net::TcpListener,
     router: Router,
+    limits: Limits,
 }
 
 impl Server {
     /// Loads the model (on the inference thread, which then serves the slots) and binds the
     /// listening socket.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
-        check(&config)?;
+        config.check()?;
         let metrics = Arc::new(Metrics::default());
         let cfg = config.clone();
         let m = metrics.clone();
@@ -138,6 +106,11 @@ impl Server {
         if let Some(dir) = &config.slot_dir {
             std::fs::create_dir_all(dir)?;
         }
+        let max_token_bytes = (0..loaded.n_vocab as u32)
+            .filter_map(|id| loaded.tokenizer.token_text(id).map(str::len))
+            .max()
+            .unwrap_or(1)
+            + 1;
         let state = Arc::new(AppState {
             engine,
             tokenizer: loaded.tokenizer,
@@ -152,21 +125,38 @@ impl Server {
             n_vocab: loaded.n_vocab,
             max_tokens: config.max_tokens,
             slot_dir: config.slot_dir.clone(),
+            slot_max_files: config.slot_max_files,
+            slot_max_bytes: config.slot_max_bytes,
+            slot_io: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
+            max_body_bytes: config.max_body_bytes,
+            max_token_bytes,
+            limits: config.limits.clone(),
+            prep: Arc::new(tokio::sync::Semaphore::new(config.limits.prepare_threads)),
+            test_faults: config.test_faults,
         });
-        let router = Router::new()
+        let listener = tokio::net::TcpListener::bind(config.addr).await?;
+        let guard = Guard::new(&config.access, listener.local_addr()?);
+        let mut router = Router::new()
             .route("/v1/completions", post(handlers::completions))
             .route("/v1/chat/completions", post(handlers::chat))
             .route("/v1/models", get(handlers::models))
             .route("/health", get(handlers::health))
             .route("/metrics", get(handlers::metrics))
-            .route("/slots", get(handlers::slots))
-            .route("/slots/{id}", post(handlers::slot_action))
+            .route("/slots", get(slots::slots))
+            .route("/slots/{id}", post(slots::slot_action))
             .fallback(handlers::not_found)
-            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            .method_not_allowed_fallback(handlers::method_not_allowed)
             .with_state(state);
-        let listener = tokio::net::TcpListener::bind(config.addr).await?;
-        Ok(Server { listener, router })
+        if let Some(cors) = guard.cors() {
+            router = router.layer(cors);
+        }
+        let router = router.layer(axum::middleware::from_fn_with_state(guard, guard::guard));
+        Ok(Server {
+            listener,
+            router,
+            limits: config.limits,
+        })
     }
 
     /// The address it listens on.
@@ -176,8 +166,7 @@ impl Server {
 
     /// Serves until the process ends.
     pub async fn run(self) -> Result<(), ServerError> {
-        axum::serve(self.listener, self.router).await?;
-        Ok(())
+        self.run_until(std::future::pending()).await
     }
 
     /// Serves until `shutdown` completes, then finishes the open requests and returns.
@@ -185,9 +174,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        listen::serve(self.listener, self.router, &self.limits, shutdown).await?;
         Ok(())
     }
 }
@@ -210,20 +197,6 @@ pub fn serve_blocking(config: ServerConfig) -> Result<(), ServerError> {
         .block_on(serve(config))
 }
 
-fn check(c: &ServerConfig) -> Result<(), ServerError> {
-    let bad = |m: &str| Err(ServerError::Config(m.into()));
-    if c.n_slots == 0 {
-        return bad("at least one slot is needed");
-    }
-    if c.n_ctx < 2 {
-        return bad("a slot's context needs at least 2 positions");
-    }
-    if c.max_tokens == 0 || c.prompt_chunk == 0 || c.max_body_bytes == 0 {
-        return bad("max_tokens, prompt_chunk and max_body_bytes must be positive");
-    }
-    Ok(())
-}
-
 /// What the HTTP side needs from the loaded model.
 struct Loaded {
     tokenizer: Arc<Tokenizer>,
@@ -241,6 +214,7 @@ fn start_worker(c: &ServerConfig, metrics: Arc<Metrics>) -> Result<(Engine, Load
         kv_type: c.kv_type,
     };
     let (n_slots, prompt_chunk, queue_len) = (c.n_slots, c.prompt_chunk, c.queue_len);
+    let health = WorkerHealth::new();
     std::thread::Builder::new()
         .name("ggml-tp-infer".into())
         .spawn(move || {
@@ -257,6 +231,7 @@ fn start_worker(c: &ServerConfig, metrics: Arc<Metrics>) -> Result<(Engine, Load
                     metrics,
                     prompt_chunk,
                     queue_len,
+                    health,
                 });
                 let loaded = Loaded {
                     tokenizer,
