@@ -6,8 +6,8 @@
 //! An input is a compact mutation description: byte 0 picks the fixture, byte 1 the split mode, then
 //! each 12-byte record is one mutation (see [`Mutation::decode`]): an integer key scaled, zeroed or set
 //! to an extreme, an array shortened or lengthened, a value's type changed, a key removed, a float set
-//! to an odd value, a tensor dim changed (its data cut or zero-padded to the new size) or its type
-//! changed.
+//! to an odd value, a key of any fixture's architecture added under this file's architecture, a
+//! tensor dim changed (its data cut or zero-padded to the new size) or its type changed.
 
 #![no_main]
 
@@ -29,10 +29,31 @@ const BUDGET: usize = 1 << 30;
 /// The largest tensor data a mutation may make (the rest is skipped).
 const MAX_TENSOR_BYTES: u64 = 64 << 20;
 
-/// The fixture models and the CPU devices, loaded once.
+/// The fixture models, every `<arch>.` key of them (the suffix after the architecture, with its
+/// value), and the CPU devices, loaded once.
 struct World {
     fixtures: Vec<GgufFile>,
+    arch_keys: Vec<(String, Value)>,
     devices: Vec<Arc<dyn Device>>,
+}
+
+/// The suffixes of the `<arch>.<suffix>` keys of `files`, each once, with a value it has.
+fn arch_keys(files: &[GgufFile]) -> Vec<(String, Value)> {
+    let mut keys: Vec<(String, Value)> = Vec::new();
+    for f in files {
+        let Ok(arch) = f.get_str("general.architecture") else {
+            continue;
+        };
+        let prefix = format!("{arch}.");
+        for (k, v) in f.metadata() {
+            if let Some(suffix) = k.strip_prefix(&prefix) {
+                if !keys.iter().any(|(s, _)| s == suffix) {
+                    keys.push((suffix.to_string(), v.clone()));
+                }
+            }
+        }
+    }
+    keys
 }
 
 fn world() -> &'static World {
@@ -48,14 +69,19 @@ fn world() -> &'static World {
             .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
             .collect();
         paths.sort();
-        let fixtures = paths
+        let fixtures: Vec<GgufFile> = paths
             .iter()
             .map(|p| GgufFile::open(p).expect("fixture parses"))
             .collect();
+        let arch_keys = arch_keys(&fixtures);
         let devices = (0..2)
             .map(|i| CpuDevice::new(i, 1, BUDGET).expect("cpu device") as Arc<dyn Device>)
             .collect();
-        World { fixtures, devices }
+        World {
+            fixtures,
+            arch_keys,
+            devices,
+        }
     })
 }
 
@@ -69,6 +95,9 @@ enum Mutation {
     Retype { key: usize, typ: u8 },
     Remove { key: usize },
     Float { key: usize, how: u8 },
+    /// Key `key` of [`World::arch_keys`] added (or set) under this file's architecture, its
+    /// integer value changed by `how`.
+    Add { key: usize, how: u8, typ: u8 },
     /// Dim `dim` of tensor `tensor` set from its value by `how`.
     Dim { tensor: usize, dim: usize, how: u8 },
     /// Tensor `tensor` given type `typ`.
@@ -80,14 +109,15 @@ impl Mutation {
     fn decode(r: &[u8]) -> Mutation {
         let index = u16::from_le_bytes([r[1], r[2]]) as usize;
         let len = u32::from_le_bytes([r[4], r[5], r[6], r[7]]) as usize;
-        match r[0] % 7 {
+        match r[0] % 8 {
             0 => Mutation::Int { key: index, how: r[3], typ: r[4] },
             1 => Mutation::ArrayLen { key: index, len: len % 4096 },
             2 => Mutation::Retype { key: index, typ: r[3] },
             3 => Mutation::Remove { key: index },
             4 => Mutation::Float { key: index, how: r[3] },
             5 => Mutation::Dim { tensor: index, dim: r[3] as usize % 4, how: r[4] },
-            _ => Mutation::TensorType { tensor: index, typ: r[3] },
+            6 => Mutation::TensorType { tensor: index, typ: r[3] },
+            _ => Mutation::Add { key: index, how: r[3], typ: r[4] },
         }
     }
 }
@@ -193,14 +223,22 @@ fn refit(dtype: DType, dims: &[u64], data: &[u8]) -> Option<Vec<u8>> {
 
 const TYPES: [DType; 5] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16];
 
+/// The value of `base` changed by `how` (kept as it is for `how` 255 and for a non-integer).
+fn changed(base: &Value, how: u8, typ: u8) -> Value {
+    match base.as_int::<i128>() {
+        Some(x) if how != 255 => int_value(new_int(x, how), typ),
+        _ => base.clone(),
+    }
+}
+
 fn apply(meta: &mut Vec<(String, Value)>, tensors: &mut [Tensor], m: Mutation) {
     let n_meta = meta.len().max(1);
     let n_tensors = tensors.len().max(1);
     match m {
         Mutation::Int { key, how, typ } => {
             if let Some((_, v)) = meta.get_mut(key % n_meta) {
-                if let Some(x) = v.as_int::<i128>() {
-                    *v = int_value(new_int(x, how), typ);
+                if v.as_int::<i128>().is_some() {
+                    *v = changed(v, how, typ);
                 } else if let Value::Array(a) = v {
                     if let Some(xs) = a.to_ints::<i64>() {
                         let xs = xs.iter().map(|&x| new_int(x.into(), how) as i64).collect();
@@ -230,6 +268,21 @@ fn apply(meta: &mut Vec<(String, Value)>, tensors: &mut [Tensor], m: Mutation) {
             if let Some((_, v)) = meta.get_mut(key % n_meta) {
                 if matches!(v, Value::F32(_) | Value::F64(_)) {
                     *v = Value::F32(new_float(how));
+                }
+            }
+        }
+        Mutation::Add { key, how, typ } => {
+            let keys = &world().arch_keys;
+            let arch = meta
+                .iter()
+                .find(|(k, _)| k == "general.architecture")
+                .and_then(|(_, v)| v.as_str().map(str::to_string));
+            if let (Some(arch), Some((suffix, base))) = (arch, keys.get(key % keys.len().max(1))) {
+                let name = format!("{arch}.{suffix}");
+                let value = changed(base, how, typ);
+                match meta.iter_mut().find(|(k, _)| *k == name) {
+                    Some((_, v)) => *v = value,
+                    None => meta.push((name, value)),
                 }
             }
         }
