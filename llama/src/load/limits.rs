@@ -82,6 +82,10 @@ pub const CONV_KERNEL: Bound = Bound::new(2, 1 << 10);
 pub const ROPE_SECTION: Bound = Bound::new(0, 1 << 16);
 /// Sequences of one KV cache.
 pub const SEQUENCES: Bound = Bound::new(1, 1 << 16);
+/// Threads of a run (0: all cores), as the command line takes them.
+pub const THREADS: Bound = Bound::new(0, 4096);
+/// Virtual CPU devices of a run, as the command line takes them.
+pub const CPU_DEVICES: Bound = Bound::new(1, 256);
 /// Rows of one tensor layout the model builds (`head_dim · n_heads`, a per-layer table's width, a
 /// cache's rows of every sequence): far above any real model, and small enough that a layout of a
 /// few such dimensions cannot overflow.
