@@ -326,6 +326,9 @@ fn mutated(base: &GgufFile, records: &[u8]) -> Option<GgufFile> {
     for r in records.chunks_exact(12).take(16) {
         apply(&mut meta, &mut tensors, Mutation::decode(r));
     }
+    if std::env::var_os("MODEL_LOAD_PRINT").is_some() {
+        print_changes(base, &meta, &tensors);
+    }
     let mut w = GgufWriter::new();
     for (k, v) in meta {
         w.set(k, v);
@@ -334,6 +337,27 @@ fn mutated(base: &GgufFile, records: &[u8]) -> Option<GgufFile> {
         w.add_tensor(t.name, t.dtype, &t.dims, t.data).ok()?;
     }
     GgufFile::from_bytes(w.to_bytes().ok()?).ok()
+}
+
+/// Prints (with `MODEL_LOAD_PRINT` set, to reproduce a finding) how `meta` and `tensors` differ
+/// from `base`.
+fn print_changes(base: &GgufFile, meta: &[(String, Value)], tensors: &[Tensor]) {
+    for (k, v) in meta {
+        if base.get(k) != Some(v) {
+            eprintln!("set {k} = {v:?}");
+        }
+    }
+    for (k, _) in base.metadata() {
+        if !meta.iter().any(|(m, _)| m == k) {
+            eprintln!("removed {k}");
+        }
+    }
+    for t in tensors {
+        let old = base.tensor(&t.name).map(|i| (i.dtype, i.dims().to_vec()));
+        if old != Some((t.dtype, t.dims.clone())) {
+            eprintln!("tensor {}: {:?} -> {} {:?}", t.name, old, t.dtype, t.dims);
+        }
+    }
 }
 
 /// Tokenizes a short text, loads the model and runs one forward pass; errors are expected.

@@ -7,6 +7,7 @@ use backend_cpu::device::CpuDevice;
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
 use ggml_core::gguf::{GgufFile, GgufWriter, Value};
+use ggml_core::DType;
 use llama::runtime::{Outputs, Session, SessionOptions};
 use llama::{Model, ModelError, Placement};
 use std::path::PathBuf;
@@ -30,6 +31,23 @@ fn rewritten(file: &GgufFile, edits: Vec<(&str, Value)>) -> GgufFile {
     let mut w = GgufWriter::from_file(file).unwrap();
     for (k, v) in edits {
         w.set(k, v);
+    }
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+/// `file` with tensor `name` of type `dtype`, its bytes reinterpreted (cut or zero-padded to the
+/// new size), as the fuzz target's type mutation does.
+fn retyped(file: &GgufFile, name: &str, dtype: DType) -> GgufFile {
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.set(k.clone(), v.clone());
+    }
+    for t in file.tensors() {
+        let mut data = file.tensor_data(t).to_vec();
+        let ty = if t.name == name { dtype } else { t.dtype };
+        let elems: u64 = t.dims().iter().product();
+        data.resize(elems as usize / ty.block_size() * ty.type_size(), 0);
+        w.add_tensor(t.name.clone(), ty, t.dims(), data).unwrap();
     }
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
 }
@@ -199,5 +217,33 @@ fn fixtures_still_run() {
         let Some(f) = fixture(name) else { return };
         load_and_run(&f, &single()).unwrap();
         load_and_run(&f, &tensor2(1 << 30)).unwrap();
+    }
+}
+
+/// Fuzz finding (`finding-q8-quantize-overflow-*`): quantized weights read as F32 (or Q4_0 as Q8_0)
+/// give activations whose Q8_0 blocks have a subnormal scale, whose infinite inverse overflowed the
+/// rounding of the activation quantizer (a panic with overflow checks, a wrapped value without).
+#[test]
+fn garbage_weights_quantize_without_overflow() {
+    let cases = [
+        ("llama-q8_0", "blk.0.ffn_gate.weight", DType::F32),
+        ("llama-q8_0", "blk.0.attn_v.weight", DType::Q4_0),
+        ("llama-q4_0", "blk.1.attn_v.weight", DType::Q8_0),
+        ("llama", "blk.0.ffn_norm.weight", DType::BF16),
+    ];
+    for (name, tensor, dtype) in cases {
+        let Some(f) = fixture(name) else { return };
+        let f = retyped(&f, tensor, dtype);
+        let tokens = llama::tokenizer::Tokenizer::from_gguf(&f).unwrap().encode(
+            "Hello world, 12",
+            true,
+            true,
+        );
+        for placement in [single(), tensor2(1 << 30)] {
+            // Garbage in, garbage logits out: any result but a panic.
+            let model = Arc::new(Model::from_gguf(&f, &placement).unwrap());
+            let mut s = Session::new(model, SessionOptions::default()).unwrap();
+            let _ = s.eval(&tokens, Outputs::All);
+        }
     }
 }
