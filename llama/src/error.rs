@@ -15,6 +15,18 @@ pub enum ModelError {
     MissingKey(String),
     #[error("metadata key {key:?}: {msg}")]
     BadKey { key: String, msg: String },
+    /// A count or size (of a metadata key, a tensor, or given by the caller) outside its
+    /// [`crate::load::limits`] bound.
+    #[error("{key:?} = {value} is out of range {min}..={max}")]
+    OutOfRange {
+        key: String,
+        value: u128,
+        min: usize,
+        max: usize,
+    },
+    /// A tensor the model builds whose size does not fit the address space.
+    #[error("too large: {0}")]
+    TooLarge(String),
     #[error("tensor {0:?} is missing")]
     MissingTensor(String),
     #[error("tensor {name:?}: {msg}")]

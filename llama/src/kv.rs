@@ -9,11 +9,11 @@
 //! its entry is that layer's tensors.
 
 use crate::arch::shared::blocks::Mixer;
-use crate::load::{Alloc, Home, Weight};
+use crate::load::{limits, Alloc, Home, Weight};
 use crate::model::{Model, ModelError};
 use crate::state::RecurrentState;
 use backend_meta::WeightSplit;
-use ggml_core::{DType, Layout};
+use ggml_core::DType;
 
 /// Granularity of the attended cache length: graphs repeat their structure while the length stays
 /// inside one step.
@@ -42,14 +42,9 @@ impl KvCache {
                 "KV cache type {dtype} (F16, F32 or Q8_0)"
             )));
         }
-        if n_ctx == 0 || n_seq == 0 {
-            return Err(ModelError::Input(format!(
-                "a cache of {n_seq} sequences of {n_ctx} slots"
-            )));
-        }
-        let rows = n_ctx.checked_mul(n_seq).ok_or_else(|| {
-            ModelError::Input(format!("{n_seq} sequences of {n_ctx} slots overflow"))
-        })?;
+        limits::CONTEXT.check("cache slots per sequence (n_ctx)", n_ctx)?;
+        limits::SEQUENCES.check("cache sequences (n_seq)", n_seq)?;
+        let rows = limits::product("cache rows (n_ctx × n_seq)", n_ctx, n_seq, limits::ROWS)?;
         let cfg = &model.config;
         let alloc = model.alloc();
         let model_layers = &model.weights.layers;
@@ -159,7 +154,7 @@ fn cache_tensor(
     heads: usize,
 ) -> Result<Weight, ModelError> {
     let name = format!("cache_{which}_l{l}");
-    let layout = Layout::contiguous(dtype, [d, rows, heads, 1]);
+    let layout = limits::layout(&name, dtype, [d, rows, heads, 1])?;
     let data = alloc.alloc(&name, layout, split, Home::Layer(l))?;
     data.buffer.fill(data.offset, layout.nbytes(), 0)?;
     Ok(Weight { name, layout, data })

@@ -8,10 +8,10 @@
 //! one sequence, whose state it reads and updates.
 
 use crate::arch::shared::blocks::Mixer;
-use crate::load::{Home, Weight};
+use crate::load::{limits, Home, Weight};
 use crate::model::{Model, ModelError};
 use backend_meta::WeightSplit;
-use ggml_core::{DType, Layout};
+use ggml_core::DType;
 
 /// The state of one delta-net layer.
 pub struct LayerState {
@@ -31,9 +31,10 @@ pub struct RecurrentState {
 impl RecurrentState {
     /// Zeroed states of `n_seq` sequences for the delta-net layers of `model`.
     pub fn new(model: &Model, n_seq: usize) -> Result<RecurrentState, ModelError> {
+        limits::SEQUENCES.check("recurrent state sequences (n_seq)", n_seq)?;
         let alloc = model.alloc();
         let tensor = |name: String, ne: [usize; 4], l: usize| -> Result<Weight, ModelError> {
-            let layout = Layout::contiguous(DType::F32, ne);
+            let layout = limits::layout(&name, DType::F32, ne)?;
             let data = alloc.alloc(&name, layout, &WeightSplit::Mirrored, Home::Layer(l))?;
             Ok(Weight { name, layout, data })
         };

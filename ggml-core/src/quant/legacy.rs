@@ -111,9 +111,11 @@ fn quantize_q8(x: &[f32]) -> (f32, [i8; QK]) {
 }
 
 /// `x.round()` (half away from zero) without a libm call, for |x| < 2^23 (NaN gives 0 like
-/// `round() as i8`): the fractional part below is exact in that range.
+/// `round() as i8`): the fractional part below is exact in that range. Larger values (a block of
+/// subnormals has an infinite inverse scale) saturate at ±2^23 instead of overflowing.
 #[inline(always)]
 fn round_half_away(x: f32) -> i32 {
+    let x = x.clamp(-8_388_608.0, 8_388_608.0);
     let i = x as i32;
     let f = x - i as f32;
     if f >= 0.5 {
@@ -136,6 +138,9 @@ fn round_half_away_matches_round() {
         x += 0.25;
     }
     assert_eq!(round_half_away(f32::NAN) as i8, f32::NAN.round() as i8);
+    for v in [f32::INFINITY, 1e30, f32::NEG_INFINITY, -1e30] {
+        assert_eq!(round_half_away(v), 8_388_608 * v.signum() as i32, "{v}");
+    }
 }
 
 #[inline]

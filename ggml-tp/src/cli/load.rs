@@ -9,10 +9,12 @@
 use super::{CliError, CliResult};
 use backend_cpu::device::{system_memory, CpuDevice};
 use backend_meta::MetaDevice;
+use clap::builder::RangedU64ValueParser;
 use ggml_core::backend::Device;
 use ggml_core::gguf::GgufFile;
 use ggml_core::DType;
 use indicatif::{ProgressBar, ProgressStyle};
+use llama::load::limits::{self, Bound};
 use llama::model::synthetic::Preset;
 use llama::model::{Model, ModelError, Placement};
 use llama::runtime::SessionOptions;
@@ -82,13 +84,13 @@ pub struct ModelArgs {
     #[arg(long, value_delimiter = ',', conflicts_with = "cpu_devices")]
     pub devices: Vec<String>,
     /// Use N virtual CPU devices sharing the threads.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = bounded(limits::CPU_DEVICES))]
     pub cpu_devices: Vec<usize>,
     /// Share of each device, comma-separated (e.g. 3,1); default equal.
     #[arg(long, value_delimiter = ',')]
     pub tensor_split: Vec<f32>,
     /// CPU threads in all (default: all cores).
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, value_parser = bounded(limits::THREADS))]
     pub threads: Option<usize>,
     /// Context size in tokens (default depends on the command).
     #[arg(short = 'c', long = "ctx-size")]
@@ -99,6 +101,11 @@ pub struct ModelArgs {
     /// No progress bar while loading.
     #[arg(long)]
     pub no_progress: bool,
+}
+
+/// The parser of a count in `bound`.
+fn bounded(bound: Bound) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(bound.min as u64..=bound.max as u64)
 }
 
 /// Where a model comes from.
@@ -215,9 +222,6 @@ impl ModelArgs {
             } else {
                 setup.cpu_devices.unwrap_or(1)
             };
-            if n == 0 {
-                return Err(CliError::new("--cpu-devices must be at least 1"));
-            }
             return (0..n).map(|i| cpu_device(i, i, n, threads)).collect();
         }
         let names = if setup.first_device_only {

@@ -100,14 +100,16 @@ impl Arch {
 
 /// The hyper-parameters of a file of architecture `arch`.
 pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig, ModelError> {
-    match arch {
+    let cfg = match arch {
         Arch::Llama => llama::config(file, n_vocab),
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => qwen::config(file, arch, n_vocab),
         Arch::Gemma3 => gemma3::config(file, n_vocab),
         Arch::GptOss => gpt_oss::config(file, n_vocab),
         Arch::Gemma4 => gemma4::config(file, n_vocab),
         Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35::config(file, arch, n_vocab),
-    }
+    }?;
+    cfg.check_rope(&arch.meta(file))?;
+    Ok(cfg)
 }
 
 /// What an architecture loads besides the embeddings and head: every layer's weights, and its

@@ -1,5 +1,7 @@
-//! Typed access to the `<prefix>.<key>` metadata of a GGUF file, with errors that name the key.
+//! Typed access to the `<prefix>.<key>` metadata of a GGUF file, with errors that name the key; every
+//! integer is read against its [`Bound`].
 
+use super::limits::Bound;
 use crate::error::ModelError;
 use ggml_core::gguf::{Array, GgufFile, Value};
 
@@ -10,27 +12,29 @@ pub struct Meta<'a> {
 }
 
 impl Meta<'_> {
-    fn key(&self, k: &str) -> String {
+    /// The full name of key `k`.
+    pub fn key(&self, k: &str) -> String {
         format!("{}.{k}", self.prefix)
     }
 
-    /// A required integer.
-    pub fn usize(&self, k: &str) -> Result<usize, ModelError> {
-        let key = self.key(k);
-        match self.file.get(&key) {
-            None => Err(ModelError::MissingKey(key)),
-            Some(v) => v.as_usize().ok_or(ModelError::BadKey {
-                key,
-                msg: format!("expected an integer, found {}", v.describe()),
-            }),
-        }
+    /// A required integer in `bound`.
+    pub fn count(&self, k: &str, bound: Bound) -> Result<usize, ModelError> {
+        self.opt_count(k, bound)?
+            .ok_or_else(|| ModelError::MissingKey(self.key(k)))
     }
 
-    /// An optional integer.
-    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, ModelError> {
-        match self.file.get(&self.key(k)) {
-            None => Ok(None),
-            Some(_) => self.usize(k).map(Some),
+    /// An optional integer in `bound`.
+    pub fn opt_count(&self, k: &str, bound: Bound) -> Result<Option<usize>, ModelError> {
+        let key = self.key(k);
+        let Some(v) = self.file.get(&key) else {
+            return Ok(None);
+        };
+        match v.as_int::<u128>() {
+            Some(x) => bound.check_wide(&key, x).map(Some),
+            None => Err(ModelError::BadKey {
+                key,
+                msg: format!("expected a non-negative integer, found {}", v.describe()),
+            }),
         }
     }
 
@@ -73,23 +77,31 @@ impl Meta<'_> {
         self.file.get(&self.key(k)).and_then(|v| v.as_str())
     }
 
-    /// An optional per-layer integer: one integer for every layer, or an array of `n_layer` integers.
-    pub fn opt_per_layer(&self, k: &str, n_layer: usize) -> Result<Option<Vec<usize>>, ModelError> {
+    /// An optional per-layer integer in `bound`: one integer for every layer, or an array of
+    /// `n_layer` integers.
+    pub fn opt_per_layer(
+        &self,
+        k: &str,
+        n_layer: usize,
+        bound: Bound,
+    ) -> Result<Option<Vec<usize>>, ModelError> {
         let key = self.key(k);
         let Some(v) = self.file.get(&key) else {
             return Ok(None);
         };
-        let values = match v {
-            Value::Array(a) => a.to_ints::<usize>().filter(|x| x.len() == n_layer),
-            other => other.as_usize().map(|x| vec![x; n_layer]),
+        let Value::Array(a) = v else {
+            return Ok(self.opt_count(k, bound)?.map(|x| vec![x; n_layer]));
         };
-        values.map(Some).ok_or(ModelError::BadKey {
-            key,
+        let values = a.to_ints::<u128>().filter(|x| x.len() == n_layer);
+        let values = values.ok_or_else(|| ModelError::BadKey {
+            key: key.clone(),
             msg: format!(
-                "expected an integer or {n_layer} integers, found {}",
+                "expected an integer or {n_layer} non-negative integers, found {}",
                 v.describe()
             ),
-        })
+        })?;
+        let values = values.into_iter().map(|x| bound.check_wide(&key, x));
+        values.collect::<Result<_, _>>().map(Some)
     }
 
     /// An optional array of `n_layer` booleans.

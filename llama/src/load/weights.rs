@@ -2,7 +2,7 @@
 //! of layers, or sharded over a meta device with the split the architecture declares), and the copy from
 //! the memory-mapped GGUF file into the device buffers.
 
-use super::Placement;
+use super::{limits, Placement};
 use crate::error::ModelError;
 use backend_meta::WeightSplit;
 use ggml_core::gguf::{GgufFile, TensorInfo};
@@ -162,8 +162,8 @@ impl Loader<'_> {
             .flat_map(|g| &g[start * row..(start + len) * row])
             .copied()
             .collect();
-        let layout = Layout::contiguous(layout.dtype, [ne[0], ne[1] / group * len, 1, 1]);
         let part = format!("{name}[{start}..{} of {group}]", start + len);
+        let layout = limits::layout(&part, layout.dtype, [ne[0], ne[1] / group * len, 1, 1])?;
         self.upload(&part, layout, &picked, split, home)
     }
 

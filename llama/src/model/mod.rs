@@ -14,7 +14,7 @@ pub use crate::load::Placement;
 use crate::arch::shared::config::ModelConfig;
 use crate::arch::shared::ModelWeights;
 use crate::arch::{self, Arch};
-use crate::load::{Alloc, Loader};
+use crate::load::{limits, Alloc, Loader};
 use ggml_core::gguf::GgufFile;
 use std::path::Path;
 
@@ -41,7 +41,8 @@ impl Model {
         let embd = file
             .tensor("token_embd.weight")
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-        let n_vocab = embd.shape[1] as usize;
+        let n_vocab =
+            limits::VOCAB.check_wide("token_embd.weight (vocabulary)", embd.shape[1].into())?;
         let config = arch::config(file, arch, n_vocab)?;
         let layer_device = placement.layer_devices(config.n_layer)?;
         let ld = Loader {

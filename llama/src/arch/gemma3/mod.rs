@@ -6,7 +6,7 @@ use super::shared::blocks::{layer_norm, Attention, AttnSpec, Dense, Ffn, Layer, 
 use super::shared::config::ModelConfig;
 use super::Arch;
 use crate::error::ModelError;
-use crate::load::Loader;
+use crate::load::{limits, Loader};
 use ggml_core::gguf::GgufFile;
 use ggml_core::{GluOp, RopeMode};
 
@@ -14,7 +14,7 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
     let mut cfg = ModelConfig::common(file, Arch::Gemma3, RopeMode::Neox, n_vocab)?;
     let m = Arch::Gemma3.meta(file);
     let period = m
-        .opt_usize("attention.sliding_window_pattern")?
+        .opt_count("attention.sliding_window_pattern", limits::PERIOD)?
         .unwrap_or(6)
         .max(1);
     cfg.set_swa(&m, |l| l % period < period - 1)?;

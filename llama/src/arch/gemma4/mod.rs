@@ -26,7 +26,7 @@ mod weights;
 use super::shared::config::ModelConfig;
 use super::Arch;
 use crate::error::ModelError;
-use crate::load::Meta;
+use crate::load::{limits, Meta};
 use ggml_core::gguf::GgufFile;
 use ggml_core::RopeMode;
 pub use weights::load;
@@ -40,10 +40,10 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
         .ok_or_else(|| ModelError::MissingKey("gemma4.attention.sliding_window_pattern".into()))?;
     cfg.set_swa(&m, |l| swa[l])?;
     let head_dim_swa = m
-        .opt_usize("attention.key_length_swa")?
+        .opt_count("attention.key_length_swa", limits::HEAD_DIM)?
         .unwrap_or(cfg.head_dim);
     let head_dim_v_swa = m
-        .opt_usize("attention.value_length_swa")?
+        .opt_count("attention.value_length_swa", limits::HEAD_DIM)?
         .unwrap_or(head_dim_swa);
     cfg.layer_attn = (0..n)
         .map(|l| {
@@ -56,7 +56,7 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
         })
         .collect();
     cfg.rope_swa.n_dims = m
-        .opt_usize("rope.dimension_count_swa")?
+        .opt_count("rope.dimension_count_swa", limits::ROPE_DIMS)?
         .unwrap_or(head_dim_swa);
     if let Some(base) = m.opt_f32("rope.freq_base_swa")? {
         cfg.rope_swa.freq_base = base;
@@ -66,25 +66,14 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
             "gemma4.attention.sliding_window".into(),
         ));
     }
-    let bad_rope = |l: usize| {
-        let r = cfg.rope_of(l).n_dims;
-        r > cfg.layer_attn[l].head_dim || r % 2 != 0
-    };
-    if let Some(l) = (0..n).find(|&l| bad_rope(l)) {
-        return Err(ModelError::BadKey {
-            key: "gemma4.rope.dimension_count".into(),
-            msg: format!(
-                "{} rotated dims in layer {l} with heads of {}",
-                cfg.rope_of(l).n_dims,
-                cfg.layer_attn[l].head_dim
-            ),
-        });
-    }
     cfg.embd_scale = Some((cfg.n_embd as f32).sqrt());
     cfg.attn_scale = 1.0;
     cfg.kv_source = kv_sources(&m, &swa)?;
     cfg.final_logit_softcap = m.opt_f32("final_logit_softcapping")?.filter(|&c| c > 0.0);
-    if m.opt_usize("expert_count")?.unwrap_or(0) > 0 {
+    if m.opt_count("expert_count", limits::EXPERTS.or_zero())?
+        .unwrap_or(0)
+        > 0
+    {
         cfg.set_moe(&m)?;
     }
     Ok(cfg)
@@ -94,7 +83,9 @@ pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError
 /// the last earlier layer of the same kind (local or global) that has its own cache.
 fn kv_sources(m: &Meta, swa: &[bool]) -> Result<Vec<usize>, ModelError> {
     let n = swa.len();
-    let shared = m.opt_usize("attention.shared_kv_layers")?.unwrap_or(0);
+    let shared = m
+        .opt_count("attention.shared_kv_layers", limits::LAYERS.or_zero())?
+        .unwrap_or(0);
     let bad = |msg: String| ModelError::BadKey {
         key: "gemma4.attention.shared_kv_layers".into(),
         msg,
@@ -120,6 +111,8 @@ fn kv_sources(m: &Meta, swa: &[bool]) -> Result<Vec<usize>, ModelError> {
 
 /// The width of the per-layer token embeddings fed to every layer (0: none).
 fn n_embd_per_layer(m: &Meta) -> Result<usize, ModelError> {
-    Ok(m.opt_usize("embedding_length_per_layer_input")?
-        .unwrap_or(0))
+    Ok(
+        m.opt_count("embedding_length_per_layer_input", limits::EMBD.or_zero())?
+            .unwrap_or(0),
+    )
 }

@@ -9,7 +9,7 @@ use crate::arch::shared::config::ModelConfig;
 use crate::arch::shared::hooks::Extension;
 use crate::arch::{Arch, ArchLayers};
 use crate::error::ModelError;
-use crate::load::{Home, Loader, Weight};
+use crate::load::{limits, Home, Loader, Weight};
 use backend_meta::WeightSplit;
 use ggml_core::GluOp;
 
@@ -50,9 +50,16 @@ pub struct DenseAndMoe {
 /// Loads a Gemma 4 model's layers, and its per-layer token embeddings (mirrored, with the embeddings)
 /// if it has them.
 pub fn load(ld: &Loader, cfg: &ModelConfig) -> Result<ArchLayers, ModelError> {
-    let width = n_embd_per_layer(&Arch::Gemma4.meta(ld.file))?;
+    let m = Arch::Gemma4.meta(ld.file);
+    let width = n_embd_per_layer(&m)?;
     let mut per_layer = if width > 0 {
-        let all = width * cfg.n_layer;
+        let key = m.key("embedding_length_per_layer_input");
+        let all = limits::product(
+            &format!("{key} × block_count"),
+            width,
+            cfg.n_layer,
+            limits::ROWS,
+        )?;
         let get = |name: &str, ne: &[usize]| ld.get(name, ne, WeightSplit::Mirrored, Home::First);
         Some(PerLayerEmbd {
             width,

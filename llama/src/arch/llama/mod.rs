@@ -5,14 +5,17 @@ use super::shared::blocks::{AttnSpec, Ffn, Layer};
 use super::shared::config::ModelConfig;
 use super::Arch;
 use crate::error::ModelError;
-use crate::load::Loader;
+use crate::load::{limits, Loader};
 use ggml_core::gguf::GgufFile;
 use ggml_core::RopeMode;
 
 pub fn config(file: &GgufFile, n_vocab: usize) -> Result<ModelConfig, ModelError> {
     let mut cfg = ModelConfig::common(file, Arch::Llama, RopeMode::Normal, n_vocab)?;
     let m = Arch::Llama.meta(file);
-    if m.opt_usize("expert_count")?.unwrap_or(0) > 0 {
+    if m.opt_count("expert_count", limits::EXPERTS.or_zero())?
+        .unwrap_or(0)
+        > 0
+    {
         cfg.set_moe(&m)?;
     }
     Ok(cfg)

@@ -14,7 +14,7 @@ use super::shared::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
 use super::shared::delta_net::DeltaNet;
 use super::Arch;
 use crate::error::ModelError;
-use crate::load::{Loader, Meta};
+use crate::load::{limits, Loader, Meta};
 use ggml_core::gguf::GgufFile;
 use ggml_core::RopeMode;
 
@@ -30,15 +30,17 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
     if arch != Arch::Qwen3Next {
         check_text_mrope(&m, cfg.rope.n_dims)?;
     }
-    let interval = m.opt_usize("full_attention_interval")?.unwrap_or(4);
+    let interval = m
+        .opt_count("full_attention_interval", limits::PERIOD)?
+        .unwrap_or(4);
     if interval == 0 {
         return Err(bad_key(&m, "full_attention_interval", "must be positive"));
     }
     let c = DeltaNetConfig {
-        conv_kernel: m.usize("ssm.conv_kernel")?,
-        head_dim: m.usize("ssm.state_size")?,
-        n_k_heads: m.usize("ssm.group_count")?,
-        n_v_heads: m.usize("ssm.time_step_rank")?,
+        conv_kernel: m.count("ssm.conv_kernel", limits::CONV_KERNEL)?,
+        head_dim: m.count("ssm.state_size", limits::HEAD_DIM)?,
+        n_k_heads: m.count("ssm.group_count", limits::HEADS)?,
+        n_v_heads: m.count("ssm.time_step_rank", limits::HEADS)?,
         key_heads: if arch == Arch::Qwen3Next {
             KeyHeadMap::Grouped
         } else {
@@ -46,10 +48,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
         },
         layers: (0..cfg.n_layer).map(|l| (l + 1) % interval != 0).collect(),
     };
-    if c.conv_kernel < 2 {
-        return Err(bad_key(&m, "ssm.conv_kernel", "must be at least 2"));
-    }
-    if c.head_dim == 0 || c.n_k_heads == 0 || !c.n_v_heads.is_multiple_of(c.n_k_heads) {
+    if !c.n_v_heads.is_multiple_of(c.n_k_heads) {
         return Err(bad_key(
             &m,
             "ssm.time_step_rank",
@@ -59,7 +58,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
             ),
         ));
     }
-    let inner = m.usize("ssm.inner_size")?;
+    let inner = m.count("ssm.inner_size", limits::ROWS)?;
     if inner != c.head_dim * c.n_v_heads {
         return Err(bad_key(
             &m,
@@ -76,7 +75,7 @@ pub fn config(file: &GgufFile, arch: Arch, n_vocab: usize) -> Result<ModelConfig
 
 fn bad_key(m: &Meta, key: &str, msg: &str) -> ModelError {
     ModelError::BadKey {
-        key: format!("{}.{key}", m.prefix),
+        key: m.key(key),
         msg: msg.into(),
     }
 }
@@ -88,7 +87,15 @@ fn check_text_mrope(m: &Meta, n_dims: usize) -> Result<(), ModelError> {
     let s = m
         .opt_ints(key)?
         .ok_or_else(|| ModelError::MissingKey(format!("{}.{key}", m.prefix)))?;
-    if s.len() < 3 || s.iter().any(|&x| x < 0) || s.iter().sum::<i64>() == 0 {
+    let max = limits::ROPE_SECTION.max;
+    if let Some(&bad) = s.iter().find(|&&x| !(0..=max as i64).contains(&x)) {
+        return Err(bad_key(
+            m,
+            key,
+            &format!("section {bad} is out of range 0..={max}"),
+        ));
+    }
+    if s.len() < 3 || s.iter().sum::<i64>() == 0 {
         return Err(bad_key(m, key, &format!("{s:?} are not M-RoPE sections")));
     }
     let total: i64 = s.iter().sum();

@@ -4,7 +4,7 @@
 
 use crate::arch::Arch;
 use crate::error::ModelError;
-use crate::load::Meta;
+use crate::load::{limits, Meta};
 use ggml_core::gguf::GgufFile;
 use ggml_core::{RopeMode, RopeParams};
 
@@ -115,34 +115,42 @@ impl ModelConfig {
         n_vocab: usize,
     ) -> Result<ModelConfig, ModelError> {
         let m = arch.meta(file);
-        let n_embd = m.usize("embedding_length")?;
-        let n_layer = m.usize("block_count")?;
-        let n_head = m.usize("attention.head_count")?;
-        if n_head == 0 || n_embd == 0 || n_layer == 0 {
-            return Err(ModelError::BadKey {
-                key: format!("{}.attention.head_count", arch.name()),
-                msg: "head count, width and block count must be positive".into(),
-            });
-        }
+        let n_embd = m.count("embedding_length", limits::EMBD)?;
+        let n_layer = m.count("block_count", limits::LAYERS)?;
+        let n_head = m.count("attention.head_count", limits::HEADS)?;
         let kv_heads = m
-            .opt_per_layer("attention.head_count_kv", n_layer)?
+            .opt_per_layer("attention.head_count_kv", n_layer, limits::HEADS)?
             .unwrap_or_else(|| vec![n_head; n_layer]);
-        if let Some(&bad) = kv_heads.iter().find(|&&k| k == 0 || n_head % k != 0) {
+        if let Some(&bad) = kv_heads.iter().find(|&&k| n_head % k != 0) {
             return Err(ModelError::BadKey {
-                key: format!("{}.attention.head_count_kv", arch.name()),
+                key: m.key("attention.head_count_kv"),
                 msg: format!("{bad} KV heads for {n_head} query heads"),
             });
         }
         let n_head_kv = kv_heads.iter().copied().max().unwrap_or(n_head);
         let ff_widths = m
-            .opt_per_layer("feed_forward_length", n_layer)?
+            .opt_per_layer("feed_forward_length", n_layer, limits::FF)?
             .unwrap_or_else(|| vec![0; n_layer]);
-        let head_dim = m
-            .opt_usize("attention.key_length")?
-            .unwrap_or(n_embd / n_head);
-        let head_dim_v = m.opt_usize("attention.value_length")?.unwrap_or(head_dim);
-        let n_rot = m.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
-        let n_ctx_train = m.opt_usize("context_length")?.unwrap_or(4096);
+        let head_dim = match m.opt_count("attention.key_length", limits::HEAD_DIM)? {
+            Some(d) => d,
+            None => limits::HEAD_DIM.check(
+                &format!(
+                    "{} / {}",
+                    m.key("embedding_length"),
+                    m.key("attention.head_count")
+                ),
+                n_embd / n_head,
+            )?,
+        };
+        let head_dim_v = m
+            .opt_count("attention.value_length", limits::HEAD_DIM)?
+            .unwrap_or(head_dim);
+        let n_rot = m
+            .opt_count("rope.dimension_count", limits::ROPE_DIMS)?
+            .unwrap_or(head_dim);
+        let n_ctx_train = m
+            .opt_count("context_length", limits::CONTEXT)?
+            .unwrap_or(4096);
         let freq_base = m.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
         let mut rope = RopeParams::simple(rope_mode, n_rot, freq_base);
         rope.n_ctx_orig = n_ctx_train;
@@ -153,7 +161,7 @@ impl ModelConfig {
                 rope.freq_scale = 1.0 / factor;
                 rope.ext_factor = 1.0;
                 rope.n_ctx_orig = m
-                    .opt_usize("rope.scaling.original_context_length")?
+                    .opt_count("rope.scaling.original_context_length", limits::CONTEXT)?
                     .unwrap_or(n_ctx_train);
                 rope.attn_factor = m.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
                 if let Some(b) = m.opt_f32("rope.scaling.yarn_beta_fast")? {
@@ -217,7 +225,9 @@ impl ModelConfig {
 
     /// Reads the sliding window and marks layer `l` as windowed where `is_swa(l)`.
     pub fn set_swa(&mut self, m: &Meta, is_swa: impl Fn(usize) -> bool) -> Result<(), ModelError> {
-        self.n_swa = m.opt_usize("attention.sliding_window")?.unwrap_or(0);
+        self.n_swa = m
+            .opt_count("attention.sliding_window", limits::WINDOW)?
+            .unwrap_or(0);
         if self.n_swa > 0 {
             self.swa_layers = (0..self.n_layer).map(is_swa).collect();
         }
@@ -227,21 +237,48 @@ impl ModelConfig {
     /// Reads the expert counts.
     pub fn set_moe(&mut self, m: &Meta) -> Result<(), ModelError> {
         let moe = MoeConfig {
-            n_expert: m.usize("expert_count")?,
-            n_expert_used: m.usize("expert_used_count")?,
-            n_ff_exp: m.usize("expert_feed_forward_length")?,
+            n_expert: m.count("expert_count", limits::EXPERTS)?,
+            n_expert_used: m.count("expert_used_count", limits::EXPERTS)?,
+            n_ff_exp: m.count("expert_feed_forward_length", limits::FF)?,
             n_ff_shexp: m
-                .opt_usize("expert_shared_feed_forward_length")?
+                .opt_count("expert_shared_feed_forward_length", limits::FF)?
                 .unwrap_or(0),
         };
-        if moe.n_expert_used == 0 || moe.n_expert_used > moe.n_expert {
+        if moe.n_expert_used > moe.n_expert {
             return Err(ModelError::BadKey {
-                key: format!("{}.expert_used_count", self.arch.name()),
+                key: m.key("expert_used_count"),
                 msg: format!("{} of {} experts", moe.n_expert_used, moe.n_expert),
             });
         }
         self.moe = Some(moe);
         Ok(())
+    }
+
+    /// Checks what only the whole configuration shows: every layer's rotated dimensions are even and
+    /// at most its head size (`rope.dimension_count`, or `rope.dimension_count_swa` where windowed
+    /// layers rotate differently).
+    pub fn check_rope(&self, m: &Meta) -> Result<(), ModelError> {
+        let bad = |l: usize| {
+            let r = self.rope_of(l).n_dims;
+            r > self.attn_shape(l).head_dim || !r.is_multiple_of(2)
+        };
+        let Some(l) = (0..self.n_layer).find(|&l| bad(l)) else {
+            return Ok(());
+        };
+        let own_swa = self.swa_layers[l] && self.rope_swa.n_dims != self.rope.n_dims;
+        let key = if own_swa {
+            "rope.dimension_count_swa"
+        } else {
+            "rope.dimension_count"
+        };
+        Err(ModelError::BadKey {
+            key: m.key(key),
+            msg: format!(
+                "{} rotated dims in layer {l} with heads of {}",
+                self.rope_of(l).n_dims,
+                self.attn_shape(l).head_dim
+            ),
+        })
     }
 
     /// The attention shape of layer `l`.
