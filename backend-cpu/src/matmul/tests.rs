@@ -9,20 +9,7 @@ use ggml_core::quant::{dequantize_row, quantize_row, vec_dot_type};
 use ggml_core::Layout;
 use rand::Rng;
 
-const TYPES: [DType; 12] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::MXFP4,
-];
+const TYPES: [DType; 12] = DType::WEIGHTS;
 
 /// Normalized-MSE bound per weight type. Q4_1/Q5_1 use the f16-rounded block sums of Q8_1 for the
 /// min term (as ggml), which the dequantized reference does not see.

@@ -26,20 +26,7 @@ const TYPES: [DType; 14] = [
 ];
 
 /// Weight types with a reference dot product.
-const WEIGHTS: [DType; 12] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::MXFP4,
-];
+const WEIGHTS: [DType; 12] = DType::WEIGHTS;
 
 /// A fresh random generator; its seed is printed so a failure can be replayed.
 fn rng() -> (StdRng, u64) {
