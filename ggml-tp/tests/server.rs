@@ -10,8 +10,11 @@
 //! is in the batch (float weights go through a blocked GEMM from 8 columns on, whose rounding
 //! differs from the row kernels', which could flip a greedy near-tie).
 
+mod common;
+
 use backend_cpu::device::cpu_devices;
 use backend_meta::MetaDevice;
+use common::{arch_fixture, single};
 use futures::StreamExt;
 use ggml_core::backend::Device;
 use ggml_core::DType;
@@ -29,24 +32,6 @@ fn fixture() -> Option<PathBuf> {
 /// The tiny llama fixture with Q8_0 matrices.
 fn q8_fixture() -> Option<PathBuf> {
     arch_fixture("llama-q8_0")
-}
-
-fn arch_fixture(name: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("GGML_TP_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
-    };
-    let path = dir.join(format!("arch/{name}.gguf"));
-    if path.is_file() {
-        Some(path)
-    } else {
-        println!("skipped: fixtures not found");
-        None
-    }
-}
-
-fn single() -> Placement {
-    Placement::Single(cpu_devices(1, 1).unwrap().remove(0))
 }
 
 fn tensor2() -> Placement {

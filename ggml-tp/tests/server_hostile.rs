@@ -6,36 +6,19 @@
 //!
 //! Raw TCP is used where a client must misbehave (send bytes slowly, lie about its `Host`).
 
-use backend_cpu::device::cpu_devices;
+mod common;
+
+use common::{arch_fixture, single};
 use futures::StreamExt;
 use ggml_core::gguf::{GgufFile, GgufWriter};
 use ggml_core::DType;
 use ggml_tp::server::{Server, ServerConfig};
-use llama::Placement;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-fn arch_fixture(name: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("GGML_TP_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
-    };
-    let path = dir.join(format!("arch/{name}.gguf"));
-    if path.is_file() {
-        Some(path)
-    } else {
-        println!("skipped: fixtures not found");
-        None
-    }
-}
-
-fn single() -> Placement {
-    Placement::Single(cpu_devices(1, 1).unwrap().remove(0))
-}
 
 fn temp_path(what: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
