@@ -245,6 +245,9 @@ impl Device for CudaDevice {
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
         dispatch::supports(&t.op, &src, &t.layout)
     }
+    fn launch_groups(&self, graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+        dispatch::launch_groups(graph, nodes)
+    }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)
     }

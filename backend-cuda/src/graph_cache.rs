@@ -11,7 +11,7 @@
 use crate::memory::CudaBuffer;
 use cudarc::driver::CudaGraph;
 use ggml_core::{Graph, GraphStamp, TensorId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -216,20 +216,22 @@ impl Hasher for WordHasher {
     }
 }
 
-use ggml_gpu::dispatch::is_skipped;
+use ggml_gpu::dispatch::{fusion_groups, is_skipped};
 
 /// Launched nodes per captured graph: a long call is captured as several graphs, so the device
 /// starts on the first while the host still launches the next (launching a graph costs the host
 /// time per node).
 pub const NODES_PER_GRAPH: usize = 128;
 
-/// `nodes` cut into runs of at most `per_graph` launched nodes each (the nodes that launch nothing
-/// go with the run before them).
+/// `nodes` cut into runs of at most `per_graph` launches each, a fused group of nodes
+/// ([`fusion_groups`]) counting as one launch and never cut (the nodes that launch nothing go with
+/// the run before them).
 pub fn runs<'a>(graph: &Graph, nodes: &'a [TensorId], per_graph: usize) -> Vec<&'a [TensorId]> {
+    let starts: HashSet<TensorId> = fusion_groups(graph, nodes).iter().map(|g| g[0]).collect();
     let mut runs = Vec::new();
     let (mut start, mut launched) = (0, 0);
-    for (i, &n) in nodes.iter().enumerate() {
-        if is_skipped(graph, n) {
+    for (i, n) in nodes.iter().enumerate() {
+        if !starts.contains(n) {
             continue;
         }
         if launched == per_graph {
@@ -327,6 +329,32 @@ mod tests {
         assert_eq!(launched, [3, 3, 1]);
         assert_eq!(runs.concat(), nodes, "every node once, in order");
         assert!(super::runs(&g, &[], 3).is_empty());
+    }
+
+    #[test]
+    fn runs_keep_a_fused_chain_whole() {
+        use ggml_core::DType;
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[64]).unwrap();
+        let w = g.new_input(DType::F32, &[64]).unwrap();
+        let mut nodes = Vec::new();
+        let mut x = a;
+        for _ in 0..3 {
+            x = g.silu(x).unwrap();
+            let n = g.rms_norm(x, 1e-5).unwrap();
+            x = g.mul(n, w).unwrap();
+            nodes.extend([g.tensor(n).src[0], n, x]);
+        }
+        // silu, then the norm chain (norm, mul) as one launch: 2 launches of 3 nodes per round
+        // (counting nodes, a run of 2 would end between a norm and its mul).
+        let runs = runs(&g, &nodes, 2);
+        let lens: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+        assert_eq!(
+            lens,
+            [3, 3, 3],
+            "a cut between a norm and its mul splits the fused chain"
+        );
+        assert_eq!(runs.concat(), nodes);
     }
 
     #[test]

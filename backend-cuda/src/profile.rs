@@ -116,9 +116,10 @@ impl Diagnostics {
     pub fn stats_report(&self, device: &str, graphs: GraphStats) -> String {
         let host_us = self.compute_host.as_secs_f64() * 1e6;
         format!(
-            "{device} graphs: {graphs:?}; compute calls {}, host {:.1} us per call\n",
+            "{device} graphs: {graphs:?}; compute calls {}, host {:.1} us per call; fused launches (all devices) {:?}\n",
             self.compute_calls,
-            host_us / self.compute_calls.max(1) as f64
+            host_us / self.compute_calls.max(1) as f64,
+            ggml_gpu::dispatch::fusion_counts()
         )
     }
 }

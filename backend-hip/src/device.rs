@@ -234,6 +234,9 @@ impl Device for HipDevice {
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
         ggml_gpu::dispatch::supports(&t.op, &src, &t.layout)
     }
+    fn launch_groups(&self, graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+        ggml_gpu::dispatch::launch_groups(graph, nodes)
+    }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)
     }

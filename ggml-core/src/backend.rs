@@ -220,6 +220,13 @@ pub trait Device: Send + Sync {
         None
     }
     fn new_backend(&self) -> Result<Arc<dyn Backend>>;
+    /// The runs of `nodes` (consecutive compute nodes of `graph` planned onto this device) that its
+    /// streams compute as one launch, each in node order; nodes in no run are left out. The memory
+    /// planner keeps every tensor such a run touches alive over the whole run, so that a fused
+    /// kernel never finds a result placed over an operand it still reads. None by default.
+    fn launch_groups(&self, _graph: &Graph, _nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+        Vec::new()
+    }
 }
 
 /// Sums equally shaped tensors across the streams of one family, in place (AllReduce).

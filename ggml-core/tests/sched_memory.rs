@@ -9,7 +9,12 @@ use ggml_core::sched::Scheduler;
 use ggml_core::{DType, DataRef, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId};
 use std::sync::Arc;
 
-struct PlanOnlyDevice;
+/// A device that only plans; with `fuse`, it reports each product pair followed by its gated unit
+/// as one launch, as the GPU devices do.
+#[derive(Clone, Copy, Default)]
+struct PlanOnlyDevice {
+    fuse: bool,
+}
 impl Device for PlanOnlyDevice {
     fn name(&self) -> String {
         "plan:0".into()
@@ -43,17 +48,27 @@ impl Device for PlanOnlyDevice {
         Arc::new(HostBufferType)
     }
     fn new_backend(&self) -> Result<Arc<dyn Backend>> {
-        Ok(Arc::new(PlanOnlyBackend))
+        Ok(Arc::new(PlanOnlyBackend(*self)))
+    }
+    fn launch_groups(&self, graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+        if !self.fuse {
+            return Vec::new();
+        }
+        nodes
+            .windows(3)
+            .filter(|w| matches!(graph.tensor(w[2]).op, ggml_core::Op::Glu { .. }))
+            .map(|w| w.to_vec())
+            .collect()
     }
 }
 
-struct PlanOnlyBackend;
+struct PlanOnlyBackend(PlanOnlyDevice);
 impl Backend for PlanOnlyBackend {
     fn name(&self) -> String {
         "plan".into()
     }
     fn device(&self) -> Arc<dyn Device> {
-        Arc::new(PlanOnlyDevice)
+        Arc::new(self.0)
     }
     fn copy_async(&self, _src: &DataRef, _dst: &DataRef, _len: usize) -> Result<()> {
         Ok(())
@@ -164,7 +179,7 @@ fn transformer_layer_compute_memory_is_near_the_liveness_bound() {
     for n_tokens in [1usize, 7, 32, 128] {
         let mut w = weights();
         let mut g = transformer_layer(&mut w, n_tokens);
-        let mut sched = Scheduler::new(vec![PlanOnlyDevice.new_backend().unwrap()]);
+        let mut sched = Scheduler::new(vec![PlanOnlyDevice::default().new_backend().unwrap()]);
         sched.alloc(&mut g).unwrap();
         let m = &sched.memory()[0];
         assert!(m.lower_bound > 0);
@@ -189,7 +204,7 @@ fn transformer_layer_compute_memory_is_near_the_liveness_bound() {
 #[test]
 fn same_graph_again_reuses_the_plan() {
     let mut w = weights();
-    let mut sched = Scheduler::new(vec![PlanOnlyDevice.new_backend().unwrap()]);
+    let mut sched = Scheduler::new(vec![PlanOnlyDevice::default().new_backend().unwrap()]);
     let mut g1 = transformer_layer(&mut w, 4);
     sched.alloc(&mut g1).unwrap();
     let out1 = *g1.nodes().last().unwrap();
@@ -213,8 +228,57 @@ fn inputs_no_node_reads_still_get_memory() {
     let unused = g.new_input(DType::F32, &[5]).unwrap();
     let y = g.scale(x, 2.0).unwrap();
     g.output(y);
-    let mut sched = Scheduler::new(vec![PlanOnlyDevice.new_backend().unwrap()]);
+    let mut sched = Scheduler::new(vec![PlanOnlyDevice::default().new_backend().unwrap()]);
     sched.alloc(&mut g).unwrap();
     g.set_f32(unused, &[1.0; 5]).unwrap();
     assert_eq!(g.get_f32(unused).unwrap(), vec![1.0; 5]);
+}
+
+/// The byte range of `id`'s memory.
+fn extent(g: &Graph, id: TensorId) -> (usize, usize) {
+    let d = g.data(id).unwrap();
+    let start = d.buffer.host_ptr().unwrap() as usize + d.offset;
+    (start, start + g.layout(id).nbytes())
+}
+
+/// Whether any two of `ids` share a byte.
+fn any_overlap(g: &Graph, ids: &[TensorId]) -> bool {
+    let spans: Vec<_> = ids.iter().map(|&i| extent(g, i)).collect();
+    (0..spans.len())
+        .any(|a| (a + 1..spans.len()).any(|b| spans[a].0 < spans[b].1 && spans[b].0 < spans[a].1))
+}
+
+#[test]
+fn a_launch_group_keeps_its_tensors_apart() {
+    // Without groups the planner puts the gated unit over the products' activation (no longer
+    // needed in node order); a device that launches gate, up and glu as one kernel must not see that.
+    let mut overlapped = false;
+    for fuse in [false, true] {
+        for n_tokens in [1usize, 3] {
+            let mut w = weights();
+            let mut g = transformer_layer(&mut w, n_tokens);
+            let mut sched = Scheduler::new(vec![PlanOnlyDevice { fuse }.new_backend().unwrap()]);
+            sched.alloc(&mut g).unwrap();
+            let glu = g
+                .nodes()
+                .iter()
+                .copied()
+                .find(|&n| matches!(g.tensor(n).op, ggml_core::Op::Glu { .. }))
+                .unwrap();
+            let [gate, up] = [g.tensor(glu).src[0], g.tensor(glu).src[1]];
+            let x = g.tensor(gate).src[1];
+            let overlap = any_overlap(&g, &[x, gate, up, glu]);
+            if fuse {
+                assert!(
+                    !overlap,
+                    "fused launch group shares memory ({n_tokens} tokens)"
+                );
+            }
+            overlapped |= overlap;
+        }
+    }
+    assert!(
+        overlapped,
+        "the unfused plan never reused the activation: the test shows nothing"
+    );
 }

@@ -92,7 +92,8 @@ pub(crate) fn build(
     let assignment = assign(graph, devices, &compute)?;
     let mut home = homes(graph, &compute, &assignment);
     let copies = insert_copies(graph, devices, bufts, &compute, &assignment, &mut home);
-    let per_backend = backend_lifetimes(graph, &compute, &copies, &mut home, devices.len());
+    let spans = launch_spans(graph, devices, &compute, &copies.splits);
+    let per_backend = backend_lifetimes(graph, &compute, &copies, &spans, &mut home, devices.len());
     let placed = place(devices, bufts, &per_backend)?;
     Ok(Plan {
         key,
@@ -235,12 +236,38 @@ fn insert_copies(
     }
 }
 
+/// The steps (first, last) of the compute order over which each node of a device's
+/// [`Device::launch_groups`] runs: those of its whole group.
+fn launch_spans(
+    graph: &Graph,
+    devices: &[Arc<dyn Device>],
+    compute: &[TensorId],
+    splits: &[Split],
+) -> HashMap<TensorId, (usize, usize)> {
+    let step: HashMap<TensorId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut spans = HashMap::new();
+    for split in splits {
+        for group in devices[split.backend].launch_groups(graph, &split.nodes) {
+            let steps = group.iter().filter_map(|n| step.get(n).copied());
+            let (Some(first), Some(last)) = (steps.clone().min(), steps.max()) else {
+                continue;
+            };
+            if first < last {
+                spans.extend(group.iter().map(|&n| (n, (first, last))));
+            }
+        }
+    }
+    spans
+}
+
 /// Lifetimes of every unbound root, in steps of the compute order, grouped by the backend whose
-/// compute buffer holds it (inputs live from the first step, outputs to the last).
+/// compute buffer holds it (inputs live from the first step, outputs to the last); a node of a
+/// launch group (`spans`) touches its tensors over the whole group.
 fn backend_lifetimes(
     graph: &Graph,
     compute: &[TensorId],
     copies: &Copies,
+    spans: &HashMap<TensorId, (usize, usize)>,
     home: &mut HashMap<TensorId, Home>,
     n_backends: usize,
 ) -> Vec<Vec<(TensorId, Lifetime)>> {
@@ -253,13 +280,15 @@ fn backend_lifetimes(
     };
     for (i, &n) in compute.iter().enumerate() {
         let t = graph.tensor(n);
-        touch(graph.storage_of(n).root, i, &mut life);
+        let (first, last) = spans.get(&n).copied().unwrap_or((i, i));
+        for root in std::iter::once(n).chain(t.src.iter().copied()) {
+            let root = graph.storage_of(root).root;
+            touch(root, first, &mut life);
+            touch(root, last, &mut life);
+        }
         if t.flags.output {
             // An output that is a view keeps its root alive to the end.
             touch(graph.storage_of(n).root, last_step.max(i), &mut life);
-        }
-        for &s in &t.src {
-            touch(graph.storage_of(s).root, i, &mut life);
         }
     }
     for split in &copies.splits {

@@ -13,6 +13,7 @@ use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
 use ggml_core::{DType, Error, Graph, Layout, Op, Result, TensorId};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// True for the nodes that launch nothing: views, leaves and empty tensors.
 pub fn is_skipped(graph: &Graph, node: TensorId) -> bool {
@@ -38,6 +39,51 @@ pub fn fusion_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
     groups
 }
 
+/// How many fused launches of each kind the dispatch made in this process, and how many fusion
+/// groups fell back to separate launches because their memory overlaps: what tests and
+/// `GGML_TP_CUDA_STATS` read to see that the fusions run in a model's graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FusionCounts {
+    /// Gate and up products with their gated unit (`k_gemv_glu_*`).
+    pub products_glu: u64,
+    /// Ropes with their cache writes (`k_rope_set_rows`).
+    pub rope_cache: u64,
+    /// Norm chains (`k_norm_rows` with the add or the mul).
+    pub norm_chains: u64,
+    /// Groups of products of one activation (`k_gemv_group_*`).
+    pub product_groups: u64,
+    /// Groups computed by separate launches after all (their memory overlaps).
+    pub refused: u64,
+}
+
+static COUNTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
+/// The [`FusionCounts`] so far.
+pub fn fusion_counts() -> FusionCounts {
+    let c = |i: usize| COUNTS[i].load(Ordering::Relaxed);
+    FusionCounts {
+        products_glu: c(0),
+        rope_cache: c(1),
+        norm_chains: c(2),
+        product_groups: c(3),
+        refused: c(4),
+    }
+}
+
+/// Counts one launch of kind `i` of [`COUNTS`] when `launched`, else one refusal; returns `launched`.
+fn counted(i: usize, launched: bool) -> bool {
+    COUNTS[if launched { i } else { 4 }].fetch_add(1, Ordering::Relaxed);
+    launched
+}
+
+/// The groups of [`fusion_groups`] that join several nodes: a GPU device's
+/// [`ggml_core::Device::launch_groups`], so that the memory planner keeps their tensors apart.
+pub fn launch_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+    let mut groups = fusion_groups(graph, nodes);
+    groups.retain(|g| g.len() > 1);
+    groups
+}
+
 /// Computes `nodes` of `graph` through `r` in order, fusing the chains of [`fusion_groups`].
 pub fn compute_nodes(r: &dyn Runner, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
     for group in fusion_groups(graph, nodes) {
@@ -57,17 +103,17 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
     Ok(match (group, &graph.tensor(group[0]).op) {
         ([_], _) => 0,
         (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
-            if decode::launch_products_glu(r, graph, [gate, up, glu])? {
+            if counted(0, decode::launch_products_glu(r, graph, [gate, up, glu])?) {
                 3
-            } else if launch_products(r, graph, &[gate, up])? {
+            } else if counted(3, launch_products(r, graph, &[gate, up])?) {
                 2
             } else {
                 0
             }
         }
-        (_, Op::MulMat) => whole(launch_products(r, graph, group)?),
-        (_, Op::Rope(_)) => whole(decode::launch_rope_cache(r, graph, group)?),
-        _ => whole(launch_chain(r, graph, group)?),
+        (_, Op::MulMat) => whole(counted(3, launch_products(r, graph, group)?)),
+        (_, Op::Rope(_)) => whole(counted(1, decode::launch_rope_cache(r, graph, group)?)),
+        _ => whole(counted(2, launch_chain(r, graph, group)?)),
     })
 }
 

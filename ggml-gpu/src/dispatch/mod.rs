@@ -14,7 +14,9 @@ mod rows;
 mod table;
 
 pub use attention::BatchedGemmCall;
-pub use fuse::{compute_nodes, fusion_groups, is_skipped};
+pub use fuse::{
+    compute_nodes, fusion_counts, fusion_groups, is_skipped, launch_groups, FusionCounts,
+};
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
 pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP};
 pub use ops::compute_node;

@@ -192,6 +192,9 @@ impl Device for EmulatedDevice {
         let src: Vec<&Layout> = t.src.iter().map(|&s| graph.layout(s)).collect();
         supports(&t.op, &src, &t.layout)
     }
+    fn launch_groups(&self, graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
+        ggml_gpu::dispatch::launch_groups(graph, nodes)
+    }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)
     }

@@ -223,3 +223,61 @@ fn rope_cache_case(
     }
     checked
 }
+
+#[test]
+fn fusions_run_on_intermediates_as_in_a_model() {
+    // As in a decode step, the products' activation and the rope's input are intermediates (the
+    // norm's and a product's results), which the memory planner could place the gated unit or the
+    // rope's result over; the device's launch groups keep them apart so the fused kernels run.
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (k, m, d, heads, rows) = (1536, 512, 64, 4, 40);
+    let p = RopeParams::simple(RopeMode::Neox, d, 10000.0);
+    let specs = [
+        InputSpec::new(DType::F32, [k, 1, 1, 1]).gen(Gen::Normal(1.0)),
+        InputSpec::new(DType::F32, [k, 1, 1, 1]).gen(Gen::Uniform(0.5, 1.5)),
+        InputSpec::new(DType::F16, [k, m, 1, 1]),
+        InputSpec::new(DType::F16, [k, m, 1, 1]),
+        InputSpec::new(DType::F16, [k, d * heads, 1, 1]),
+        InputSpec::ids([1, 1, 1, 1], 4096, false),
+        InputSpec::new(DType::F16, [d, rows, heads, 1]),
+        InputSpec::ids([1, 1, 1, 1], rows, true),
+    ];
+    let inputs = draw_inputs(&mut rng, &specs);
+    let build = |g: &mut Graph, t: &[TensorId]| {
+        let h = g.rms_norm(t[0], 1e-5).unwrap();
+        let h = g.mul(h, t[1]).unwrap();
+        let kin = g.mul_mat(t[4], h).unwrap();
+        let kin = g.reshape(kin, &[d, heads, 1]).unwrap();
+        let kr = g.rope(kin, t[5], None, p).unwrap();
+        let kp = g.permute(kr, [0, 2, 1, 3]).unwrap();
+        let cache = g.set_rows(t[6], kp, t[7]).unwrap();
+        let gate = g.mul_mat(t[2], h).unwrap();
+        let up = g.mul_mat(t[3], h).unwrap();
+        vec![cache, g.glu(GluOp::Swiglu, gate, up).unwrap()]
+    };
+    let before = ggml_gpu::dispatch::fusion_counts();
+    let got = run_chain(&dev, &inputs, &build, false);
+    let after = ggml_gpu::dispatch::fusion_counts();
+    assert!(
+        after.products_glu > before.products_glu,
+        "{before:?} -> {after:?}"
+    );
+    assert!(
+        after.rope_cache > before.rope_cache,
+        "{before:?} -> {after:?}"
+    );
+    let seen = seen_values(&inputs);
+    let h = ew::binary(BinOp::Mul, &ew::rms_norm(&seen[0], 1e-5), &seen[1]);
+    let glu = ew::glu(
+        GluOp::Swiglu,
+        &mx::mul_mat(&seen[2], &h),
+        &mx::mul_mat(&seen[3], &h),
+    );
+    within("gated unit", &got[1].1, &glu, weight_bound(DType::F16));
+    let kin = Dense::from_vec([d, heads, 1, 1], mx::mul_mat(&seen[4], &h).data);
+    let rope = at::rope(&kin, &seen[5], None, &p);
+    let stored = round_trip(DType::F16, &rope.permute([0, 2, 1, 3])).unwrap();
+    let cache = mx::set_rows(&seen[6], &stored, &seen[7]);
+    within("cache", &got[0].1, &cache, weight_bound(DType::F16));
+}
