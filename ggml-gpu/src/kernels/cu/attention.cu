@@ -176,7 +176,7 @@ __device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2,
 // share every K/V load), one query, one sequence, and the keys of its split in tiles of FAV_TILE.
 // Half-warp `half` handles keys half, half + FAV_HALVES, ... of a tile, 16 bytes of each row per
 // lane and pass (256 bytes of a row per pass): all FAV_KEYS loads of a pass are issued before they
-// are used, and the first pass of V's rows is loaded with K's. Scores go through shared memory, one warp per head updates that head's online softmax,
+// are used. Scores go through shared memory, one warp per head updates that head's online softmax,
 // then the half-warps accumulate the weighted V chunks, summed in a fixed order into the block's
 // accumulator. Splits write partials for k_flash_attn_combine.
 #define FAV_THREADS 128
@@ -212,18 +212,17 @@ __device__ __forceinline__ uint4 row_chunk(const TD& t, bool on, i64 j, i64 hk, 
     return on ? *(const uint4*)(kv_row(t, j, hk, s) + off) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// The body of k_flash_attn_vec for blocks of at most NH query heads (the head loops unrolled for NH
-// only: a block of one head runs a quarter of the instructions of one of four), over the kernel's
-// shared arrays.
-template <int NH>
-__device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
-                                               float scale, float max_bias, float softcap, int has_mask, int has_sinks,
-                                               int heads_per_block, int kv_per_split, u64 part,
-                                               float (&qs)[FAV_MAX_HEADS][FAV_MAX_DIMS],
-                                               float (&out)[FAV_MAX_HEADS][FAV_MAX_DIMS],
-                                               float (&red)[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2],
-                                               float (&ws)[FAV_MAX_HEADS][FAV_TILE], float (&mx)[FAV_MAX_HEADS],
-                                               float (&sum)[FAV_MAX_HEADS], float (&alpha)[FAV_MAX_HEADS]) {
+// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
+// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
+// first); block y: the split.
+extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
+                                            int kv_per_split, u64 part) {
+    __shared__ float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
+    __shared__ float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
+    __shared__ float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
+    __shared__ float ws[FAV_MAX_HEADS][FAV_TILE];
+    __shared__ float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
     const int group = (int)(q.ne[2] / k.ne[2]);
     const int head_blocks = (group + heads_per_block - 1) / heads_per_block;
     i64 b = blockIdx.x;
@@ -248,19 +247,11 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
     }
     __syncthreads();
     for (int t0 = kv0; t0 < kv1; t0 += FAV_TILE) {
-        float dot[NH][FAV_KEYS];
+        float dot[FAV_MAX_HEADS][FAV_KEYS];
 #pragma unroll
-        for (int hh = 0; hh < NH; hh++)
+        for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
 #pragma unroll
             for (int u = 0; u < FAV_KEYS; u++) dot[hh][u] = 0.0f;
-        // The first pass of V's rows of these keys, loaded with K's (they do not wait for the
-        // softmax; a key whose weights all come out zero is not added).
-        uint4 v_first[FAV_KEYS];
-#pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++) {
-            const int j = t0 + half + FAV_HALVES * u;
-            v_first[u] = row_chunk(v, 16 * l16 < v_bytes && j < kv1, j, hk, s, 16 * l16);
-        }
         for (int off = 16 * l16; off - 16 * l16 < k_bytes; off += FAV_PASS_BYTES) {
             const bool on = off < k_bytes;
             uint4 raw[FAV_KEYS];
@@ -275,7 +266,7 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
             for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], k.type, f[u]);
             const int c0 = off / kes;
 #pragma unroll
-            for (int hh = 0; hh < NH; hh++) {
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
                 if (hh >= nh) continue;
                 float qv[8];
 #pragma unroll
@@ -287,16 +278,16 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
             }
         }
 #pragma unroll
-        for (int hh = 0; hh < NH; hh++)
+        for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
 #pragma unroll
             for (int u = 0; u < FAV_KEYS; u++)
                 if (hh < nh)
 #pragma unroll
                     for (int o = 8; o > 0; o >>= 1) dot[hh][u] += WARP_SHFL_XOR(dot[hh][u], o);
         // Lane u < FAV_KEYS of each half-warp turns the dots of its key u into logits.
-        float mine[NH];
+        float mine[FAV_MAX_HEADS];
 #pragma unroll
-        for (int hh = 0; hh < NH; hh++) {
+        for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
             mine[hh] = 0.0f;
 #pragma unroll
             for (int u = 0; u < FAV_KEYS; u++)
@@ -305,7 +296,7 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
         if (l16 < FAV_KEYS) {
             const int kk = half + FAV_HALVES * l16, j = t0 + kk;
 #pragma unroll
-            for (int hh = 0; hh < NH; hh++) {
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
                 if (hh >= nh) continue;
                 float x = NEG_INF;
                 if (j < kv1) {
@@ -345,19 +336,15 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
             uint4 raw[FAV_KEYS];
 #pragma unroll
             for (int u = 0; u < FAV_KEYS; u++) {
-                if (p0 == 0) {
-                    raw[u] = v_first[u];
-                    continue;
-                }
                 const int kk = half + FAV_HALVES * u;
                 bool used = false;
 #pragma unroll
-                for (int hh = 0; hh < NH; hh++) used |= hh < nh && ws[hh][kk] != 0.0f;
+                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) used |= hh < nh && ws[hh][kk] != 0.0f;
                 raw[u] = row_chunk(v, off < v_bytes && used, t0 + kk, hk, s, off);
             }
-            float acc[NH][8];
+            float acc[FAV_MAX_HEADS][8];
 #pragma unroll
-            for (int hh = 0; hh < NH; hh++)
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[hh][e] = 0.0f;
 #pragma unroll
@@ -365,7 +352,7 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
                 float f[8];
                 chunk_floats(raw[u], v.type, f);
 #pragma unroll
-                for (int hh = 0; hh < NH; hh++) {
+                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
                     const float wv = hh < nh ? ws[hh][half + FAV_HALVES * u] : 0.0f;
                     if (wv != 0.0f)
 #pragma unroll
@@ -373,7 +360,7 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
                 }
             }
 #pragma unroll
-            for (int hh = 0; hh < NH; hh++)
+            for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
                 if (hh < nh)
 #pragma unroll
                     for (int e = 0; e < 8; e++) red[half][hh][8 * l16 + e] = acc[hh][e];
@@ -411,29 +398,6 @@ __device__ __forceinline__ void flash_attn_vec(const TD& q, const TD& k, const T
         const float inv = total == 0.0f ? 0.0f : scale_out / total;
         store(d, dv, h, iq, s, out[hh][dv] * inv);
     }
-}
-
-
-// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
-// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
-// first); block y: the split.
-extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
-                                            int kv_per_split, u64 part) {
-    __shared__ float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
-    __shared__ float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
-    __shared__ float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
-    __shared__ float ws[FAV_MAX_HEADS][FAV_TILE];
-    __shared__ float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
-    if (heads_per_block == 1)
-        flash_attn_vec<1>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block,
-                          kv_per_split, part, qs, out, red, ws, mx, sum, alpha);
-    else if (heads_per_block == 2)
-        flash_attn_vec<2>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block,
-                          kv_per_split, part, qs, out, red, ws, mx, sum, alpha);
-    else
-        flash_attn_vec<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks,
-                                      heads_per_block, kv_per_split, part, qs, out, red, ws, mx, sum, alpha);
 }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
