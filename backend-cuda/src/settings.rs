@@ -9,6 +9,7 @@
 //! | `GGML_TP_CUDA_STATS` | print the graph cache's counters and the host time of `compute` when a backend is dropped (default off) |
 //! | `GGML_TP_ONESHOT_MAX_BYTES` | largest AllReduce message (bytes on the wire) the one-shot peer-to-peer kernel takes (a byte count, or `off`: never; default 2 MiB) |
 //! | `GGML_TP_CUDA_LOGICAL` | present every GPU as this many logical devices (own streams, memory held to an equal share of the card, copies and AllReduce within the card; default 1) |
+//! | `GGML_TP_CUDA_PDL` | kernels launched as programmatic dependents of the one before them on compute capability 9.0 and later: a kernel's blocks start while the previous kernel's last blocks run, and wait for its results at their first instruction (default on) |
 //! | `GGML_TP_NCCL_LIB` | the NCCL library tried first (default: `libnccl.so`, then `libnccl.so.2`) |
 
 use std::path::PathBuf;
@@ -29,10 +30,12 @@ pub struct Settings {
     pub nccl_lib: Option<PathBuf>,
     /// `GGML_TP_CUDA_LOGICAL`: logical devices per GPU (1: each GPU is one device).
     pub logical: usize,
+    /// `GGML_TP_CUDA_PDL`: programmatic dependent launches where the GPU has them.
+    pub dependent_launch: bool,
 }
 
 impl Default for Settings {
-    /// Graphs on, diagnostics off, the defaults of the reduce policy and the library search.
+    /// Graphs and dependent launches on, diagnostics off, the defaults of the reduce policy and the library search.
     fn default() -> Self {
         Settings {
             graphs: true,
@@ -41,6 +44,7 @@ impl Default for Settings {
             oneshot_max_bytes: None,
             nccl_lib: None,
             logical: 1,
+            dependent_launch: true,
         }
     }
 }
@@ -56,6 +60,7 @@ impl Settings {
             oneshot_max_bytes: ggml_core::env::bytes("GGML_TP_ONESHOT_MAX_BYTES"),
             nccl_lib: ggml_core::env::path("GGML_TP_NCCL_LIB"),
             logical: ggml_core::env::count("GGML_TP_CUDA_LOGICAL").unwrap_or(d.logical),
+            dependent_launch: ggml_core::env::flag("GGML_TP_CUDA_PDL", d.dependent_launch),
         }
     }
 }

@@ -37,6 +37,10 @@ fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
 /// The loaded kernels of one device.
 pub struct Kernels {
     funcs: HashMap<String, CudaFunction>,
+    /// Whether launches are programmatic dependents of the launch before them (compute capability
+    /// 9.0 and later, where the program's kernels start with `griddepcontrol.wait`;
+    /// `GGML_TP_CUDA_PDL`).
+    pub dependent_launch: bool,
 }
 
 impl Kernels {
@@ -55,7 +59,11 @@ impl Kernels {
                     .map_err(|e| format!("kernel {name}: {e:?}"))?;
                 funcs.insert(name, f);
             }
-            Ok(Kernels { funcs })
+            let dependent_launch = cc.0 >= 9 && crate::settings::settings().dependent_launch;
+            Ok(Kernels {
+                funcs,
+                dependent_launch,
+            })
         })
     }
 

@@ -5,30 +5,14 @@
 use crate::memory::CudaBuffer;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
-use bytemuck::TransparentWrapper;
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg as _};
+use cudarc::driver::sys;
 use ggml_core::backend::check_range;
 use ggml_core::Buffer as _;
 use ggml_core::{DType, Device, Graph, Result, TensorId};
-use ggml_gpu::dispatch::{
-    BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs, KernelArg, Launch, Runner, TDesc,
-};
-
-/// A kernel argument struct of the dispatch as cudarc passes it (by address, as it lies in memory).
-#[derive(TransparentWrapper)]
-#[repr(transparent)]
-struct Param<T>(T);
-
-// SAFETY: a plain `repr(C)` struct of integers with the layout of `struct TD` in common.cu.
-unsafe impl DeviceRepr for Param<TDesc> {}
-
-// SAFETY: a plain `repr(C)` struct of 8-byte integers with the layout of `struct GV` in gemv.cu.
-unsafe impl DeviceRepr for Param<GemvArgs> {}
-
-// SAFETY: a plain `repr(C)` struct of `GemvArgs` and 8-byte integers with the layout of
-// `struct GVGroup` in gemv.cu.
-unsafe impl DeviceRepr for Param<GemvGroupArgs> {}
+use ggml_gpu::dispatch::{BatchedGemmCall, GemmCall, GemmTypes, KernelArg, Launch, Runner, TDesc};
+use std::ffi::c_void;
+use std::ptr::null_mut;
 
 fn operation(transposed: bool) -> blas_sys::cublasOperation_t {
     if transposed {
@@ -81,26 +65,34 @@ impl Runner for CudaBackend {
 
     fn launch(&self, l: &Launch) -> Result<()> {
         let f = self.kernels().get(&l.kernel)?;
-        let mut b = self.stream().launch_builder(f);
-        for a in &l.args {
-            match a {
-                KernelArg::Tensor(v) => b.arg(Param::wrap_ref(v)),
-                KernelArg::I32(v) => b.arg(v),
-                KernelArg::F32(v) => b.arg(v),
-                KernelArg::U64(v) => b.arg(v),
-                KernelArg::Gemv(v) => b.arg(Param::wrap_ref(v)),
-                KernelArg::GemvGroup(v) => b.arg(Param::wrap_ref(v.as_ref())),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
-            block_dim: (l.threads, 1, 1),
-            shared_mem_bytes: l.shared_bytes,
+        let mut params: Vec<*mut c_void> = l.args.iter().map(KernelArg::address).collect();
+        // SAFETY: a zeroed attribute value is a valid union value; the field set is the one the
+        // attribute's id names.
+        let mut dependent: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        dependent.id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        dependent.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: l.grid[0],
+            gridDimY: l.grid[1],
+            gridDimZ: l.grid[2],
+            blockDimX: l.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: l.shared_bytes,
+            hStream: self.stream().cu_stream(),
+            attrs: &mut dependent,
+            numAttrs: u32::from(self.kernels().dependent_launch),
         };
         // SAFETY: the dispatch passes arguments matching the kernel's parameter list in ggml-gpu's
-        // cu/*.cu (a tested property), and every tensor address was checked to lie inside a live
-        // buffer of this device or scratch allocated for the launch.
-        cu(&l.kernel, unsafe { b.launch(cfg) }).map(|_| ())
+        // cu/*.cu (a tested property), each by the address of its value, which outlives the call
+        // (the driver copies them); every tensor address was checked to lie inside a live buffer
+        // of this device or scratch allocated for the launch; a dependent launch's kernel waits
+        // for the launch before it at its first instruction (`GRID_DEPENDENCY_SYNC`).
+        let r = unsafe {
+            sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), null_mut())
+        };
+        cu(&l.kernel, r.result())
     }
 
     fn gemm_types(&self) -> GemmTypes {

@@ -171,7 +171,7 @@ impl Kernels {
                 launch.kernel, launch.threads
             )));
         }
-        let mut params: Vec<*mut c_void> = launch.args.iter().map(arg_ptr).collect();
+        let mut params: Vec<*mut c_void> = launch.args.iter().map(KernelArg::address).collect();
         let hip = &self.ctx.runtime().hip;
         // SAFETY: every argument matches the kernel's parameter list (a tested property of the
         // dispatch) and outlives the call, which copies them; tensor addresses lie in live buffers
@@ -191,17 +191,5 @@ impl Kernels {
                 std::ptr::null_mut(),
             )
         }))
-    }
-}
-
-/// The address of an argument's value, as `hipModuleLaunchKernel` takes it.
-fn arg_ptr(a: &KernelArg) -> *mut c_void {
-    match a {
-        KernelArg::Tensor(t) => t as *const _ as *mut c_void,
-        KernelArg::I32(v) => v as *const _ as *mut c_void,
-        KernelArg::F32(v) => v as *const _ as *mut c_void,
-        KernelArg::U64(v) => v as *const _ as *mut c_void,
-        KernelArg::Gemv(v) => v as *const _ as *mut c_void,
-        KernelArg::GemvGroup(v) => v.as_ref() as *const _ as *mut c_void,
     }
 }

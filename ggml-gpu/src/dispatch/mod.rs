@@ -107,6 +107,22 @@ macro_rules! kernel_arg_from {
 }
 kernel_arg_from!(TDesc => Tensor, i32 => I32, f32 => F32, u64 => U64, GemvArgs => Gemv);
 
+impl KernelArg {
+    /// The address of the argument's value, as the vendors' launch calls take each parameter
+    /// (valid while `self` lives and is not moved).
+    pub fn address(&self) -> *mut std::ffi::c_void {
+        let p: *const std::ffi::c_void = match self {
+            KernelArg::Tensor(v) => (v as *const TDesc).cast(),
+            KernelArg::I32(v) => (v as *const i32).cast(),
+            KernelArg::F32(v) => (v as *const f32).cast(),
+            KernelArg::U64(v) => (v as *const u64).cast(),
+            KernelArg::Gemv(v) => (v as *const GemvArgs).cast(),
+            KernelArg::GemvGroup(v) => (v.as_ref() as *const GemvGroupArgs).cast(),
+        };
+        p.cast_mut()
+    }
+}
+
 impl From<GemvGroupArgs> for KernelArg {
     fn from(v: GemvGroupArgs) -> Self {
         KernelArg::GemvGroup(Box::new(v))

@@ -10,6 +10,9 @@
 //! - `DOT4_I8(a, b, c)`: `c` plus the dot product of the four signed bytes of `a` and `b` (CUDA's
 //!   `__dp4a`; on AMD the dot instruction of the target, or four multiplies where it has none).
 //! - `h2f(u16)`, `f2h(float)`: IEEE half bits to float and back (round to nearest even).
+//! - `GRID_DEPENDENCY_SYNC()`: the first statement of every kernel; on NVIDIA Hopper and later it
+//!   waits for the kernel launched before (launches are programmatic dependents there), elsewhere
+//!   nothing.
 //!
 //! Both vendors spell the rest the same (`__syncthreads`, `atomicAdd`, `__launch_bounds__`,
 //! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros

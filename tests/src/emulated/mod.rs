@@ -21,8 +21,7 @@ use ggml_core::{
     Layout, MemoryInfo, Result, TensorId,
 };
 use ggml_gpu::dispatch::{
-    compute_nodes, supports, BatchedGemmCall, GemmCall, GemmTypes, GemvArgs, GemvGroupArgs,
-    KernelArg, Launch, Runner, TDesc,
+    compute_nodes, supports, BatchedGemmCall, GemmCall, GemmTypes, Launch, Runner, TDesc,
 };
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -255,18 +254,6 @@ impl Backend for EmulatedStream {
     }
 }
 
-/// The address of one kernel argument's value.
-fn value_address(arg: &KernelArg) -> *const c_void {
-    match arg {
-        KernelArg::Tensor(v) => (v as *const TDesc).cast(),
-        KernelArg::I32(v) => (v as *const i32).cast(),
-        KernelArg::F32(v) => (v as *const f32).cast(),
-        KernelArg::U64(v) => (v as *const u64).cast(),
-        KernelArg::Gemv(v) => (v as *const GemvArgs).cast(),
-        KernelArg::GemvGroup(v) => (v.as_ref() as *const GemvGroupArgs).cast(),
-    }
-}
-
 impl Runner for EmulatedStream {
     fn device_name(&self) -> String {
         self.device.name()
@@ -310,7 +297,7 @@ impl Runner for EmulatedStream {
         Ok(b.host_ptr().expect("host memory") as u64)
     }
     fn launch(&self, l: &Launch) -> Result<()> {
-        let args: Vec<*const c_void> = l.args.iter().map(value_address).collect();
+        let args: Vec<*const c_void> = l.args.iter().map(|a| a.address().cast_const()).collect();
         self.device
             .program
             .run(&l.kernel, l.grid, l.threads, l.shared_bytes, &args)

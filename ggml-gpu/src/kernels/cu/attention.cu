@@ -74,7 +74,7 @@ __device__ __forceinline__ void add_values(const TD& v, const u8* row, int d0, i
 // part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
 // (row, split) for k_flash_attn_combine.
 extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                        float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) {
+                                        float softcap, int has_mask, int has_sinks, int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
     __shared__ float qs[FA_MAX_D];
     __shared__ float w[FA_THREADS];
     __shared__ float red[FA_WARPS][FA_MAX_D];
@@ -217,7 +217,7 @@ __device__ __forceinline__ uint4 row_chunk(const TD& t, bool on, i64 j, i64 hk, 
 // first); block y: the split.
 extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
                                             float softcap, int has_mask, int has_sinks, int heads_per_block,
-                                            int kv_per_split, u64 part) {
+                                            int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
     __shared__ float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
     __shared__ float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
     __shared__ float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
@@ -401,7 +401,7 @@ extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
 }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
-extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) {
+extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
     i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
     int DV = (int)d.ne[0];
@@ -443,7 +443,7 @@ __device__ __forceinline__ float attn_logit(float score, const TD& m, int has_ma
 // without an unmasked key (nor a sink) become zeros.
 extern "C" __global__ void k_attn_softmax(u64 scores, TD p, TD m, TD sk, float scale, float max_bias,
                                           float softcap, int has_mask, int has_sinks, int n_kv, int chunk_queries,
-                                          int q0, int s) {
+                                          int q0, int s) { GRID_DEPENDENCY_SYNC();
     const i64 r = blockIdx.x;
     const int n_head = gridDim.x / chunk_queries, h = (int)(r / chunk_queries);
     const i64 iq = q0 + r % chunk_queries;

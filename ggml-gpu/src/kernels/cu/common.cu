@@ -190,7 +190,7 @@ __device__ float alibi_slope(float max_bias, int h, int n_head) {
 
 // Keeps the stream busy for about `cycles` clock cycles (the profiler queues a call's launches
 // behind it so that its events time the kernels, not the host).
-extern "C" __global__ void k_hold(u64 cycles) {
+extern "C" __global__ void k_hold(u64 cycles) { GRID_DEPENDENCY_SYNC();
     const long long t0 = clock64();
     while ((u64)(clock64() - t0) < cycles) {
     }

@@ -173,7 +173,7 @@ __device__ __forceinline__ void decode_f(const u8* row, int s, float* w) {
 // xd[col * K/32 + k/32]. The sum of the rounded values (not of the inputs) keeps a weight offset's
 // term consistent with the rest of the dot product: its error is then that of the weights' values,
 // not of their larger unsigned part. One warp per 32 values.
-extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
+extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) { GRID_DEPENDENCY_SYNC();
     i64 per_col = b.ne[0] / 32;
     i64 total = per_col * b.ne[1] * b.ne[2] * b.ne[3];
     int lane = threadIdx.x % 32;
@@ -194,7 +194,7 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) {
 
 // Contiguous F32 activations to contiguous F16 (GEMM operands): four values per thread with
 // 16-byte loads and 8-byte stores when both ends allow, else one.
-extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) {
+extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) { GRID_DEPENDENCY_SYNC();
     const i64 n = (i64)count;
     const float* x = (const float*)src;
     u16* y = (u16*)dst;
@@ -257,7 +257,7 @@ __device__ __forceinline__ void dequant_f16(const TD& a, u64 out) {
 }
 
 #define DEQUANT_KERNEL(name, T) \
-    extern "C" __global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16_##name(TD a, u64 out) { dequant_f16<T>(a, out); }
+    extern "C" __global__ void __launch_bounds__(DQ_THREADS) k_dequant_f16_##name(TD a, u64 out) { GRID_DEPENDENCY_SYNC(); dequant_f16<T>(a, out); }
 DEQUANT_KERNEL(q4_0, T_Q4_0)
 DEQUANT_KERNEL(q4_1, T_Q4_1)
 DEQUANT_KERNEL(q5_0, T_Q5_0)

@@ -41,7 +41,7 @@ __device__ float unary_fn(int op, float x, float p0, float p1) {
     return x;
 }
 
-extern "C" __global__ void k_unary(TD a, TD d, int op, float p0, float p1) {
+extern "C" __global__ void k_unary(TD a, TD d, int op, float p0, float p1) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -54,7 +54,7 @@ __device__ __forceinline__ float binary_fn(int op, float x, float y) {
     return op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
 }
 
-extern "C" __global__ void k_binary(TD a, TD b, TD d, int op) {
+extern "C" __global__ void k_binary(TD a, TD b, TD d, int op) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -81,7 +81,7 @@ __device__ __forceinline__ float glu_fn(int op, float g, float u, float alpha, f
     return gg * sigmoid(alpha * gg) * (uu + 1.0f);
 }
 
-extern "C" __global__ void k_glu(TD a, TD b, TD d, int op, int fused, int swapped, float alpha, float limit) {
+extern "C" __global__ void k_glu(TD a, TD b, TD d, int op, int fused, int swapped, float alpha, float limit) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     i64 n0 = d.ne[0];
     GRID_LOOP(l, n) {
@@ -101,7 +101,7 @@ extern "C" __global__ void k_glu(TD a, TD b, TD d, int op, int fused, int swappe
     }
 }
 
-extern "C" __global__ void k_add_id(TD a, TD b, TD ids, TD d) {
+extern "C" __global__ void k_add_id(TD a, TD b, TD ids, TD d) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -124,7 +124,7 @@ template <int V> __device__ void unary_rows(const TD& a, const TD& d, int op, fl
     }
 }
 
-extern "C" __global__ void k_unary_rows(TD a, TD d, int op, float p0, float p1, int vec) {
+extern "C" __global__ void k_unary_rows(TD a, TD d, int op, float p0, float p1, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) unary_rows<4>(a, d, op, p0, p1);
     else unary_rows<1>(a, d, op, p0, p1);
 }
@@ -143,7 +143,7 @@ template <int V> __device__ void binary_rows(const TD& a, const TD& b, const TD&
     }
 }
 
-extern "C" __global__ void k_binary_rows(TD a, TD b, TD d, int op, int vec) {
+extern "C" __global__ void k_binary_rows(TD a, TD b, TD d, int op, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) binary_rows<4>(a, b, d, op);
     else binary_rows<1>(a, b, d, op);
 }
@@ -170,7 +170,7 @@ __device__ void glu_rows(const TD& a, const TD& b, const TD& d, int op, int fuse
 }
 
 extern "C" __global__ void k_glu_rows(TD a, TD b, TD d, int op, int fused, int swapped, float alpha, float limit,
-                                      int vec) {
+                                      int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) glu_rows<4>(a, b, d, op, fused, swapped, alpha, limit);
     else glu_rows<1>(a, b, d, op, fused, swapped, alpha, limit);
 }

@@ -257,7 +257,7 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
 
 // Rows per block: one for a single column, two (sharing each activation load) for more.
 #define GEMV_KERNEL(name, T, NC) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); }
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { GRID_DEPENDENCY_SYNC(); gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); }
 
 // Up to GV_GROUP single-column products of one activation vector (q, k and v; gate and up) in one
 // launch: product i takes the row blocks first[i] .. first[i + 1] of the grid. Mirrors the Rust
@@ -301,8 +301,8 @@ __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, 
 
 #define GEMV_KERNELS(name, T) \
     GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { gemv_group<T>(gg); } \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { GRID_DEPENDENCY_SYNC(); gemv_group<T>(gg); } \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { GRID_DEPENDENCY_SYNC(); \
         gemv_glu<T>(gate, up, out, op); \
     }
 

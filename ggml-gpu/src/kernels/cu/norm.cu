@@ -4,7 +4,7 @@
 // fused chains of the dispatch: the residual add before the norm and the weight mul after it; a
 // thread keeps its chunks in registers from the first pass to the last.
 
-extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) {
+extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     i64 n = a.ne[0];
@@ -32,7 +32,7 @@ extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) {
         store(d, k, i1, i2, i3, (load(a, k, i1, i2, i3) - mean) * scale);
 }
 
-extern "C" __global__ void k_sum_rows(TD a, TD d) {
+extern "C" __global__ void k_sum_rows(TD a, TD d) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     double s = 0;
@@ -41,7 +41,7 @@ extern "C" __global__ void k_sum_rows(TD a, TD d) {
     if (threadIdx.x == 0) store(d, 0, i1, i2, i3, (float)s);
 }
 
-extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, float max_bias, int has_mask, int has_sinks) {
+extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, float max_bias, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     i64 n = a.ne[0];
@@ -183,7 +183,7 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
 }
 
 extern "C" __global__ void k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, int tpr,
-                                       int vec) {
+                                       int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) norm_rows<4>(a, b, s, n, w, m, eps, rms, flags, tpr);
     else norm_rows<1>(a, b, s, n, w, m, eps, rms, flags, tpr);
 }

@@ -6,6 +6,15 @@
 #define WARP_SHFL_DOWN(v, o) __shfl_down_sync(0xffffffffu, (v), (o))
 #define WARP_SYNC() __syncwarp()
 #define DOT4_I8(a, b, c) __dp4a((int)(a), (int)(b), (int)(c))
+// The first statement of every kernel. Launched as a programmatic dependent (compute capability
+// 9.0 and later, GGML_TP_CUDA_PDL), a kernel's blocks may start while the kernel before it still
+// runs: this waits until that kernel has finished and its writes are visible, then lets the next
+// launch's blocks start as this one's finish.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_DEPENDENCY_SYNC() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define GRID_DEPENDENCY_SYNC() ((void)0)
+#endif
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

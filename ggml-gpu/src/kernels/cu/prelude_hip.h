@@ -1,5 +1,7 @@
 // Vendor prelude: HIP (hiprtc). The HIP backend defines WARP_SIZE (the wavefront size) in front.
 #define GGML_TP_HIP 1
+// Kernels start in stream order on AMD GPUs: nothing to wait for.
+#define GRID_DEPENDENCY_SYNC() ((void)0)
 #define WARP_SHFL_XOR(v, o) __shfl_xor((v), (o))
 #define WARP_SHFL_DOWN(v, o) __shfl_down((v), (o))
 #define WARP_SYNC() do { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); \

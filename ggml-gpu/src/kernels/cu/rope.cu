@@ -30,7 +30,7 @@ __device__ __forceinline__ void rope_cs(const RopeArgs& ra, const TD& ff, i64 k,
 
 extern "C" __global__ void k_rope(TD a, TD pos, TD ff, TD d, int n_dims, int neox, int has_ff,
                                   float freq_base, float freq_scale, float ext_factor, float attn_factor,
-                                  float corr0, float corr1) {
+                                  float corr0, float corr1) { GRID_DEPENDENCY_SYNC();
     const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
@@ -89,7 +89,7 @@ __device__ __forceinline__ int rope_chunk(const RopeArgs& ra, const TD& a, const
 
 extern "C" __global__ void k_rope_rows(TD a, TD pos, TD ff, TD d, int n_dims, int neox, int has_ff,
                                        float freq_base, float freq_scale, float ext_factor, float attn_factor,
-                                       float corr0, float corr1) {
+                                       float corr0, float corr1) { GRID_DEPENDENCY_SYNC();
     const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
     CHUNK_LOOP(c, ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d)) {
         u32 i[3], at[2];

@@ -34,7 +34,7 @@ __device__ void quantize_block(const float* x, u8* b, int type) {
     }
 }
 
-extern "C" __global__ void k_cpy(TD s, TD d) {
+extern "C" __global__ void k_cpy(TD s, TD d) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4], j[4];
@@ -44,7 +44,7 @@ extern "C" __global__ void k_cpy(TD s, TD d) {
     }
 }
 
-extern "C" __global__ void k_cpy_q(TD s, TD d) {
+extern "C" __global__ void k_cpy_q(TD s, TD d) { GRID_DEPENDENCY_SYNC();
     i64 nb = nelem(d) / 32;
     GRID_LOOP(bi, nb) {
         i64 l0 = bi * 32;
@@ -61,7 +61,7 @@ extern "C" __global__ void k_cpy_q(TD s, TD d) {
 }
 
 // Same-type copy of block-quantized rows (s.ne[0] == d.ne[0]): one thread per block, raw bytes.
-extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) {
+extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) { GRID_DEPENDENCY_SYNC();
     i64 per_row = d.ne[0] / block_size(d.type);
     i64 nb = per_row * d.ne[1] * d.ne[2] * d.ne[3];
     GRID_LOOP(bi, nb) {
@@ -77,7 +77,7 @@ extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) {
     }
 }
 
-extern "C" __global__ void k_get_rows(TD t, TD ids, TD d) {
+extern "C" __global__ void k_get_rows(TD t, TD ids, TD d) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -96,7 +96,7 @@ __device__ __forceinline__ int set_rows_target(const TD& ids, const TD& d, i64 i
     return (row < 0 || row >= d.ne[1]) ? -1 : row;
 }
 
-extern "C" __global__ void k_set_rows(TD d, TD s, TD ids) {
+extern "C" __global__ void k_set_rows(TD d, TD s, TD ids) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(s);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -106,7 +106,7 @@ extern "C" __global__ void k_set_rows(TD d, TD s, TD ids) {
     }
 }
 
-extern "C" __global__ void k_set_rows_q(TD d, TD s, TD ids) {
+extern "C" __global__ void k_set_rows_q(TD d, TD s, TD ids) { GRID_DEPENDENCY_SYNC();
     i64 per_row = s.ne[0] / 32;
     i64 nb = per_row * s.ne[1] * s.ne[2] * s.ne[3];
     GRID_LOOP(bi, nb) {
@@ -120,7 +120,7 @@ extern "C" __global__ void k_set_rows_q(TD d, TD s, TD ids) {
     }
 }
 
-extern "C" __global__ void k_concat(TD a, TD b, TD d, int dim) {
+extern "C" __global__ void k_concat(TD a, TD b, TD d, int dim) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
@@ -147,7 +147,7 @@ template <int V> __device__ void cpy_rows(const TD& s, const TD& d) {
     }
 }
 
-extern "C" __global__ void k_cpy_rows(TD s, TD d, int vec) {
+extern "C" __global__ void k_cpy_rows(TD s, TD d, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) cpy_rows<4>(s, d);
     else cpy_rows<1>(s, d);
 }
@@ -175,7 +175,7 @@ template <int V> __device__ void get_rows_rows(const TD& t, const TD& ids, const
     }
 }
 
-extern "C" __global__ void k_get_rows_rows(TD t, TD ids, TD d, int vec) {
+extern "C" __global__ void k_get_rows_rows(TD t, TD ids, TD d, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) get_rows_rows<4>(t, ids, d);
     else get_rows_rows<1>(t, ids, d);
 }
@@ -198,7 +198,7 @@ template <int V> __device__ void set_rows_rows(const TD& d, const TD& s, const T
     CHUNK_LOOP(c, cpr * nrows32(s)) set_rows_chunk<V>(d, s, ids, c, cpr);
 }
 
-extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
+extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) set_rows_rows<4>(d, s, ids);
     else set_rows_rows<1>(d, s, ids);
 }
@@ -212,7 +212,7 @@ extern "C" __global__ void k_set_rows_rows(TD d, TD s, TD ids, int vec) {
 extern "C" __global__ void k_rope_set_rows(TD a, TD pos, TD ff, TD d, TD cache, TD ids, int swap12, TD qa, TD qd,
                                            int q_chunks, TD vs, TD vcache, TD vids, int v_chunks, int n_dims,
                                            int neox, int has_ff, float freq_base, float freq_scale,
-                                           float ext_factor, float attn_factor, float corr0, float corr1) {
+                                           float ext_factor, float attn_factor, float corr0, float corr1) { GRID_DEPENDENCY_SYNC();
     const RopeArgs ra = {n_dims, neox, has_ff, freq_base, freq_scale, ext_factor, attn_factor, corr0, corr1};
     const u32 nq = (u32)q_chunks, nk = ((u32)d.ne[0] - (u32)n_dims / 2) * nrows32(d);
     CHUNK_LOOP(c, nq + nk + (u32)v_chunks) {

@@ -10,7 +10,7 @@ __device__ __forceinline__ bool after(float va, int ia, float vb, int ib, int n,
     return ia > ib;
 }
 
-extern "C" __global__ void k_argsort(TD a, TD d, int desc, int npad) {
+extern "C" __global__ void k_argsort(TD a, TD d, int desc, int npad) { GRID_DEPENDENCY_SYNC();
     extern __shared__ unsigned char smem[];
     float* vals = (float*)smem;
     int* idx = (int*)(vals + npad);
