@@ -101,6 +101,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_kernel_starts_with_the_grid_dependency_sync() {
+        // Launched as programmatic dependents on NVIDIA, a kernel that read memory before
+        // GRID_DEPENDENCY_SYNC() could see the previous kernel's results half written.
+        for (file, src) in SOURCES {
+            for (at, _) in src.match_indices("__global__") {
+                let body = at + src[at..].find('{').expect("a kernel has a body") + 1;
+                assert!(
+                    src[body..].trim_start().starts_with("GRID_DEPENDENCY_SYNC();"),
+                    "{file}: the kernel at byte {at} does not start with GRID_DEPENDENCY_SYNC()"
+                );
+            }
+        }
+    }
+
     /// Constructs that only one vendor compiles (or that mean something else on the other), with
     /// what the shared sources use instead (defined by both vendor preludes).
     const VENDOR_CONSTRUCTS: [(&str, &str); 11] = [
