@@ -22,6 +22,9 @@ const TILE_PAIRS: usize = 32;
 const MM_THREADS: u32 = 128;
 const GROUP_THREADS: u32 = 256;
 
+/// Most experts of a grouped product (`MG_MAX_EXPERTS`: the grouping's counts in shared memory).
+const MAX_EXPERTS: usize = 1024;
+
 /// Largest grid extent on axis y.
 const MAX_GRID_Y: usize = 65535;
 
@@ -78,7 +81,8 @@ pub fn mul_mat_id(
         && la.dtype.is_quantized()
         && gemv::rows_readable(&a, la)
         && i32::try_from(pairs * b1).is_ok()
-        && m.div_ceil(TILE_ROWS) <= MAX_GRID_Y;
+        && m.div_ceil(TILE_ROWS) <= MAX_GRID_Y
+        && n_exp <= MAX_EXPERTS;
     let (a, la) = gemv::weights(r, a, la)?;
     let mut args = GemvArgs {
         ids: ids.ptr,
@@ -132,6 +136,7 @@ mod tests {
             format!("#define MM_BN {TILE_PAIRS}\n"),
             format!("#define MM_THREADS {MM_THREADS}\n"),
             format!("#define MG_THREADS {GROUP_THREADS}\n"),
+            format!("#define MG_MAX_EXPERTS {MAX_EXPERTS}\n"),
         ] {
             assert!(src.contains(&line), "{line}");
         }

@@ -1,6 +1,6 @@
 // mul_mat_id of prompts grouped by expert: the (slot, token) pairs routed to each expert are
-// gathered (k_moe_group: counts, offsets, the pairs of each expert in token order, and the work
-// list of tiles), then one launch (k_moe_mm_<type>) multiplies every used expert with the
+// gathered (k_moe_group: counts, offsets, the pairs of each expert, and the work list of
+// tiles), then one launch (k_moe_mm_<type>) multiplies every used expert with the
 // activation columns of its pairs, each block one tile (expert, 64-row tile, 32-pair tile) of the
 // work list, reading the quantized weights in place. Everything stays on the GPU (no count comes
 // back to the host), so the step is capturable in a CUDA graph; the grid is sized for the most
@@ -12,6 +12,7 @@
 // is out of range are left out of the groups and their result columns set to NaN.
 
 #define MG_THREADS 256
+#define MG_MAX_EXPERTS 1024
 #define MG_OFF 1
 #define MG_MAP(n_exp) (2 + (n_exp))
 #define MM_BM 64
@@ -35,22 +36,25 @@ __device__ __forceinline__ int moe_expert(const GV& g, i64 p) {
     return e >= 0 && e < g.n_exp ? e : -1;
 }
 
-// One block of MG_THREADS: thread e (and e + MG_THREADS, ...) counts the pairs of expert e, then
-// lists them in pair order after the prefix sum, so the grouping is deterministic without atomics.
-// g: ids (strides ids_nb0/ids_nb1), n_used, n_exp, nz = the pair count, d and m (NaN columns).
+// One block of MG_THREADS: counts per expert (shared-memory atomics), their prefix sums (the
+// offsets, and the first tile of each expert), then every pair's place in its expert's list. The
+// order of pairs within an expert may change from run to run; each result column is computed the
+// same wherever its pair is. g: ids (strides ids_nb0/ids_nb1), n_used, n_exp (at most
+// MG_MAX_EXPERTS), nz = the pair count, d and m (the NaN columns of ids out of range).
 extern "C" __global__ void k_moe_group(GV g, u64 group) {
+    __shared__ int count[MG_MAX_EXPERTS], first_tile[MG_MAX_EXPERTS];
     int* buf = (int*)group;
     int* off = buf + MG_OFF;
     int* map = buf + MG_MAP(g.n_exp);
     int* tiles = map + g.nz;
-    const int tid = threadIdx.x;
-    for (i64 e = tid; e < g.n_exp; e += MG_THREADS) {
-        int n = 0;
-        for (i64 p = 0; p < g.nz; p++) n += moe_expert(g, p) == (int)e;
-        off[e + 1] = n;
-    }
+    const int tid = threadIdx.x, n_exp = (int)g.n_exp;
+    for (int e = tid; e < n_exp; e += MG_THREADS) count[e] = 0;
+    __syncthreads();
     for (i64 p = tid; p < g.nz; p += MG_THREADS) {
-        if (moe_expert(g, p) < 0) {
+        const int e = moe_expert(g, p);
+        if (e >= 0) {
+            atomicAdd(&count[e], 1);
+        } else {
             float* col = (float*)g.d + p * g.m;
             for (i64 i = 0; i < g.m; i++) col[i] = __int_as_float(0x7fc00000);
         }
@@ -58,27 +62,27 @@ extern "C" __global__ void k_moe_group(GV g, u64 group) {
     __syncthreads();
     if (tid == 0) {
         int at = 0, n_tiles = 0;
-        off[0] = 0;
-        for (i64 e = 0; e < g.n_exp; e++) {
-            const int n = off[e + 1];
-            n_tiles += (n + MM_BN - 1) / MM_BN;
-            at += n;
-            off[e + 1] = at;
+        for (int e = 0; e < n_exp; e++) {
+            off[e] = at;
+            first_tile[e] = n_tiles;
+            at += count[e];
+            n_tiles += (count[e] + MM_BN - 1) / MM_BN;
         }
+        off[n_exp] = at;
         buf[0] = n_tiles;
     }
     __syncthreads();
-    for (i64 e = tid; e < g.n_exp; e += MG_THREADS) {
-        int j = off[e];
-        // The tiles of expert e follow those of the experts before it: ceil(count / MM_BN) each.
-        int t = 0;
-        for (i64 f = 0; f < e; f++) t += (off[f + 1] - off[f] + MM_BN - 1) / MM_BN;
-        for (int c = off[e]; c < off[e + 1]; c += MM_BN, t++) {
-            tiles[2 * t] = (int)e;
-            tiles[2 * t + 1] = c;
+    for (int e = tid; e < n_exp; e += MG_THREADS) {
+        for (int c = 0, t = first_tile[e]; c < count[e]; c += MM_BN, t++) {
+            tiles[2 * t] = e;
+            tiles[2 * t + 1] = off[e] + c;
         }
-        for (i64 p = 0; p < g.nz; p++)
-            if (moe_expert(g, p) == (int)e) map[j++] = (int)p;
+        count[e] = 0;
+    }
+    __syncthreads();
+    for (i64 p = tid; p < g.nz; p += MG_THREADS) {
+        const int e = moe_expert(g, p);
+        if (e >= 0) map[off[e] + atomicAdd(&count[e], 1)] = (int)p;
     }
 }
 
