@@ -2,8 +2,9 @@
 //! products run grouped by expert (`k_moe_group`, `k_moe_mm_<type>`), and decode steps (the GEMV
 //! kernels, one column per pair), for Qwen3-30B-A3B (n_embd 2048, n_ff_exp 768, 128 experts,
 //! top-8; Q4_0, Q4_K, Q8_0) and gpt-oss-20b (2880, 2880, 32 experts, top-4; MXFP4), gate/up and
-//! down. On a GPU the prompts are 512 tokens; on the host emulation (each GPU thread a fiber) the
-//! same expert counts and routing with weights a sixteenth as long and as tall and 24 tokens. Ids
+//! down. On a GPU the prompts are 512 tokens, the decode steps 3; on the host emulation (each GPU
+//! thread a fiber) prompts of 16 tokens through the same expert counts and routing with weights a
+//! sixteenth as long and as tall. Ids
 //! out of range give NaN columns and leave every other column as it should be.
 
 use super::*;
@@ -81,13 +82,15 @@ fn moe_experts_at_model_shapes() {
     let Some(dev) = kernel_device() else { return };
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    // The host keeps every expert count and routing width, with weights cut to a sixteenth each way
-    // (rows a whole number of blocks) and fewer prompt tokens.
-    let (prompt, cut) = if emulated(&dev) { (24, 16) } else { (512, 1) };
+    // The host keeps every expert count and routing width, with weights cut to a sixteenth each
+    // way (rows a whole number of blocks) and a short prompt; decode steps (the GEMV kernels'
+    // shapes of `mul_mat_id_long_rows`) only on a GPU.
+    let host = emulated(&dev);
+    let (tokens, cut): (&[usize], usize) = if host { (&[16], 16) } else { (&[512, 3], 1) };
     for s in &SHAPES {
         let block = s.w.block_size();
         let row = |n: usize| (n / cut / block * block).max(block);
-        for n_tok in [prompt, 3] {
+        for &n_tok in tokens {
             push_experts(&mut set, s, (row(s.n_embd), s.n_ff / cut), n_tok, false);
             push_experts(&mut set, s, (row(s.n_ff), s.n_embd / cut), n_tok, true);
         }
@@ -122,13 +125,8 @@ fn moe_ids_out_of_range_give_nan_columns() {
     let Some(dev) = kernel_device() else { return };
     let mut rng = StdRng::seed_from_u64(seed());
     let (k, m, n_exp, n_used) = (256, 67, 8, 4);
-    // Decode (GEMV), prompts (grouped; 70 tokens: two tiles of pairs per expert), float experts.
-    let cases = [
-        (DType::Q4_0, 3),
-        (DType::Q4_0, 21),
-        (DType::Q6K, 70),
-        (DType::F16, 21),
-    ];
+    // Decode (GEMV), a prompt (grouped; 70 tokens: two tiles of pairs per expert), float experts.
+    let cases = [(DType::Q4_0, 3), (DType::Q6K, 70), (DType::F16, 5)];
     for (w, n_tok) in cases {
         let specs = [
             InputSpec::new(w, [k, m, n_exp, 1]),

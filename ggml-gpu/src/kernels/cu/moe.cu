@@ -95,8 +95,9 @@ template <int T>
 __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
     __shared__ int4 ws[MM_BM][MM_KU][2];
     __shared__ float wsc[MM_BM][MM_KU][3];
-    __shared__ int4 xs[MM_BN][MM_KU][2];
-    __shared__ float2 xds[MM_BN][MM_KU];
+    // Activation rows padded by 16 and 8 bytes: the 8 pairs one load phase reads hit distinct banks.
+    __shared__ int4 xs[MM_BN][2 * MM_KU + 1];
+    __shared__ float2 xds[MM_BN][MM_KU + 1];
     __shared__ int cols[MM_BN], dcols[MM_BN];
     const int tile = (int)blockIdx.x;
     if (tile >= buf[0]) return;
@@ -145,11 +146,11 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
             const int c = i / MM_KU, u = i % MM_KU, s = u0 + u;
             if (s < nu) {
                 const int4* xp = (const int4*)(xq + (i64)cols[c] * g.k + 32 * (i64)s);
-                xs[c][u][0] = xp[0];
-                xs[c][u][1] = xp[1];
+                xs[c][2 * u] = xp[0];
+                xs[c][2 * u + 1] = xp[1];
                 xds[c][u] = xd[(i64)cols[c] * nu + s];
             } else {
-                xs[c][u][0] = xs[c][u][1] = moe_int4(0, 0, 0, 0);
+                xs[c][2 * u] = xs[c][2 * u + 1] = moe_int4(0, 0, 0, 0);
                 xds[c][u] = make_float2(0.0f, 0.0f);
             }
         }
@@ -158,7 +159,7 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
         for (int u = 0; u < MM_KU; u++) {
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int4 x0 = xs[tc + 8 * c][u][0], x1 = xs[tc + 8 * c][u][1];
+                const int4 x0 = xs[tc + 8 * c][2 * u], x1 = xs[tc + 8 * c][2 * u + 1];
                 const float2 ds = xds[tc + 8 * c][u];
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
