@@ -4,8 +4,8 @@
 //! top-8; Q4_0, Q4_K, Q8_0) and gpt-oss-20b (2880, 2880, 32 experts, top-4; MXFP4), gate/up and
 //! down. On a GPU the prompts are 512 tokens, the decode steps 3; on the host emulation (each GPU
 //! thread a fiber) prompts of 16 tokens through the same expert counts and routing with weights a
-//! sixteenth as long and as tall. Ids
-//! out of range give NaN columns and leave every other column as it should be.
+//! sixteenth as long and as tall. Ids out of range give NaN columns and leave every other column
+//! as it should be.
 
 use super::*;
 
