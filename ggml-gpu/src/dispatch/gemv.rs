@@ -1,4 +1,5 @@
-//! Matrix-vector products for few columns (the decode case) and mul_mat_id: the `k_gemv_*` kernels
+//! Matrix-vector products for few columns (the decode case, and mul_mat_id of few tokens through
+//! [`super::moe`]): the `k_gemv_*` kernels
 //! of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
 //! rounded to 8 bits with a scale and sum per 32 (`k_quantize_q8`) for quantized weights, F32
 //! contiguous for float weights. K-quant rows that start 16-byte aligned are read in staged
@@ -91,7 +92,7 @@ pub struct GemvArgs {
 impl GemvArgs {
     /// The arguments naming weights `a` (rows, strides of rows and batches, row count and length)
     /// and the result at `d`; the caller sets the rest.
-    fn of_weights(a: &TDesc, la: &Layout, d: u64) -> GemvArgs {
+    pub(super) fn of_weights(a: &TDesc, la: &Layout, d: u64) -> GemvArgs {
         GemvArgs {
             w: a.ptr,
             wnb1: la.nb[1] as i64,
@@ -166,7 +167,7 @@ fn staged_type(t: DType) -> bool {
 /// The kernels' `vec` flag: K-quant rows are staged in 16-byte chunks when aligned; float rows
 /// and the activation columns at `x` (K elements) take 16-byte vector loads when K % 8 == 0 and
 /// both are aligned.
-fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
+pub(super) fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
     if l.dtype.is_quantized() {
         return staged_type(l.dtype) && rows_aligned16(a, l);
     }
@@ -174,7 +175,7 @@ fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
 }
 
 /// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
-fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
+pub(super) fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
     if rows_readable(&a, la) {
         return Ok((a, *la));
     }
@@ -183,7 +184,7 @@ fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, Layout)> {
 }
 
 /// The activations `b` as the kernels for weights of type `wt` take them; sets `x`, `xd`, `vec`.
-fn activations(
+pub(super) fn activations(
     r: &dyn Runner,
     b: TDesc,
     lb: &Layout,
@@ -227,7 +228,7 @@ fn warps_per_row(rows: usize, work: usize) -> usize {
 }
 
 /// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`.
-fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
+pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
     let columns = COLUMN_VARIANTS
         .into_iter()
         .find(|&c| c >= args.ncols as usize)
@@ -365,44 +366,6 @@ pub fn mul_mat_vec_glu(
         shared_bytes: 0,
         args: args![product(gate), product(up), out.ptr, glu_code],
     })
-}
-
-/// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
-/// give NaN columns.
-pub fn mul_mat_id(
-    r: &dyn Runner,
-    (a, la): (TDesc, &Layout),
-    (b, lb): (TDesc, &Layout),
-    (ids, lids): (TDesc, &Layout),
-    d: TDesc,
-) -> Result<()> {
-    let (a, la) = weights(r, a, la)?;
-    let n_exp = la.ne[2];
-    let [_, b1, n_tok, _] = lb.ne;
-    let n_used = lids.ne[0];
-    if b1 == 0 || lids.ne[1] != n_tok {
-        return Err(fail(
-            r,
-            format!(
-                "mul_mat_id shapes {:?} x {:?} with ids {:?}",
-                la.ne, lb.ne, lids.ne
-            ),
-        ));
-    }
-    let mut args = GemvArgs {
-        ids: ids.ptr,
-        ids_nb0: lids.nb[0] as i64,
-        ids_nb1: lids.nb[1] as i64,
-        ncols: 1,
-        n_used: n_used as i64,
-        b1: b1 as i64,
-        n_exp: n_exp as i64,
-        nz: (n_used * n_tok) as i64,
-        ..GemvArgs::of_weights(&a, &la, d.ptr)
-    };
-    activations(r, b, lb, la.dtype, &mut args)?;
-    args.vec = i64::from(vector_loads(&a, &la, args.x));
-    run(r, la.dtype, args)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod fuse;
 mod fuse_decode;
 mod gemm;
 mod gemv;
+mod moe;
 mod ops;
 mod rows;
 mod table;
@@ -183,9 +184,9 @@ impl Launch {
     }
 }
 
-/// The kernel entry points written out by name (the GEMV and dequantizer families are in
+/// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 32] = [
+pub const NAMED_KERNELS: [&str; 33] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -218,6 +219,7 @@ pub const NAMED_KERNELS: [&str; 32] = [
     "k_quantize_q8",
     "k_f16_from_f32",
     "k_hold",
+    "k_moe_group",
 ];
 
 /// Every kernel entry point of the program (the list both backends load).
@@ -232,6 +234,7 @@ pub fn kernel_names() -> Vec<String> {
         names.push(gemv::glu_kernel_name(tn));
         if t.is_quantized() {
             names.push(dequant_kernel(tn));
+            names.push(moe::grouped_kernel_name(tn));
         }
     }
     names

@@ -1,10 +1,10 @@
 //! Dispatch of one graph node to its kernel: operand descriptors, the op's parameters as kernel
 //! arguments, and the launch shape; the fast `_rows` kernels where [`super::rows`] takes the
-//! operands, the strided generic kernels otherwise; matrix products go to [`super::gemv`] and
-//! [`super::gemm`].
+//! operands, the strided generic kernels otherwise; matrix products go to [`super::gemv`],
+//! [`super::gemm`] and [`super::moe`].
 
 use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
-use super::{args, attention, gemm, gemv, supports, KernelArg, Launch, Runner, TDesc};
+use super::{args, attention, gemm, moe, supports, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{
     DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
     UnaryOp,
@@ -288,7 +288,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
         }
         Op::MulMatId => {
             let l = |i: usize| graph.layout(t.src[i]);
-            return gemv::mul_mat_id(r, (src(0)?, l(0)), (src(1)?, l(1)), (src(2)?, l(2)), d);
+            return moe::mul_mat_id(r, (src(0)?, l(0)), (src(1)?, l(1)), (src(2)?, l(2)), d);
         }
     };
     r.launch(&launch)

@@ -18,8 +18,9 @@
 //! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros
 //! for them.
 
-/// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`).
-pub const SOURCES: [(&str, &str); 9] = [
+/// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`,
+/// `gemv.cu` before `moe.cu`).
+pub const SOURCES: [(&str, &str); 10] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -29,6 +30,7 @@ pub const SOURCES: [(&str, &str); 9] = [
     ("attention.cu", include_str!("cu/attention.cu")),
     ("decode.cu", include_str!("cu/decode.cu")),
     ("gemv.cu", include_str!("cu/gemv.cu")),
+    ("moe.cu", include_str!("cu/moe.cu")),
 ];
 
 /// The vendor prelude of NVRTC: what the shared sources spell vendor-neutrally (`WARP_SHFL_XOR`,

@@ -93,16 +93,40 @@ fn mul_mat_id(set: &mut CaseSet) {
             let b = InputSpec::new(DType::F32, [k, b1, n_tok, 1]);
             let ids = InputSpec::ids([n_used, n_tok, 1, 1], n_exp, true);
             let params = format!("{n_used} of {n_exp} experts, b rows {b1}");
-            set.push(
-                "mul_mat_id",
-                params,
-                vec![experts, b, ids],
-                product_check(w, k),
-                |g, x| g.mul_mat_id(x[0], x[1], x[2]),
-                |x| Ok(mx::mul_mat_id(&x[0], &x[1], &x[2])),
-            );
+            push_mul_mat_id(set, params, [experts, b, ids], w, k);
         }
+        mul_mat_id_prompt(set, w);
     }
+}
+
+fn push_mul_mat_id(set: &mut CaseSet, params: String, inputs: [InputSpec; 3], w: DType, k: usize) {
+    set.push(
+        "mul_mat_id",
+        params,
+        inputs.to_vec(),
+        product_check(w, k),
+        |g, x| g.mul_mat_id(x[0], x[1], x[2]),
+        |x| Ok(mx::mul_mat_id(&x[0], &x[1], &x[2])),
+    );
+}
+
+/// A prompt's routing (more tokens than a decode step, the pairs of an expert over more than one
+/// tile of the GPU's grouped product, weight rows over more than one row tile) where the last two
+/// experts get no token.
+fn mul_mat_id_prompt(set: &mut CaseSet, w: DType) {
+    let k = if w.is_quantized() {
+        w.block_size() * set.pick(&[3, 9])
+    } else {
+        set.pick(&[40, 64])
+    };
+    let m = if w.is_quantized() { 67 } else { 19 };
+    let (n_exp, n_used, n_tok) = (6, set.pick(&[2, 3]), set.pick(&[37, 45]));
+    let b1 = set.pick(&[1, n_used]);
+    let experts = InputSpec::new(w, [k, m, n_exp, 1]);
+    let b = InputSpec::new(DType::F32, [k, b1, n_tok, 1]);
+    let ids = InputSpec::ids([n_used, n_tok, 1, 1], n_exp - 2, true);
+    let params = format!("prompt of {n_tok}, {n_used} of {n_exp} experts (2 unused), b rows {b1}");
+    push_mul_mat_id(set, params, [experts, b, ids], w, k);
 }
 
 fn get_rows(set: &mut CaseSet) {

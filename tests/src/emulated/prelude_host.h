@@ -1,8 +1,8 @@
 // Vendor prelude: the host (tests only). Defines the names the shared kernel sources use, in
 // terms of plain C++ and the fiber scheduler of `fibers.cpp` (one fiber per GPU thread): the
 // thread and block indices, __syncthreads, warp shuffles and warp barriers, __shared__ memory
-// (one copy per OS thread: the blocks of a launch run one after another on it), vector types and
-// bit casts. WARP_SIZE is defined in front (32 as on NVIDIA GPUs, 64 as on AMD wavefronts).
+// (one copy per OS thread: the blocks of a launch run one after another on it), atomic adds,
+// vector types and bit casts. WARP_SIZE is defined in front (32 as on NVIDIA GPUs, 64 as on AMD wavefronts).
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -42,6 +42,9 @@ template <typename T> inline T emu_shuffle(T v, unsigned src_lane) {
 }
 #define WARP_SHFL_XOR(v, o) emu_shuffle((v), (threadIdx.x % WARP_SIZE) ^ (unsigned)(o))
 #define WARP_SHFL_DOWN(v, o) emu_shuffle((v), (threadIdx.x % WARP_SIZE) + (unsigned)(o))
+
+// Atomic adds of ints (shared or global memory: the blocks of a launch may run on several OS threads).
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 inline int emu_dot4_i8(int a, int b, int c) {
     for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);

@@ -5,7 +5,8 @@
 //! with long rows; flash attention decode over long KV (split-KV partials and their merge) with GQA,
 //! masks and sinks; the small ops' fast paths (row-contiguous kernels) at model sizes, odd sizes and
 //! through views; the fused add -> norm -> mul chains against the same nodes run unfused (bit-equal)
-//! and the float64 reference; the decode fusions (`fusions.rs`). Each result is compared with the
+//! and the float64 reference; the decode fusions (`fusions.rs`); mul_mat_id at the shapes of MoE
+//! models, prompts and decode, and ids out of range (`moe.rs`). Each result is compared with the
 //! suite's float64 reference under its bound. Shared by two test binaries, each with its own
 //! `kernel_device()`: `cuda_kernels` (the first CUDA device; `skipped: no CUDA device` without one)
 //! and `kernels_on_host` (the kernels compiled for the host, as on CI).
@@ -29,6 +30,8 @@ use std::sync::Arc;
 mod attention;
 #[path = "fusions.rs"]
 mod fusions;
+#[path = "moe.rs"]
+mod moe;
 
 use super::kernel_device;
 

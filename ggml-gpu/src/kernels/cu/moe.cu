@@ -1,0 +1,205 @@
+// mul_mat_id of prompts grouped by expert: the (slot, token) pairs routed to each expert are
+// gathered (k_moe_group: counts, offsets, the pairs of each expert, and the work list of
+// tiles), then one launch (k_moe_mm_<type>) multiplies every used expert with the
+// activation columns of its pairs, each block one tile (expert, 64-row tile, 32-pair tile) of the
+// work list, reading the quantized weights in place. Everything stays on the GPU (no count comes
+// back to the host), so the step is capturable in a CUDA graph; the grid is sized for the most
+// tiles any routing can give and the blocks past the real count exit at once.
+//
+// The grouping buffer (32-bit ints): [0] the tile count, [MG_OFF + e] the first grouped pair of
+// expert e (n_exp + 1 offsets), [MG_MAP(n_exp) + j] grouped pair j as its (slot, token) index
+// slot + n_used * token, then two ints per tile (expert, first grouped pair). Pairs whose expert id
+// is out of range are left out of the groups and their result columns set to NaN.
+
+#define MG_THREADS 256
+#define MG_MAX_EXPERTS 1024
+#define MG_OFF 1
+#define MG_MAP(n_exp) (2 + (n_exp))
+#define MM_BM 64
+#define MM_BN 32
+#define MM_KU 8
+#define MM_THREADS 128
+
+__device__ __forceinline__ int4 moe_int4(int x, int y, int z, int w) {
+    int4 v;
+    v.x = x;
+    v.y = y;
+    v.z = z;
+    v.w = w;
+    return v;
+}
+
+// The expert of (slot, token) pair p, or -1 when its id is out of range.
+__device__ __forceinline__ int moe_expert(const GV& g, i64 p) {
+    const i64 slot = p % g.n_used, tok = p / g.n_used;
+    const int e = *(const int*)((const u8*)g.ids + slot * g.ids_nb0 + tok * g.ids_nb1);
+    return e >= 0 && e < g.n_exp ? e : -1;
+}
+
+// One block of MG_THREADS: counts per expert (shared-memory atomics), their prefix sums (the
+// offsets, and the first tile of each expert), then every pair's place in its expert's list. The
+// order of pairs within an expert may change from run to run; each result column is computed the
+// same wherever its pair is. g: ids (strides ids_nb0/ids_nb1), n_used, n_exp (at most
+// MG_MAX_EXPERTS), nz = the pair count, d and m (the NaN columns of ids out of range).
+extern "C" __global__ void k_moe_group(GV g, u64 group) {
+    __shared__ int count[MG_MAX_EXPERTS], first_tile[MG_MAX_EXPERTS];
+    int* buf = (int*)group;
+    int* off = buf + MG_OFF;
+    int* map = buf + MG_MAP(g.n_exp);
+    int* tiles = map + g.nz;
+    const int tid = threadIdx.x, n_exp = (int)g.n_exp;
+    for (int e = tid; e < n_exp; e += MG_THREADS) count[e] = 0;
+    __syncthreads();
+    for (i64 p = tid; p < g.nz; p += MG_THREADS) {
+        const int e = moe_expert(g, p);
+        if (e >= 0) {
+            atomicAdd(&count[e], 1);
+        } else {
+            float* col = (float*)g.d + p * g.m;
+            for (i64 i = 0; i < g.m; i++) col[i] = __int_as_float(0x7fc00000);
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int at = 0, n_tiles = 0;
+        for (int e = 0; e < n_exp; e++) {
+            off[e] = at;
+            first_tile[e] = n_tiles;
+            at += count[e];
+            n_tiles += (count[e] + MM_BN - 1) / MM_BN;
+        }
+        off[n_exp] = at;
+        buf[0] = n_tiles;
+    }
+    __syncthreads();
+    for (int e = tid; e < n_exp; e += MG_THREADS) {
+        for (int c = 0, t = first_tile[e]; c < count[e]; c += MM_BN, t++) {
+            tiles[2 * t] = e;
+            tiles[2 * t + 1] = off[e] + c;
+        }
+        count[e] = 0;
+    }
+    __syncthreads();
+    for (i64 p = tid; p < g.nz; p += MG_THREADS) {
+        const int e = moe_expert(g, p);
+        if (e >= 0) map[off[e] + atomicAdd(&count[e], 1)] = (int)p;
+    }
+}
+
+// Tile blockIdx.x of the work list (rows blockIdx.y * MM_BM ..) of the grouped product: 8-bit
+// activations (g.x, g.xd as k_quantize_q8 writes them, column (slot % b1) + b1 * token) times
+// expert e's rows of quantized type T, decoded unit by unit (32 weights) into shared memory,
+// MM_KU units per step; each thread sums 4 rows x 4 pairs with DOT4_I8 and writes them to the
+// pairs' result columns (m F32 each, column slot + n_used * token).
+template <int T>
+__device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
+    __shared__ int4 ws[MM_BM][MM_KU][2];
+    __shared__ float wsc[MM_BM][MM_KU][3];
+    // Activation rows padded by 16 and 8 bytes: the 8 pairs one load phase reads hit distinct banks.
+    __shared__ int4 xs[MM_BN][2 * MM_KU + 1];
+    __shared__ float2 xds[MM_BN][MM_KU + 1];
+    __shared__ int cols[MM_BN], dcols[MM_BN];
+    const int tile = (int)blockIdx.x;
+    if (tile >= buf[0]) return;
+    const int* off = buf + MG_OFF;
+    const int* map = buf + MG_MAP(g.n_exp);
+    const int* tiles = map + g.nz;
+    const int e = tiles[2 * tile], j0 = tiles[2 * tile + 1];
+    const int n = min(MM_BN, off[e + 1] - j0);
+    const i64 row0 = (i64)blockIdx.y * MM_BM;
+    const int tid = threadIdx.x, tc = tid % 8, tr = tid / 8;
+    if (tid < MM_BN) {
+        const int p = map[j0 + min(tid, n - 1)];
+        const i64 slot = p % g.n_used, tok = p / g.n_used;
+        cols[tid] = (int)(slot % g.b1 + g.b1 * tok);
+        dcols[tid] = p;
+    }
+    __syncthreads();
+    const u8* wb = (const u8*)g.w + e * g.wnb2;
+    const signed char* xq = (const signed char*)g.x;
+    const float2* xd = (const float2*)g.xd;
+    const int nu = (int)(g.k / 32);
+    float acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+    for (int u0 = 0; u0 < nu; u0 += MM_KU) {
+#pragma unroll
+        for (int i = tid; i < MM_BM * MM_KU; i += MM_THREADS) {
+            const int r = i / MM_KU, u = i % MM_KU, s = u0 + u;
+            QUnit q;
+            if (s < nu) {
+                decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
+            } else {
+                for (int w = 0; w < 8; w++) q.w[w] = 0;
+                q.sa = q.sb = q.m = 0.0f;
+            }
+            ws[r][u][0] = moe_int4(q.w[0], q.w[1], q.w[2], q.w[3]);
+            ws[r][u][1] = moe_int4(q.w[4], q.w[5], q.w[6], q.w[7]);
+            wsc[r][u][0] = q.sa;
+            wsc[r][u][1] = q.sb;
+            wsc[r][u][2] = q.m;
+        }
+#pragma unroll
+        for (int i = tid; i < MM_BN * MM_KU; i += MM_THREADS) {
+            const int c = i / MM_KU, u = i % MM_KU, s = u0 + u;
+            if (s < nu) {
+                const int4* xp = (const int4*)(xq + (i64)cols[c] * g.k + 32 * (i64)s);
+                xs[c][2 * u] = xp[0];
+                xs[c][2 * u + 1] = xp[1];
+                xds[c][u] = xd[(i64)cols[c] * nu + s];
+            } else {
+                xs[c][2 * u] = xs[c][2 * u + 1] = moe_int4(0, 0, 0, 0);
+                xds[c][u] = make_float2(0.0f, 0.0f);
+            }
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int u = 0; u < MM_KU; u++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int4 x0 = xs[tc + 8 * c][2 * u], x1 = xs[tc + 8 * c][2 * u + 1];
+                const float2 ds = xds[tc + 8 * c][u];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int4 w0 = ws[tr + 16 * r][u][0], w1 = ws[tr + 16 * r][u][1];
+                    int lo = DOT4_I8(w0.x, x0.x, 0);
+                    lo = DOT4_I8(w0.y, x0.y, lo);
+                    lo = DOT4_I8(w0.z, x0.z, lo);
+                    lo = DOT4_I8(w0.w, x0.w, lo);
+                    int hi = DOT4_I8(w1.x, x1.x, 0);
+                    hi = DOT4_I8(w1.y, x1.y, hi);
+                    hi = DOT4_I8(w1.z, x1.z, hi);
+                    hi = DOT4_I8(w1.w, x1.w, hi);
+                    const float* sc = wsc[tr + 16 * r][u];
+                    acc[r][c] += (sc[0] * (float)lo + sc[1] * (float)hi) * ds.x + sc[2] * ds.y;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        if (tc + 8 * c >= n) continue;
+        float* dcol = (float*)g.d + (i64)dcols[tc + 8 * c] * g.m;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const i64 row = row0 + tr + 16 * r;
+            if (row < g.m) dcol[row] = acc[r][c];
+        }
+    }
+}
+
+#define MOE_KERNEL(name, T) \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { moe_mm<T>(g, (const int*)group); }
+
+MOE_KERNEL(q4_0, T_Q4_0)
+MOE_KERNEL(q4_1, T_Q4_1)
+MOE_KERNEL(q5_0, T_Q5_0)
+MOE_KERNEL(q5_1, T_Q5_1)
+MOE_KERNEL(q8_0, T_Q8_0)
+MOE_KERNEL(q4_k, T_Q4K)
+MOE_KERNEL(q5_k, T_Q5K)
+MOE_KERNEL(q6_k, T_Q6K)
+MOE_KERNEL(mxfp4, T_MXFP4)
