@@ -41,7 +41,7 @@ __device__ __forceinline__ int moe_expert(const GV& g, i64 p) {
 // order of pairs within an expert may change from run to run; each result column is computed the
 // same wherever its pair is. g: ids (strides ids_nb0/ids_nb1), n_used, n_exp (at most
 // MG_MAX_EXPERTS), nz = the pair count, d and m (the NaN columns of ids out of range).
-extern "C" __global__ void k_moe_group(GV g, u64 group) {
+extern "C" __global__ void k_moe_group(GV g, u64 group) { GRID_DEPENDENCY_SYNC();
     __shared__ int count[MG_MAX_EXPERTS], first_tile[MG_MAX_EXPERTS];
     int* buf = (int*)group;
     int* off = buf + MG_OFF;
@@ -192,7 +192,7 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
 }
 
 #define MOE_KERNEL(name, T) \
-    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { moe_mm<T>(g, (const int*)group); }
+    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); moe_mm<T>(g, (const int*)group); }
 
 MOE_KERNEL(q4_0, T_Q4_0)
 MOE_KERNEL(q4_1, T_Q4_1)
