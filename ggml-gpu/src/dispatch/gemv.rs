@@ -1,6 +1,5 @@
 //! Matrix-vector products for few columns (the decode case, and mul_mat_id of few tokens through
-//! [`super::moe`]): the `k_gemv_*` kernels
-//! of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
+//! [`super::moe`]): the `k_gemv_*` kernels of `gemv.cu` read the weights in their stored format. Activations are prepared once per call:
 //! rounded to 8 bits with a scale and sum per 32 (`k_quantize_q8`) for quantized weights, F32
 //! contiguous for float weights. K-quant rows that start 16-byte aligned are read in staged
 //! chunks of [`CHUNK_UNITS`] units with 16-byte loads. Weights whose rows the kernels cannot read
