@@ -211,14 +211,15 @@ pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
 
-/// Scales, mins and 4-bit quants shared by Q4_K and Q5_K (`qs` at byte `qs_off`).
+/// The super-block scales, mins and per-32 scales of a Q4_K / Q5_K block (shared with the x86
+/// unpacking, which vectorises only the quants).
 #[inline(always)]
-unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
+pub(crate) unsafe fn unpack_k4_scales<F: HalfCvt>(p: *const u8, out: &mut KBlock) {
     // SAFETY: the caller passes a whole Q4_K / Q5_K block.
-    let (scales, qs) = unsafe {
+    let scales = unsafe {
         out.d = F::cvt(rd16(p));
         out.dmin = F::cvt(rd16(p.add(2)));
-        (rd::<12>(p.add(4)), rd::<128>(p.add(qs_off)))
+        rd::<12>(p.add(4))
     };
     for s in 0..8 {
         let (sc, m) = get_scale_min_k4(s, &scales);
@@ -227,6 +228,16 @@ unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
         out.mn[2 * s] = i16::from(m);
         out.mn[2 * s + 1] = i16::from(m);
     }
+}
+
+/// Scales, mins and 4-bit quants shared by Q4_K and Q5_K (`qs` at byte `qs_off`).
+#[inline(always)]
+unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
+    // SAFETY: the caller passes a whole Q4_K / Q5_K block.
+    let qs = unsafe {
+        unpack_k4_scales::<F>(p, out);
+        rd::<128>(p.add(qs_off))
+    };
     for c in 0..4 {
         for l in 0..32 {
             out.q[64 * c + l] = qs[32 * c + l] & 15;
