@@ -28,7 +28,7 @@ mod quant;
 #[cfg(target_arch = "x86_64")]
 mod quant_x86;
 pub mod simd;
-mod vec;
+pub(crate) mod vec;
 
 #[cfg(test)]
 mod tests;

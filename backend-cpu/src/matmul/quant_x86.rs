@@ -162,34 +162,42 @@ impl LegacyX86 for Mxfp4 {
     }
 }
 
-/// One legacy block `i` of the weight row against `C` activation rows, accumulated into `acc`
-/// (scaled integer dots) and `msum` (min terms).
+/// Legacy block `i` of `R` weight rows against `C` activation rows, accumulated into `acc`
+/// (scaled integer dots) and `msum` (min terms). Each activation block is loaded once for all
+/// `R` rows and each weight block unpacked once for all `C` columns.
 #[inline(always)]
-unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
-    w: *const u8,
+unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
+    w: &[*const u8; R],
     acts: &[*const u8; C],
     i: usize,
-    acc: &mut [__m256; C],
-    msum: &mut [f32; C],
+    acc: &mut [[__m256; C]; R],
+    msum: &mut [[f32; C]; R],
 ) {
     let (aq, asz) = act_layout(T::MIN);
     // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
     unsafe {
-        let p = w.add(i * T::SIZE);
-        let q = T::unpack_x86(p);
-        let (d, m) = T::dm::<F16c>(p);
+        let q: [__m256i; R] = std::array::from_fn(|r| T::unpack_x86(w[r].add(i * T::SIZE)));
+        let dm: [(f32, f32); R] = std::array::from_fn(|r| T::dm::<F16c>(w[r].add(i * T::SIZE)));
         for c in 0..C {
             let a = acts[c].add(i * asz);
             let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
-            let s = if T::MIN {
-                D::dot_us(q, y)
+            let da = F16c::cvt(rd16(a));
+            let sa = if T::MIN {
+                F16c::cvt(rd16(a.add(2)))
             } else {
-                D::dot_ss(q, y)
+                0.0
             };
-            let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
-            if T::MIN {
-                msum[c] += m * F16c::cvt(rd16(a.add(2)));
+            for r in 0..R {
+                let s = if T::MIN {
+                    D::dot_us(q[r], y)
+                } else {
+                    D::dot_ss(q[r], y)
+                };
+                let scale = _mm256_set1_ps(dm[r].0 * da);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[r][c]);
+                if T::MIN {
+                    msum[r][c] += dm[r].1 * sa;
+                }
             }
         }
     }
@@ -205,19 +213,38 @@ unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
 ) -> [f32; C] {
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
     unsafe {
-        let mut acc0 = [_mm256_setzero_ps(); C];
-        let mut acc1 = [_mm256_setzero_ps(); C];
-        let mut msum = [0f32; C];
+        let mut acc0 = [[_mm256_setzero_ps(); C]];
+        let mut acc1 = [[_mm256_setzero_ps(); C]];
+        let mut msum = [[0f32; C]];
         let mut i = 0;
         while i + 2 <= nb {
-            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
-            legacy_step::<T, D, C>(w, acts, i + 1, &mut acc1, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i + 1, &mut acc1, &mut msum);
             i += 2;
         }
         if i < nb {
-            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|c| _mm256_add_ps(acc0[c], acc1[c]).hsum() + msum[c])
+        std::array::from_fn(|c| _mm256_add_ps(acc0[0][c], acc1[0][c]).hsum() + msum[0][c])
+    }
+}
+
+/// Legacy kernel of the prompt products: two weight rows of `nb` blocks against four Q8_0 / Q8_1
+/// rows (eight independent accumulators).
+#[inline(always)]
+unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
+    w: &[*const u8; 2],
+    acts: &[*const u8; 4],
+    nb: usize,
+) -> [[f32; 4]; 2] {
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut msum = [[0f32; 4]; 2];
+        for i in 0..nb {
+            legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc, &mut msum);
+        }
+        std::array::from_fn(|r| std::array::from_fn(|c| acc[r][c].hsum() + msum[r][c]))
     }
 }
 
@@ -377,6 +404,11 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
         // SAFETY: forwarded from the caller.
         unsafe { legacy::<T, D, 4>(w, acts, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy_2x4::<T, D>(w, acts, self.0) }
     }
     #[inline(always)]
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
