@@ -489,3 +489,50 @@ pub(crate) unsafe fn rows(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggml_core::quant::quantize_row;
+    use ggml_core::QK_K;
+    use rand::Rng;
+
+    /// The vectorised K-quant unpacking gives the portable unpacking's bytes, scales and mins.
+    #[test]
+    fn kquant_unpack_x86_matches_portable() {
+        if !SimdLevel::Avx2.is_available() {
+            return;
+        }
+        let mut rng = rand::thread_rng();
+        let x: Vec<f32> = (0..QK_K).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+        for (wt, check) in [
+            (DType::Q4K, check_unpack::<Q4K> as fn(&[u8])),
+            (DType::Q5K, check_unpack::<Q5K>),
+            (DType::Q6K, check_unpack::<Q6K>),
+        ] {
+            let mut block = vec![0u8; wt.row_size(QK_K).unwrap()];
+            quantize_row(wt, &x, &mut block).unwrap();
+            check(&block);
+        }
+    }
+
+    fn check_unpack<T: KQuantX86>(block: &[u8]) {
+        assert_eq!(block.len(), T::SIZE);
+        let (mut want, mut got) = (KBlock::new(), KBlock::new());
+        // SAFETY: `block` is one whole super-block; AVX2 was checked by the caller.
+        unsafe {
+            T::unpack::<super::super::quant::ScalarHalf>(block.as_ptr(), &mut want);
+            unpack_avx2::<T>(block.as_ptr(), &mut got);
+        }
+        assert_eq!(want.q, got.q);
+        assert_eq!(want.sc, got.sc);
+        assert_eq!(want.mn, got.mn);
+        assert_eq!((want.d, want.dmin), (got.d, got.dmin));
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2<T: KQuantX86>(p: *const u8, out: &mut KBlock) {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::unpack_x86(p, out) }
+    }
+}
