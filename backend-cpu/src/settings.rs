@@ -2,7 +2,7 @@
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `GGML_TP_SIMD` | the SIMD level of the matmul kernels: `scalar`, `avx2`, `avx512` or `neon` (default: the best the CPU has) |
+//! | `GGML_TP_SIMD` | the SIMD level of the matmul kernels and of the attention / row-conversion primitives: `scalar`, `avx2`, `avx512` or `neon` (default: the best the CPU has) |
 //! | `GGML_TP_CPU_DEVICES` | how many virtual CPU devices share the machine (a positive count; default 1) |
 //! | `GGML_TP_THREADS` | threads shared out over those devices (a positive count; default: all cores) |
 

@@ -4,27 +4,9 @@
 
 use super::norm::alibi_slope;
 use super::rows::{load_row, par_rows, unravel, with_out_row, Scratch};
+use super::vector::{row_ops, RowOps};
 use crate::view::TView;
 use ggml_core::{DType, Error, Result};
-
-/// Dot product with several accumulators so the compiler vectorizes it.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0f32; 8];
-    let chunks = n / 8;
-    for c in 0..chunks {
-        for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..n {
-        s += a[i] * b[i];
-    }
-    s
-}
 
 /// Parameters of one `flash_attn_ext` call.
 #[derive(Clone, Copy, Debug)]
@@ -61,7 +43,8 @@ pub fn flash_attn_ext(
             Scratch::default(),
             Scratch::default(),
         );
-        let mut acc = OnlineSoftmax::new(dv);
+        let ops = row_ops();
+        let mut acc = OnlineSoftmax::new(dv, ops);
         // K/V rows converted to f32 once per (kv head, sequence) for the whole task, instead of once
         // per query row (prompts have many query rows per head).
         let dk = lq.ne[0];
@@ -100,7 +83,7 @@ pub fn flash_attn_ext(
                         Some((kc, _)) => &kc[j * dk..(j + 1) * dk],
                         None => load_row(k, [j, hk, s], &mut sk.f)?,
                     };
-                    let mut x = dot(qr, kr) * scale;
+                    let mut x = ops.dot(qr, kr) * scale;
                     if softcap != 0.0 {
                         x = softcap * x.tanh();
                     }
@@ -197,14 +180,16 @@ unsafe fn convert_kv(
 /// One query row's online softmax: the running maximum score, the sum of weights and the weighted
 /// sum of value rows, rescaled whenever a larger score arrives.
 struct OnlineSoftmax {
+    ops: &'static RowOps,
     acc: Vec<f32>,
     max: f32,
     sum: f32,
 }
 
 impl OnlineSoftmax {
-    fn new(dv: usize) -> Self {
+    fn new(dv: usize, ops: &'static RowOps) -> Self {
         OnlineSoftmax {
+            ops,
             acc: vec![0f32; dv],
             max: f32::NEG_INFINITY,
             sum: 0.0,
@@ -222,16 +207,13 @@ impl OnlineSoftmax {
         let weight = if x > self.max {
             let ms = (self.max - x).exp();
             self.max = x;
-            self.acc.iter_mut().for_each(|a| *a *= ms);
+            self.ops.scale(ms, &mut self.acc);
             self.sum *= ms;
             1.0
         } else {
             (x - self.max).exp()
         };
-        self.acc
-            .iter_mut()
-            .zip(vr)
-            .for_each(|(a, &vv)| *a += weight * vv);
+        self.ops.axpy(weight, vr, &mut self.acc);
         self.sum += weight;
     }
 
@@ -239,7 +221,7 @@ impl OnlineSoftmax {
     fn add_sink(&mut self, sink: f32) {
         if sink > self.max {
             let ms = (self.max - sink).exp();
-            self.acc.iter_mut().for_each(|a| *a *= ms);
+            self.ops.scale(ms, &mut self.acc);
             self.sum = self.sum * ms + 1.0;
         } else {
             self.sum += (sink - self.max).exp();

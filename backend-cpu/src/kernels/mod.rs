@@ -9,6 +9,7 @@ pub mod norm;
 pub mod rope;
 pub mod rows;
 pub mod sort;
+pub(crate) mod vector;
 
 use crate::view::TView;
 use elementwise::BinOp;

@@ -78,6 +78,10 @@ pub unsafe fn load_row_into(v: &TView, r: [usize; 3], out: &mut [f32]) -> Result
     let p = v.row_ptr(r[0], r[1], r[2]);
     let dt = v.dtype();
     let nb0 = v.layout.nb[0];
+    if dt == DType::F16 && nb0 == 2 {
+        super::vector::row_ops().widen_f16(p, out);
+        return Ok(());
+    }
     if dt.is_quantized() || (nb0 == dt.type_size() && dt != DType::I32) {
         if dt.is_quantized() && nb0 != dt.type_size() && n > dt.block_size() {
             return Err(bad_type(dt, "a row with strided blocks"));

@@ -211,14 +211,15 @@ pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
 
-/// Scales, mins and 4-bit quants shared by Q4_K and Q5_K (`qs` at byte `qs_off`).
+/// The super-block scales, mins and per-32 scales of a Q4_K / Q5_K block (shared with the x86
+/// unpacking, which vectorises only the quants).
 #[inline(always)]
-unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
+pub(crate) unsafe fn unpack_k4_scales<F: HalfCvt>(p: *const u8, out: &mut KBlock) {
     // SAFETY: the caller passes a whole Q4_K / Q5_K block.
-    let (scales, qs) = unsafe {
+    let scales = unsafe {
         out.d = F::cvt(rd16(p));
         out.dmin = F::cvt(rd16(p.add(2)));
-        (rd::<12>(p.add(4)), rd::<128>(p.add(qs_off)))
+        rd::<12>(p.add(4))
     };
     for s in 0..8 {
         let (sc, m) = get_scale_min_k4(s, &scales);
@@ -227,6 +228,16 @@ unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
         out.mn[2 * s] = i16::from(m);
         out.mn[2 * s + 1] = i16::from(m);
     }
+}
+
+/// Scales, mins and 4-bit quants shared by Q4_K and Q5_K (`qs` at byte `qs_off`).
+#[inline(always)]
+unsafe fn unpack_k4<F: HalfCvt>(p: *const u8, qs_off: usize, out: &mut KBlock) {
+    // SAFETY: the caller passes a whole Q4_K / Q5_K block.
+    let qs = unsafe {
+        unpack_k4_scales::<F>(p, out);
+        rd::<128>(p.add(qs_off))
+    };
     for c in 0..4 {
         for l in 0..32 {
             out.q[64 * c + l] = qs[32 * c + l] & 15;
@@ -383,10 +394,16 @@ pub(crate) fn supported(wt: DType) -> bool {
     scalar_kernels::<1>(wt).is_some()
 }
 
-/// A kernel of one weight type: one weight row against 4 or 1 activation rows.
+/// A kernel of one weight type: one weight row against 4 or 1 activation rows, or two weight rows
+/// against 4 (by default two `dot4`; kernels that share the activation loads override it).
 pub(crate) trait RowKernel {
     unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4];
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32;
+    #[inline(always)]
+    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
+        // SAFETY: forwarded from the caller.
+        unsafe { [self.dot4(w[0], acts), self.dot4(w[1], acts)] }
+    }
 }
 
 struct ScalarKernel {
@@ -406,7 +423,8 @@ impl RowKernel for ScalarKernel {
     }
 }
 
-/// Applies `kern` to `rows` x `cols` of a job: each weight row against groups of 4 columns.
+/// Applies `kern` to `rows` x `cols` of a job: pairs of weight rows (one row when a single one is
+/// left) against groups of 4 columns, the remaining columns one by one.
 #[inline(always)]
 pub(crate) unsafe fn rows_with<K: RowKernel>(
     kern: &K,
@@ -417,19 +435,35 @@ pub(crate) unsafe fn rows_with<K: RowKernel>(
     // SAFETY: the job's pointers are valid for `rows` x `cols` and these destination elements are
     // written by this thread only (caller).
     unsafe {
-        for m in rows {
-            let w = job.w.add(m * job.w_stride);
+        let mut m = rows.start;
+        while m < rows.end {
+            let nr = if m + 1 < rows.end { 2 } else { 1 };
+            let w = [
+                job.w.add(m * job.w_stride),
+                job.w.add((m + nr - 1) * job.w_stride),
+            ];
             let mut c = cols.start;
             while c + 4 <= cols.end {
                 let acts: [*const u8; 4] = std::array::from_fn(|i| job.acts[c + i]);
-                for (i, v) in kern.dot4(w, &acts).into_iter().enumerate() {
-                    *job.dsts[c + i].add(m) = v;
+                if nr == 2 {
+                    for (r, vals) in kern.dot2x4(&w, &acts).into_iter().enumerate() {
+                        for (i, v) in vals.into_iter().enumerate() {
+                            *job.dsts[c + i].add(m + r) = v;
+                        }
+                    }
+                } else {
+                    for (i, v) in kern.dot4(w[0], &acts).into_iter().enumerate() {
+                        *job.dsts[c + i].add(m) = v;
+                    }
                 }
                 c += 4;
             }
             for c in c..cols.end {
-                *job.dsts[c].add(m) = kern.dot1(w, job.acts[c]);
+                for (r, &wr) in w.iter().enumerate().take(nr) {
+                    *job.dsts[c].add(m + r) = kern.dot1(wr, job.acts[c]);
+                }
             }
+            m += nr;
         }
     }
 }

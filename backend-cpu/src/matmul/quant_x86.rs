@@ -5,8 +5,8 @@
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`).
 
 use super::quant::{
-    act_layout, rd16, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K, Q4_0, Q4_1, Q5K,
-    Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
+    act_layout, rd16, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K,
+    Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
@@ -162,34 +162,42 @@ impl LegacyX86 for Mxfp4 {
     }
 }
 
-/// One legacy block `i` of the weight row against `C` activation rows, accumulated into `acc`
-/// (scaled integer dots) and `msum` (min terms).
+/// Legacy block `i` of `R` weight rows against `C` activation rows, accumulated into `acc`
+/// (scaled integer dots) and `msum` (min terms). Each activation block is loaded once for all
+/// `R` rows and each weight block unpacked once for all `C` columns.
 #[inline(always)]
-unsafe fn legacy_step<T: LegacyX86, D: DotI8, const C: usize>(
-    w: *const u8,
+unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
+    w: &[*const u8; R],
     acts: &[*const u8; C],
     i: usize,
-    acc: &mut [__m256; C],
-    msum: &mut [f32; C],
+    acc: &mut [[__m256; C]; R],
+    msum: &mut [[f32; C]; R],
 ) {
     let (aq, asz) = act_layout(T::MIN);
     // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
     unsafe {
-        let p = w.add(i * T::SIZE);
-        let q = T::unpack_x86(p);
-        let (d, m) = T::dm::<F16c>(p);
+        let q: [__m256i; R] = std::array::from_fn(|r| T::unpack_x86(w[r].add(i * T::SIZE)));
+        let dm: [(f32, f32); R] = std::array::from_fn(|r| T::dm::<F16c>(w[r].add(i * T::SIZE)));
         for c in 0..C {
             let a = acts[c].add(i * asz);
             let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
-            let s = if T::MIN {
-                D::dot_us(q, y)
+            let da = F16c::cvt(rd16(a));
+            let sa = if T::MIN {
+                F16c::cvt(rd16(a.add(2)))
             } else {
-                D::dot_ss(q, y)
+                0.0
             };
-            let scale = _mm256_set1_ps(d * F16c::cvt(rd16(a)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
-            if T::MIN {
-                msum[c] += m * F16c::cvt(rd16(a.add(2)));
+            for r in 0..R {
+                let s = if T::MIN {
+                    D::dot_us(q[r], y)
+                } else {
+                    D::dot_ss(q[r], y)
+                };
+                let scale = _mm256_set1_ps(dm[r].0 * da);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[r][c]);
+                if T::MIN {
+                    msum[r][c] += dm[r].1 * sa;
+                }
             }
         }
     }
@@ -205,68 +213,187 @@ unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
 ) -> [f32; C] {
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
     unsafe {
-        let mut acc0 = [_mm256_setzero_ps(); C];
-        let mut acc1 = [_mm256_setzero_ps(); C];
-        let mut msum = [0f32; C];
+        let mut acc0 = [[_mm256_setzero_ps(); C]];
+        let mut acc1 = [[_mm256_setzero_ps(); C]];
+        let mut msum = [[0f32; C]];
         let mut i = 0;
         while i + 2 <= nb {
-            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
-            legacy_step::<T, D, C>(w, acts, i + 1, &mut acc1, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i + 1, &mut acc1, &mut msum);
             i += 2;
         }
         if i < nb {
-            legacy_step::<T, D, C>(w, acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|c| _mm256_add_ps(acc0[c], acc1[c]).hsum() + msum[c])
+        std::array::from_fn(|c| _mm256_add_ps(acc0[0][c], acc1[0][c]).hsum() + msum[0][c])
     }
 }
 
-/// Horizontal sum of eight i32.
+/// Legacy kernel of the prompt products: two weight rows of `nb` blocks against four Q8_0 / Q8_1
+/// rows (eight independent accumulators).
 #[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
+unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
+    w: &[*const u8; 2],
+    acts: &[*const u8; 4],
+    nb: usize,
+) -> [[f32; 4]; 2] {
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut msum = [[0f32; 4]; 2];
+        for i in 0..nb {
+            legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc, &mut msum);
+        }
+        std::array::from_fn(|r| std::array::from_fn(|c| acc[r][c].hsum() + msum[r][c]))
+    }
+}
+
+/// Vectorised unpacking of K-quant super-blocks into a [`KBlock`] (the portable `KQuant::unpack`
+/// computes the same bytes element by element).
+pub(crate) trait KQuantX86: KQuant {
+    unsafe fn unpack_x86(p: *const u8, out: &mut KBlock);
+}
+
+/// Splits 32 bytes into their low and high nibbles.
+#[inline(always)]
+unsafe fn split_nibbles(v: __m256i) -> (__m256i, __m256i) {
     // SAFETY: AVX2 enabled by the caller.
     unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
+        let m = _mm256_set1_epi8(15);
+        (
+            _mm256_and_si256(v, m),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m),
+        )
     }
 }
 
-/// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows.
+/// Stores 32 bytes at `out.q[off..off + 32]`.
 #[inline(always)]
-unsafe fn kquant<T: KQuant, const C: usize>(
+unsafe fn store_q(out: &mut KBlock, off: usize, v: __m256i) {
+    debug_assert!(off + 32 <= out.q.len());
+    // SAFETY: AVX2 enabled by the caller; `off + 32 <= QK_K`.
+    unsafe { _mm256_storeu_si256(out.q.as_mut_ptr().add(off) as *mut __m256i, v) }
+}
+
+/// The 4-bit quants of a Q4_K / Q5_K block (`qs` at byte `qs_off`): chunk `c` of 32 bytes gives
+/// elements `64 c ..` (low nibbles) and `64 c + 32 ..` (high nibbles).
+#[inline(always)]
+unsafe fn k4_quants_x86(p: *const u8, qs_off: usize, out: &mut KBlock) {
+    // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
+    unsafe {
+        for c in 0..4 {
+            let v = _mm256_loadu_si256(p.add(qs_off + 32 * c) as *const __m256i);
+            let (lo, hi) = split_nibbles(v);
+            store_q(out, 64 * c, lo);
+            store_q(out, 64 * c + 32, hi);
+        }
+    }
+}
+
+// SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
+impl KQuantX86 for Q4K {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
+        unsafe {
+            unpack_k4_scales::<F16c>(p, out);
+            k4_quants_x86(p, 16, out);
+        }
+    }
+}
+impl KQuantX86 for Q5K {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
+        unsafe {
+            unpack_k4_scales::<F16c>(p, out);
+            k4_quants_x86(p, 48, out);
+            // Bit `s` of qh[l] is bit 4 of element 32 s + l.
+            let qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
+            let bit4 = _mm256_set1_epi8(16);
+            for s in 0..8 {
+                let off = 32 * s;
+                let q = _mm256_loadu_si256(out.q.as_ptr().add(off) as *const __m256i);
+                let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32));
+                let h = _mm256_and_si256(_mm256_slli_epi16::<4>(h), bit4);
+                store_q(out, off, _mm256_or_si256(q, h));
+            }
+        }
+    }
+}
+impl KQuantX86 for Q6K {
+    #[inline(always)]
+    unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
+        unsafe {
+            out.d = F16c::cvt(rd16(p.add(208)));
+            out.dmin = out.d;
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+            _mm256_storeu_si256(out.sc.as_mut_ptr() as *mut __m256i, sc);
+            _mm256_storeu_si256(
+                out.mn.as_mut_ptr() as *mut __m256i,
+                _mm256_slli_epi16::<5>(sc),
+            );
+            // Element 128 h + 32 k + l: nibble k / 2 of ql[64 h + 32 (k % 2) + l], high bits 2 k
+            // of qh[32 h + l] (16-bit shifts do not mix bytes once masked).
+            let hi2 = _mm256_set1_epi8(0x30);
+            for h in 0..2 {
+                let (a_lo, a_hi) =
+                    split_nibbles(_mm256_loadu_si256(p.add(64 * h) as *const __m256i));
+                let (b_lo, b_hi) =
+                    split_nibbles(_mm256_loadu_si256(p.add(64 * h + 32) as *const __m256i));
+                let qh = _mm256_loadu_si256(p.add(128 + 32 * h) as *const __m256i);
+                let q0 = _mm256_and_si256(_mm256_slli_epi16::<4>(qh), hi2);
+                let q1 = _mm256_and_si256(_mm256_slli_epi16::<2>(qh), hi2);
+                let q2 = _mm256_and_si256(qh, hi2);
+                let q3 = _mm256_and_si256(_mm256_srli_epi16::<2>(qh), hi2);
+                store_q(out, 128 * h, _mm256_or_si256(a_lo, q0));
+                store_q(out, 128 * h + 32, _mm256_or_si256(b_lo, q1));
+                store_q(out, 128 * h + 64, _mm256_or_si256(a_hi, q2));
+                store_q(out, 128 * h + 96, _mm256_or_si256(b_hi, q3));
+            }
+        }
+    }
+}
+
+/// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows. The block is unpacked
+/// once per group of columns and its per-16 scale vectors built once; every column accumulates
+/// scaled f32 lanes, summed horizontally once per row.
+#[inline(always)]
+unsafe fn kquant<T: KQuantX86, const C: usize>(
     w: *const u8,
     acts: &[*const u8; C],
     nb: usize,
 ) -> [f32; C] {
-    let mut sum = [0f32; C];
     let mut kb = KBlock::new();
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
     unsafe {
+        let mut acc = [_mm256_setzero_ps(); C];
         for i in 0..nb {
-            T::unpack::<F16c>(w.add(i * T::SIZE), &mut kb);
+            T::unpack_x86(w.add(i * T::SIZE), &mut kb);
             let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
+            let scv: [__m256i; 8] = std::array::from_fn(|v| {
+                _mm256_set_m128i(
+                    _mm_set1_epi16(kb.sc[2 * v + 1]),
+                    _mm_set1_epi16(kb.sc[2 * v]),
+                )
+            });
             for c in 0..C {
                 let a = acts[c].add(i * Q8K_SIZE);
                 let da = (a as *const f32).read_unaligned();
-                let mut acc = _mm256_setzero_si256();
-                for v in 0..8 {
+                let mut isum = _mm256_setzero_si256();
+                for (v, sc) in scv.iter().enumerate() {
                     let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
                     let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
-                    let sc = _mm256_set_m128i(
-                        _mm_set1_epi16(kb.sc[2 * v + 1]),
-                        _mm_set1_epi16(kb.sc[2 * v]),
-                    );
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
+                    isum =
+                        _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
                 }
                 let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
-                let msum = hsum_i32(_mm256_madd_epi16(bs, mn));
-                sum[c] += kb.d * da * hsum_i32(acc) as f32 - kb.dmin * da * msum as f32;
+                let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
+                acc[c] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc[c]);
+                acc[c] = _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc[c]);
             }
         }
+        std::array::from_fn(|c| acc[c].hsum())
     }
-    sum
 }
 
 struct LegacyK<T, D>(usize, PhantomData<(T, D)>);
@@ -279,13 +406,18 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
         unsafe { legacy::<T, D, 4>(w, acts, self.0) }
     }
     #[inline(always)]
+    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy_2x4::<T, D>(w, acts, self.0) }
+    }
+    #[inline(always)]
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
         // SAFETY: forwarded from the caller.
         unsafe { legacy::<T, D, 1>(w, &[act], self.0)[0] }
     }
 }
 
-impl<T: KQuant> RowKernel for KQuantK<T> {
+impl<T: KQuantX86> RowKernel for KQuantK<T> {
     #[inline(always)]
     unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
         // SAFETY: forwarded from the caller.
@@ -355,5 +487,52 @@ pub(crate) unsafe fn rows(
         } else {
             rows_avx2(wt, job, nb, rows, cols)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggml_core::quant::quantize_row;
+    use ggml_core::QK_K;
+    use rand::Rng;
+
+    /// The vectorised K-quant unpacking gives the portable unpacking's bytes, scales and mins.
+    #[test]
+    fn kquant_unpack_x86_matches_portable() {
+        if !SimdLevel::Avx2.is_available() {
+            return;
+        }
+        let mut rng = rand::thread_rng();
+        let x: Vec<f32> = (0..QK_K).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+        for (wt, check) in [
+            (DType::Q4K, check_unpack::<Q4K> as fn(&[u8])),
+            (DType::Q5K, check_unpack::<Q5K>),
+            (DType::Q6K, check_unpack::<Q6K>),
+        ] {
+            let mut block = vec![0u8; wt.row_size(QK_K).unwrap()];
+            quantize_row(wt, &x, &mut block).unwrap();
+            check(&block);
+        }
+    }
+
+    fn check_unpack<T: KQuantX86>(block: &[u8]) {
+        assert_eq!(block.len(), T::SIZE);
+        let (mut want, mut got) = (KBlock::new(), KBlock::new());
+        // SAFETY: `block` is one whole super-block; AVX2 was checked by the caller.
+        unsafe {
+            T::unpack::<super::super::quant::ScalarHalf>(block.as_ptr(), &mut want);
+            unpack_avx2::<T>(block.as_ptr(), &mut got);
+        }
+        assert_eq!(want.q, got.q);
+        assert_eq!(want.sc, got.sc);
+        assert_eq!(want.mn, got.mn);
+        assert_eq!((want.d, want.dmin), (got.d, got.dmin));
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2<T: KQuantX86>(p: *const u8, out: &mut KBlock) {
+        // SAFETY: forwarded from the caller.
+        unsafe { T::unpack_x86(p, out) }
     }
 }

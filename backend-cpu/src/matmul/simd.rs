@@ -1,4 +1,4 @@
-//! SIMD level selection for the matmul kernels: detected once at run time (`OnceLock`), and
+//! SIMD level selection for the matmul kernels (and the row primitives of `kernels::vector`): detected once at run time (`OnceLock`), and
 //! overridable with `GGML_TP_SIMD=scalar|avx2|avx512|neon` ([`crate::settings`], read once, at the
 //! first detection). Forcing a level the CPU lacks falls back to the best available one with a
 //! warning on stderr. AMX is never used, whatever CPUID advertises.
@@ -10,6 +10,10 @@
 //!   integer dot products for the quantized kernels).
 //! - `Neon`: aarch64 NEON for the float kernels (row dot products and GEMM micro-kernel); the
 //!   quantized kernels use the portable code there (no hand-written `sdot` kernels yet).
+//!
+//! The quantized kernels of both x86 levels share everything but the 8-bit dot product: K-quant
+//! super-blocks are unpacked with AVX2 at both, legacy blocks are multiplied two weight rows by
+//! four activation columns per block load in prompt products.
 
 use std::sync::OnceLock;
 

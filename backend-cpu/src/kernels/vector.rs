@@ -1,0 +1,261 @@
+//! f32 row primitives of the per-token kernels (dot product, `y += a x`, `y *= s`, F16 widening),
+//! written once over [`F32Vec`] and instantiated per SIMD level like the float matmul kernels, so
+//! that attention and the row conversions use AVX2 / AVX-512 / NEON vectors whatever the crate's
+//! baseline target is. The level is [`crate::matmul::simd::level`] (`GGML_TP_SIMD`), chosen once.
+
+use crate::matmul::simd::{level, SimdLevel};
+use crate::matmul::vec::{F32Vec, Scalar8};
+use std::sync::OnceLock;
+
+/// The primitives of one SIMD level (raw pointers with an element count; see the safe wrappers).
+#[derive(Clone, Copy)]
+pub(crate) struct RowOps {
+    dot: unsafe fn(*const f32, *const f32, usize) -> f32,
+    axpy: unsafe fn(f32, *const f32, *mut f32, usize),
+    scale: unsafe fn(f32, *mut f32, usize),
+    widen_f16: unsafe fn(*const u16, *mut f32, usize),
+}
+
+impl RowOps {
+    /// The primitives of `level` (which must be available).
+    pub(crate) fn of(level: SimdLevel) -> RowOps {
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => x86::AVX2,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 => x86::AVX512,
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon => arm::NEON,
+            _ => RowOps {
+                dot: dot_impl::<Scalar8>,
+                axpy: axpy_impl::<Scalar8>,
+                scale: scale_impl::<Scalar8>,
+                widen_f16: widen_f16_impl::<Scalar8>,
+            },
+        }
+    }
+
+    /// `sum a[i] b[i]` over the shorter length.
+    #[inline]
+    pub(crate) fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: both slices hold at least `n` elements; `self` holds an available level's kernels.
+        unsafe { (self.dot)(a.as_ptr(), b.as_ptr(), a.len().min(b.len())) }
+    }
+
+    /// `y[i] += alpha * x[i]` over the shorter length.
+    #[inline]
+    pub(crate) fn axpy(&self, alpha: f32, x: &[f32], y: &mut [f32]) {
+        // SAFETY: as for `dot`.
+        unsafe { (self.axpy)(alpha, x.as_ptr(), y.as_mut_ptr(), x.len().min(y.len())) }
+    }
+
+    /// `y[i] *= s`.
+    #[inline]
+    pub(crate) fn scale(&self, s: f32, y: &mut [f32]) {
+        // SAFETY: as for `dot`.
+        unsafe { (self.scale)(s, y.as_mut_ptr(), y.len()) }
+    }
+
+    /// Widens `out.len()` IEEE half-precision values at `src` exactly to f32.
+    ///
+    /// # Safety
+    /// `src` must be readable for `out.len()` u16 (no alignment needed).
+    #[inline]
+    pub(crate) unsafe fn widen_f16(&self, src: *const u8, out: &mut [f32]) {
+        // SAFETY: `src` is readable for `out.len()` u16 (caller); the loads are unaligned.
+        unsafe { (self.widen_f16)(src as *const u16, out.as_mut_ptr(), out.len()) }
+    }
+}
+
+/// The primitives at the process's SIMD level.
+pub(crate) fn row_ops() -> &'static RowOps {
+    static OPS: OnceLock<RowOps> = OnceLock::new();
+    OPS.get_or_init(|| RowOps::of(level()))
+}
+
+#[inline(always)]
+unsafe fn dot_impl<V: F32Vec>(a: *const f32, b: *const f32, n: usize) -> f32 {
+    let l = V::LANES;
+    // SAFETY: `a` and `b` hold `n` elements (caller); every load stays below `n`.
+    unsafe {
+        let (mut acc0, mut acc1) = (V::zero(), V::zero());
+        let mut i = 0;
+        while i + 2 * l <= n {
+            acc0 = V::fmadd(V::load(a.add(i)), V::load(b.add(i)), acc0);
+            acc1 = V::fmadd(V::load(a.add(i + l)), V::load(b.add(i + l)), acc1);
+            i += 2 * l;
+        }
+        if i + l <= n {
+            acc0 = V::fmadd(V::load(a.add(i)), V::load(b.add(i)), acc0);
+            i += l;
+        }
+        let mut s = V::add(acc0, acc1).hsum();
+        for j in i..n {
+            s += *a.add(j) * *b.add(j);
+        }
+        s
+    }
+}
+
+#[inline(always)]
+unsafe fn axpy_impl<V: F32Vec>(alpha: f32, x: *const f32, y: *mut f32, n: usize) {
+    let l = V::LANES;
+    // SAFETY: `x` and `y` hold `n` elements (caller) and do not overlap (distinct slices).
+    unsafe {
+        let av = V::splat(alpha);
+        let mut i = 0;
+        while i + l <= n {
+            V::fmadd(av, V::load(x.add(i)), V::load(y.add(i))).store(y.add(i));
+            i += l;
+        }
+        for j in i..n {
+            *y.add(j) += alpha * *x.add(j);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn scale_impl<V: F32Vec>(s: f32, y: *mut f32, n: usize) {
+    let l = V::LANES;
+    // SAFETY: `y` holds `n` elements (caller).
+    unsafe {
+        let (sv, zero) = (V::splat(s), V::zero());
+        let mut i = 0;
+        while i + l <= n {
+            V::fmadd(sv, V::load(y.add(i)), zero).store(y.add(i));
+            i += l;
+        }
+        for j in i..n {
+            *y.add(j) *= s;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn widen_f16_impl<V: F32Vec>(src: *const u16, out: *mut f32, n: usize) {
+    let l = V::LANES;
+    // SAFETY: `src` and `out` hold `n` elements (caller); `src` may be unaligned.
+    unsafe {
+        let mut i = 0;
+        while i + l <= n {
+            V::load_f16(src.add(i)).store(out.add(i));
+            i += l;
+        }
+        for j in i..n {
+            *out.add(j) = ggml_core::quant::f16_bits_to_f32(src.add(j).read_unaligned());
+        }
+    }
+}
+
+/// Instantiates the primitives for vector type `$v` inside functions compiled with `$features`.
+macro_rules! row_ops_for {
+    ($name:ident, $v:ty, $features:literal) => {
+        pub(super) const $name: RowOps = {
+            #[target_feature(enable = $features)]
+            unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
+                // SAFETY: features checked by `RowOps::of`'s caller; pointers from the wrappers.
+                unsafe { dot_impl::<$v>(a, b, n) }
+            }
+            #[target_feature(enable = $features)]
+            unsafe fn axpy(alpha: f32, x: *const f32, y: *mut f32, n: usize) {
+                // SAFETY: as for `dot`.
+                unsafe { axpy_impl::<$v>(alpha, x, y, n) }
+            }
+            #[target_feature(enable = $features)]
+            unsafe fn scale(s: f32, y: *mut f32, n: usize) {
+                // SAFETY: as for `dot`.
+                unsafe { scale_impl::<$v>(s, y, n) }
+            }
+            #[target_feature(enable = $features)]
+            unsafe fn widen_f16(src: *const u16, out: *mut f32, n: usize) {
+                // SAFETY: as for `dot`.
+                unsafe { widen_f16_impl::<$v>(src, out, n) }
+            }
+            RowOps {
+                dot,
+                axpy,
+                scale,
+                widen_f16,
+            }
+        };
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use std::arch::x86_64::{__m256, __m512};
+
+    row_ops_for!(AVX2, __m256, "avx2,fma,f16c");
+    row_ops_for!(AVX512, __m512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl");
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::*;
+    use crate::matmul::vec::Neon8;
+
+    row_ops_for!(NEON, Neon8, "neon");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    /// Every available level against an f64 reference, odd lengths, fresh random inputs.
+    #[test]
+    fn row_ops_every_level_against_f64() {
+        let mut rng = rand::thread_rng();
+        for lvl in SimdLevel::available() {
+            let ops = RowOps::of(lvl);
+            for n in [0usize, 1, 7, 8, 17, 33, 64, 131] {
+                let a: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let b: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let want: f64 = a.iter().zip(&b).map(|(&x, &y)| f64::from(x * y)).sum();
+                let mag: f64 = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(&x, &y)| f64::from(x * y).abs())
+                    .sum();
+                let got = f64::from(ops.dot(&a, &b));
+                assert!(
+                    (got - want).abs() <= 1e-6 * (mag + 1.0),
+                    "{lvl:?} dot n={n}"
+                );
+
+                let alpha: f32 = rng.gen_range(-2.0..2.0);
+                let mut y = b.clone();
+                ops.axpy(alpha, &a, &mut y);
+                for i in 0..n {
+                    let w = f64::from(b[i]) + f64::from(alpha) * f64::from(a[i]);
+                    assert!(
+                        (f64::from(y[i]) - w).abs() <= 1e-6,
+                        "{lvl:?} axpy n={n} i={i}"
+                    );
+                }
+                ops.scale(alpha, &mut y);
+                let h: Vec<u16> = a
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
+                let mut wide = vec![f32::NAN; n];
+                // SAFETY: `h` holds `n` u16.
+                unsafe { ops.widen_f16(h.as_ptr() as *const u8, &mut wide) };
+                for i in 0..n {
+                    let w = f64::from(b[i]) + f64::from(alpha) * f64::from(a[i]);
+                    let ws = w * f64::from(alpha);
+                    assert!(
+                        (f64::from(y[i]) - ws).abs() <= 1e-5,
+                        "{lvl:?} scale n={n} i={i}"
+                    );
+                    assert_eq!(
+                        wide[i],
+                        half::f16::from_bits(h[i]).to_f32(),
+                        "{lvl:?} f16 n={n}"
+                    );
+                }
+            }
+        }
+    }
+}
