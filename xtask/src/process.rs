@@ -1,5 +1,6 @@
 //! Running external programs with clear errors: which program is missing, which command failed and how.
 
+use std::ffi::OsString;
 use std::io;
 use std::process::{Child, Command, Output};
 
@@ -56,4 +57,9 @@ pub fn succeeds(cmd: &mut Command) -> bool {
 /// Starts `cmd` without waiting for it; fails with a clear message if it cannot start.
 pub fn spawn(cmd: &mut Command) -> Result<Child> {
     cmd.spawn().map_err(|e| spawn_error(cmd, e))
+}
+
+/// The cargo that runs xtask (`$CARGO`), else `cargo` from PATH.
+pub fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
