@@ -6,8 +6,9 @@
 //! - [`bytes`]: a byte count, or `off` / `never` for [`usize::MAX`] (a threshold never reached);
 //! - [`text`]: the value as it is (unset or empty: none).
 //!
-//! [`models_cache_dir`] is where downloaded models are kept for every clone on the machine
-//! (`$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`).
+//! [`cache_dir`] is the user's cache folder of ggml-tp that every clone on the machine shares
+//! (`$XDG_CACHE_HOME/ggml-tp`, else `~/.cache/ggml-tp`); [`models_cache_dir`] holds the downloaded
+//! models there.
 //!
 //! A value that cannot be read is reported once on stderr and treated as unset.
 
@@ -52,11 +53,16 @@ pub fn path(var: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// The folder downloaded models are kept in, shared by every clone on the machine:
-/// `$XDG_CACHE_HOME/ggml-tp/models`, else `$HOME/.cache/ggml-tp/models` (as the XDG base directory
-/// specification and the Hugging Face hub cache do); none when neither variable gives an absolute path.
+/// The user's cache folder of ggml-tp, shared by every clone on the machine:
+/// `$XDG_CACHE_HOME/ggml-tp`, else `$HOME/.cache/ggml-tp` (as the XDG base directory specification
+/// and the Hugging Face hub cache do); none when neither variable gives an absolute path.
+pub fn cache_dir() -> Option<PathBuf> {
+    cache_dir_from(path("XDG_CACHE_HOME"), path("HOME")).map(|c| c.join("ggml-tp"))
+}
+
+/// The folder downloaded models are kept in: `models` in [`cache_dir`].
 pub fn models_cache_dir() -> Option<PathBuf> {
-    cache_dir_from(path("XDG_CACHE_HOME"), path("HOME")).map(|c| c.join("ggml-tp").join("models"))
+    cache_dir().map(|c| c.join("models"))
 }
 
 /// The user's cache folder from `XDG_CACHE_HOME` and `HOME`: a relative `XDG_CACHE_HOME` is

