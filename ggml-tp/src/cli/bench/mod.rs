@@ -9,7 +9,7 @@
 mod report;
 mod setup;
 
-use super::load::{load, Loaded, Setup, SplitMode};
+use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
 use llama::runtime::{Outputs, Session};
 use report::{utc_timestamp, Format, Record, Report, TestShape};

@@ -124,13 +124,13 @@ mod tests {
     #[test]
     fn model_type_counts_parameters_and_names_the_main_weight_type() {
         let mut w = GgufWriter::new();
-        w.add_tensor("big", DType::Q8_0, &[64, 3], &vec![0u8; 3 * 68])
+        w.add_tensor("big", DType::Q8_0, &[64, 8], vec![0u8; 16 * 34])
             .unwrap();
-        w.add_tensor("norm", DType::F32, &[64], &vec![0u8; 256])
+        w.add_tensor("norm", DType::F32, &[64], vec![0u8; 256])
             .unwrap();
         let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
         let (name, n) = model_type("llama", &file);
-        assert_eq!(n, 64 * 3 + 64);
+        assert_eq!(n, 64 * 8 + 64);
         assert_eq!(name, "llama 0M Q8_0");
     }
 
