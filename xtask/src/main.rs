@@ -5,6 +5,7 @@
 //! * `demo`: the README's main job: fetch SmolLM2 when it is missing, then run it with tensor
 //!   parallelism over two CPU devices.
 //! * `ci`: format check, clippy, the builds of every feature set, then the tests.
+//! * `openai-python`: the venv with the official openai client that the server's SDK test drives.
 //! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
 //! * `gguf-synth`: write the random-weight benchmark models (`ggml-tp bench --synthetic`) as GGUF.
 //! * `device-pack`, `device-chunks`: pack release binaries, fixtures and model parts for a remote GPU
@@ -59,6 +60,9 @@ enum Command {
     },
     /// Run the CI steps in order: fmt check, clippy, builds, tests.
     Ci,
+    /// Set up the venv with the pinned openai client (in the user's cache) and print its Python,
+    /// for the server's SDK test: `GGML_TP_OPENAI_PYTHON=$(cargo xtask openai-python)`.
+    OpenaiPython,
     /// Cross-check ggml-core's dequantization of every tensor against gguf-py.
     CheckDequant {
         /// Check only this model (from `models/` or the cache); all three if neither this nor `--file` is given.
@@ -124,6 +128,9 @@ fn main() -> ExitCode {
             extra,
         }),
         Command::Ci => ci::run_all(),
+        Command::OpenaiPython => {
+            python::openai_python().map(|p| println!("{}", p.to_string_lossy()))
+        }
         Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
         Command::GgufSynth { presets, out } => synth::write(&presets, &out),
         Command::DevicePack {

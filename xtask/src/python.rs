@@ -122,26 +122,28 @@ pub fn openai_python() -> Result<OsString> {
         "xtask: installing openai=={OPENAI_VERSION} into {}",
         venv.display()
     );
+    // What pip says goes to stderr: stdout is for the Python's path (`cargo xtask openai-python`).
     if !PathBuf::from(&venv_python).exists() {
-        process::run(Command::new(&system).arg("-m").arg("venv").arg(&venv))
-            .context("creating a Python venv failed (Debian: apt-get install python3-venv)")?;
+        process::run(
+            Command::new(&system)
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv)
+                .stdout(std::io::stderr()),
+        )
+        .context("creating a Python venv failed (Debian: apt-get install python3-venv)")?;
     }
     let spec = format!("openai=={OPENAI_VERSION}");
     process::retry(
         models::DOWNLOAD_ATTEMPTS,
         &format!("installing {spec} with pip"),
         || {
-            process::run(Command::new(&venv_python).args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--retries",
-                "5",
-                "--timeout",
-                "60",
-                &spec,
-            ]))
+            process::run(
+                Command::new(&venv_python)
+                    .args(["-m", "pip", "install", "--disable-pip-version-check"])
+                    .args(["--retries", "5", "--timeout", "60", &spec])
+                    .stdout(std::io::stderr()),
+            )
         },
     )?;
     if !has_package(&venv_python, "openai", OPENAI_VERSION) {
