@@ -6,6 +6,10 @@
 //! - [`bytes`]: a byte count, or `off` / `never` for [`usize::MAX`] (a threshold never reached);
 //! - [`text`]: the value as it is (unset or empty: none).
 //!
+//! [`cache_dir`] is the user's cache folder of ggml-tp that every clone on the machine shares
+//! (`$XDG_CACHE_HOME/ggml-tp`, else `~/.cache/ggml-tp`); [`models_cache_dir`] holds the downloaded
+//! models there.
+//!
 //! A value that cannot be read is reported once on stderr and treated as unset.
 
 use std::path::PathBuf;
@@ -49,6 +53,26 @@ pub fn path(var: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The user's cache folder of ggml-tp, shared by every clone on the machine:
+/// `$XDG_CACHE_HOME/ggml-tp`, else `$HOME/.cache/ggml-tp` (as the XDG base directory specification
+/// and the Hugging Face hub cache do); none when neither variable gives an absolute path.
+pub fn cache_dir() -> Option<PathBuf> {
+    cache_dir_from(path("XDG_CACHE_HOME"), path("HOME")).map(|c| c.join("ggml-tp"))
+}
+
+/// The folder downloaded models are kept in: `models` in [`cache_dir`].
+pub fn models_cache_dir() -> Option<PathBuf> {
+    cache_dir().map(|c| c.join("models"))
+}
+
+/// The user's cache folder from `XDG_CACHE_HOME` and `HOME`: a relative `XDG_CACHE_HOME` is
+/// ignored, as the specification says.
+fn cache_dir_from(xdg_cache_home: Option<PathBuf>, home: Option<PathBuf>) -> Option<PathBuf> {
+    xdg_cache_home
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.filter(|h| h.is_absolute()).map(|h| h.join(".cache")))
+}
+
 fn parse_flag(value: Option<&str>, default: bool) -> bool {
     match value {
         None | Some("") => default,
@@ -74,7 +98,8 @@ fn warn(var: &str, value: &str, expected: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_bytes, parse_count, parse_flag};
+    use super::{cache_dir_from, parse_bytes, parse_count, parse_flag};
+    use std::path::PathBuf;
 
     #[test]
     fn unset_and_empty_keep_the_default_the_rest_decides() {
@@ -110,5 +135,18 @@ mod tests {
         assert_eq!(super::count("GGML_TP_TEST_UNSET_VARIABLE_CORE"), None);
         assert_eq!(super::bytes("GGML_TP_TEST_UNSET_VARIABLE_CORE"), None);
         assert!(super::flag("GGML_TP_TEST_UNSET_VARIABLE_CORE", true));
+    }
+
+    #[test]
+    fn the_cache_is_xdg_cache_home_else_dot_cache_in_home() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(cache_dir_from(p("/x/cache"), p("/home/u")), p("/x/cache"));
+        assert_eq!(cache_dir_from(None, p("/home/u")), p("/home/u/.cache"));
+        assert_eq!(
+            cache_dir_from(p("rel/cache"), p("/home/u")),
+            p("/home/u/.cache")
+        );
+        assert_eq!(cache_dir_from(None, p("rel")), None);
+        assert_eq!(cache_dir_from(None, None), None);
     }
 }

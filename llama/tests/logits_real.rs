@@ -21,8 +21,8 @@
 //! The three prompts of a model run as three sequences of one [`BatchSession`] (one pass for the
 //! prompts, one per teacher-forced step), so the weights are read once for all three; the
 //! free-running check uses the single-sequence [`llama::Session`] of the generation loop.
-//! Models come from `GGML_TP_MODELS`, else `<repo>/models`; without them the tests print
-//! `skipped: models not found`.
+//! Models come from `GGML_TP_MODELS`, else `<repo>/models`, else the user's model cache
+//! (`cargo xtask models`); without them the tests print `skipped: models not found`.
 
 #[path = "logits_util.rs"]
 mod util;
@@ -34,7 +34,7 @@ use llama::tokenizer::Tokenizer;
 use llama::{BatchSession, Logits, Model, Outputs, SeqTokens, SessionOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use util::{argmax, fixtures, kl, margin, models, nmse, Mode};
+use util::{argmax, fixtures, kl, margin, model_file, nmse, Mode};
 
 const CASES: [&str; 3] = ["p1", "p2", "p3"];
 /// Entries of the stored top-k lists.
@@ -207,16 +207,12 @@ impl Case {
     }
 }
 
-fn model_dirs(key: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
-    let (Some(fx), Some(models)) = (fixtures(), models()) else {
-        println!("skipped: models not found");
+fn model_and_reference(key: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
         return None;
     };
-    let path = models.join(file);
-    if !path.exists() {
-        println!("skipped: models not found ({})", path.display());
-        return None;
-    }
+    let path = model_file(file)?;
     Some((path, fx.join("reference").join(key)))
 }
 
@@ -226,7 +222,7 @@ fn check_model(key: &str, file: &str, mode: Mode) {
         println!("skipped: {mode:?} needs {} devices", mode.needs());
         return;
     }
-    let Some((path, dir)) = model_dirs(key, file) else {
+    let Some((path, dir)) = model_and_reference(key, file) else {
         return;
     };
     let t0 = std::time::Instant::now();

@@ -32,13 +32,32 @@ pub fn arch_dir() -> Option<PathBuf> {
     dir
 }
 
-/// The real models folder: `GGML_TP_MODELS`, else `<CARGO_MANIFEST_DIR>/../models`.
-pub fn models() -> Option<PathBuf> {
-    let dir = match std::env::var_os("GGML_TP_MODELS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models"),
-    };
-    dir.is_dir().then_some(dir)
+/// The folders a real model file is looked for in, in order: `GGML_TP_MODELS` alone when it is
+/// set, else the repository's `models/` (an override) and then the user's model cache that
+/// `cargo xtask models` fills (`$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`).
+pub fn model_dirs() -> Vec<PathBuf> {
+    if let Some(dir) = std::env::var_os("GGML_TP_MODELS").filter(|d| !d.is_empty()) {
+        return vec![PathBuf::from(dir)];
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models");
+    std::iter::once(repo)
+        .chain(ggml_core::env::models_cache_dir())
+        .collect()
+}
+
+/// The real model `file` from the first of [`model_dirs`] that has it, or `None` after printing
+/// why the test is skipped.
+pub fn model_file(file: &str) -> Option<PathBuf> {
+    let dirs = model_dirs();
+    let found = dirs.iter().map(|d| d.join(file)).find(|p| p.is_file());
+    if found.is_none() {
+        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        println!(
+            "skipped: models not found ({file} in {})",
+            looked.join(", ")
+        );
+    }
+    found
 }
 
 /// A split mode to test.

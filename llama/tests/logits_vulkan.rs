@@ -13,7 +13,7 @@ use ggml_core::Device;
 use llama::{Model, Outputs, Placement, Session, SessionOptions};
 use std::sync::Arc;
 use std::time::Instant;
-use util::{argmax, fixtures, kl, margin, models, nmse};
+use util::{argmax, fixtures, kl, margin, model_file, nmse};
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -49,15 +49,13 @@ fn check_limits(what: &str, got: &[&[f32]], reference: &[&[f32]]) -> Result<(), 
 
 #[test]
 fn smollm2_on_vulkan_matches_llama_cpp() {
-    let (Some(fx), Some(models)) = (fixtures(), models()) else {
-        println!("skipped: models not found");
+    let Some(fx) = fixtures() else {
+        println!("skipped: fixtures not found");
         return;
     };
-    let path = models.join(MODEL);
-    if !path.exists() {
-        println!("skipped: models not found ({})", path.display());
+    let Some(path) = model_file(MODEL) else {
         return;
-    }
+    };
     let devices: Vec<Arc<dyn Device>> = match backend_vulkan::open_devices(2) {
         Ok(d) => d
             .into_iter()

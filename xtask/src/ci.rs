@@ -3,14 +3,17 @@
 //! Steps: `cargo fmt --check`, clippy with `-D warnings`, the workspace's release build and a
 //! `cargo check` of every other entry of `FEATURE_BUILDS` (the program's vendor features, the library
 //! alone), then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after
-//! fetching the real models (`cargo xtask models`) that the logit checks use. Each step is timed.
+//! fetching the real models (`cargo xtask models`) that the logit checks use and setting up the
+//! Pythons the tests drive: gguf-py for the GGUF cross-check (`GGML_TP_GGUF_PYTHON`) and the
+//! official openai client for the server's SDK test (`GGML_TP_OPENAI_PYTHON`, a venv in the user's
+//! cache). Each step is timed.
 
-use std::ffi::OsString;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::process::cargo;
 use crate::{paths, process};
 
 /// One feature set that CI compiles.
@@ -71,11 +74,6 @@ fn step(name: impl Into<String>, args: &[&str]) -> Step {
         name: name.into(),
         args: Ok(args.iter().map(|a| a.to_string()).collect()),
     }
-}
-
-/// The cargo that runs xtask (`$CARGO`), else `cargo` from PATH.
-fn cargo() -> OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
 /// Names of the workspace's member packages, from `cargo metadata`.
@@ -184,6 +182,8 @@ pub fn run_all() -> Result<()> {
     let total = Instant::now();
     // The GGUF cross-check test reads our files with the Python reference implementation.
     let python = crate::python::dequant_python()?;
+    // The server's SDK test drives `ggml-tp serve` with the official openai client.
+    let openai_python = crate::python::openai_python()?;
     // The real-model logit checks need the three models (fetched once, verified by sha256).
     crate::models::fetch_all(None)?;
     let mut timings: Vec<(String, String)> = Vec::new();
@@ -202,6 +202,7 @@ pub fn run_all() -> Result<()> {
             Command::new(cargo())
                 .current_dir(&root)
                 .env("GGML_TP_GGUF_PYTHON", &python)
+                .env("GGML_TP_OPENAI_PYTHON", &openai_python)
                 .args(&args),
         );
         let took = start.elapsed();

@@ -1,16 +1,22 @@
 //! `cargo xtask`: the project's tasks, written in Rust so they run wherever cargo does.
 //!
-//! * `models`: fetch the three real GGUF test models into `models/` and verify their hashes.
+//! * `models`: fetch the three real GGUF test models into the user's model cache and verify their
+//!   hashes (`models/` in the repository is an override).
+//! * `demo`: the README's main job: fetch SmolLM2 when it is missing, then run it with tensor
+//!   parallelism over two CPU devices.
 //! * `ci`: format check, clippy, the builds of every feature set, then the tests.
+//! * `openai-python`: the venv with the official openai client that the server's SDK test drives.
 //! * `check-dequant`: cross-check ggml-core's dequantization against the `gguf` Python package.
 //! * `gguf-synth`: write the random-weight benchmark models (`ggml-tp bench --synthetic`) as GGUF.
 //! * `device-pack`, `device-chunks`: pack release binaries, fixtures and model parts for a remote GPU
 //!   machine that takes a limited amount of data per call.
 
 mod ci;
+mod demo;
 mod dequant;
 mod device;
 mod hashing;
+mod lock;
 mod manifest;
 mod models;
 mod paths;
@@ -32,17 +38,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Fetch the real GGUF test models into `models/` (verifying size and sha256).
+    /// Fetch the real GGUF test models into the user's cache, `$XDG_CACHE_HOME/ggml-tp/models`
+    /// (verifying size and sha256); a model in `models/` is used instead when it is there.
     Models {
         /// Fetch only this model (e.g. `smollm2-135m`); all of them if left out.
         #[arg(long, value_name = "KEY")]
         only: Option<String>,
     },
+    /// The main job in one command: fetch SmolLM2 into the cache when it is missing, then run it
+    /// (`ggml-tp run`, tensor parallelism over two CPU devices; tokens/s on stderr).
+    Demo {
+        /// The prompt.
+        #[arg(short = 'p', long, default_value = "Once upon a time")]
+        prompt: String,
+        /// Tokens to generate.
+        #[arg(short = 'n', long = "n-predict", default_value_t = 64)]
+        n_predict: usize,
+        /// More options for `ggml-tp run` (after `--`, e.g. `-- --temp 0.7 --seed 1`).
+        #[arg(last = true)]
+        extra: Vec<String>,
+    },
     /// Run the CI steps in order: fmt check, clippy, builds, tests.
     Ci,
+    /// Set up the venv with the pinned openai client (in the user's cache) and print its Python,
+    /// for the server's SDK test: `GGML_TP_OPENAI_PYTHON=$(cargo xtask openai-python)`.
+    OpenaiPython,
     /// Cross-check ggml-core's dequantization of every tensor against gguf-py.
     CheckDequant {
-        /// Check only this model from `models/`; all three if neither this nor `--file` is given.
+        /// Check only this model (from `models/` or the cache); all three if neither this nor `--file` is given.
         #[arg(long, value_name = "KEY")]
         only: Option<String>,
         /// Check this GGUF file (may be repeated) instead of the fetched models.
@@ -95,7 +118,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Models { only } => models::fetch_all(only.as_deref()),
+        Command::Demo {
+            prompt,
+            n_predict,
+            extra,
+        } => demo::run(&demo::Demo {
+            prompt,
+            n_predict,
+            extra,
+        }),
         Command::Ci => ci::run_all(),
+        Command::OpenaiPython => {
+            python::openai_python().map(|p| println!("{}", p.to_string_lossy()))
+        }
         Command::CheckDequant { only, file } => dequant::check(only.as_deref(), &file),
         Command::GgufSynth { presets, out } => synth::write(&presets, &out),
         Command::DevicePack {

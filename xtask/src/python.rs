@@ -1,5 +1,7 @@
-//! The Python side: finding `python3` and pip, and a Python with the pinned `gguf` package and numpy for
-//! the dequantization cross-check (the one on PATH if it already has them, else a venv under `target/`).
+//! The Python side: finding `python3` and pip, a Python with the pinned `gguf` package and numpy for
+//! the dequantization cross-check (the one on PATH if it already has them, else a venv under
+//! `target/`), and a venv with the pinned official `openai` client for the server's SDK test, kept in
+//! the user's cache so that later runs (of any clone) need no network.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -7,10 +9,14 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{paths, process};
+use crate::lock::FileLock;
+use crate::{models, paths, process};
 
 /// The gguf-py version the cross-check is pinned to.
 pub const GGUF_VERSION: &str = "0.19.0";
+
+/// The `openai` client version the server's SDK test (`ggml-tp/tests/openai_sdk.rs`) is pinned to.
+pub const OPENAI_VERSION: &str = "3.51.0";
 
 /// The Python interpreter to use: `$PYTHON` if set, else `python3`.
 pub fn python3() -> OsString {
@@ -79,6 +85,70 @@ pub fn dequant_python() -> Result<OsString> {
     if !has_dequant_deps(&venv_python) {
         bail!(
             "{} still cannot import gguf=={GGUF_VERSION} and numpy after installing them",
+            venv_python.to_string_lossy()
+        );
+    }
+    Ok(venv_python)
+}
+
+/// The probe that `python` imports `package` at exactly `version`.
+fn has_package(python: &OsString, package: &str, version: &str) -> bool {
+    let probe = format!(
+        "import {package}, importlib.metadata as m\nassert m.version('{package}') == '{version}'"
+    );
+    process::succeeds(Command::new(python).args(["-c", &probe]))
+}
+
+/// The Python of a venv in the user's cache with the pinned `openai` client, created (pip install
+/// with retries) when it is missing; a lock keeps two clones from building it at once.
+pub fn openai_python() -> Result<OsString> {
+    let dir = paths::cache_dir()?.join("python");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let venv = dir.join(format!("openai-{OPENAI_VERSION}"));
+    let venv_python: OsString = venv.join("bin").join("python").into_os_string();
+    if has_package(&venv_python, "openai", OPENAI_VERSION) {
+        return Ok(venv_python);
+    }
+    let _lock = FileLock::acquire(
+        &dir.join(format!(".openai-{OPENAI_VERSION}.lock")),
+        "the openai venv",
+    )?;
+    if has_package(&venv_python, "openai", OPENAI_VERSION) {
+        return Ok(venv_python);
+    }
+    let system = python3();
+    ensure_pip(&system)?;
+    eprintln!(
+        "xtask: installing openai=={OPENAI_VERSION} into {}",
+        venv.display()
+    );
+    // What pip says goes to stderr: stdout is for the Python's path (`cargo xtask openai-python`).
+    if !PathBuf::from(&venv_python).exists() {
+        process::run(
+            Command::new(&system)
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv)
+                .stdout(std::io::stderr()),
+        )
+        .context("creating a Python venv failed (Debian: apt-get install python3-venv)")?;
+    }
+    let spec = format!("openai=={OPENAI_VERSION}");
+    process::retry(
+        models::DOWNLOAD_ATTEMPTS,
+        &format!("installing {spec} with pip"),
+        || {
+            process::run(
+                Command::new(&venv_python)
+                    .args(["-m", "pip", "install", "--disable-pip-version-check"])
+                    .args(["--retries", "5", "--timeout", "60", &spec])
+                    .stdout(std::io::stderr()),
+            )
+        },
+    )?;
+    if !has_package(&venv_python, "openai", OPENAI_VERSION) {
+        bail!(
+            "{} still cannot import {spec} after installing it",
             venv_python.to_string_lossy()
         );
     }

@@ -55,7 +55,7 @@ fn targets(only: Option<&str>, files: &[PathBuf]) -> Result<Vec<(String, PathBuf
     }
     let mut targets = Vec::new();
     for recipe in models::select(only)? {
-        let path = models::model_path(recipe);
+        let path = models::model_path(recipe)?;
         if !path.is_file() {
             bail!(
                 "model `{}` is not at {}: run `cargo xtask models` first",

@@ -1,21 +1,20 @@
 //! `ggml-tp bench`: prompt processing (`pp<P>`: one batch of P tokens) and generation (`tg<N>`: N
 //! tokens one at a time) speed, from an empty cache or after `-d` tokens already in it, like
 //! llama.cpp's `llama-bench`: mean ± standard deviation over repetitions after one warm-up run, as
-//! a markdown table, JSON or CSV ([`report`]). Several models (`-m` files and `--synthetic`
+//! a markdown table, JSON, JSON lines or CSV with llama-bench's field names ([`report`], [`setup`]). Several models (`-m` files and `--synthetic`
 //! presets), `--split-mode` values and `--cpu-devices` counts give one row per combination (split
 //! mode none always on the first device); `-p`, `-n` and `-d` take lists (`-p 512,2048`), each
 //! value a test on the same loaded model.
 
 mod report;
+mod setup;
 
 use super::load::{load, Loaded, ModelArgs, Setup, SplitMode};
 use super::CliResult;
-use ggml_core::backend::Device;
-use llama::model::Placement;
 use llama::runtime::{Outputs, Session};
-use report::{Format, Record, Report, SetupFields, TestShape};
-use std::sync::Arc;
-use std::time::Instant;
+use report::{utc_timestamp, Format, Record, Report, TestShape};
+use setup::{placement_devices, setup_fields};
+use std::time::{Instant, SystemTime};
 
 /// Options of `bench`.
 #[derive(clap::Args, Debug)]
@@ -54,7 +53,7 @@ pub struct Args {
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     pub repetitions: usize,
-    /// Output format: a markdown table, JSON or CSV (llama-bench's field names).
+    /// Output format: a markdown table, JSON, JSON lines or CSV (llama-bench's field names).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
     pub output: Format,
 }
@@ -107,15 +106,6 @@ fn time_tg(s: &mut Session, depth: &[u32], tokens: &[u32], ubatch: usize) -> Cli
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The devices a placement uses.
-fn placement_devices(p: &Placement) -> Vec<Arc<dyn Device>> {
-    match p {
-        Placement::Single(d) => vec![d.clone()],
-        Placement::Layers { devices, .. } => devices.clone(),
-        Placement::Tensor(m) => m.devices().to_vec(),
-    }
-}
-
 /// Memory in use on each device (total − free: for GPUs this includes the driver's context and
 /// anything else on the device), on stderr after a setup's tests, with the model, its cache and the
 /// compute buffers still allocated.
@@ -139,33 +129,31 @@ fn report_memory(l: &Loaded) {
     eprintln!("memory in use per device: {}", used.join(", "));
 }
 
-/// What the records of a loaded setup say of it.
-fn setup_fields(l: &Loaded, threads: usize) -> SetupFields {
-    SetupFields {
-        model_filename: l.name(),
-        model_size: l.file_size,
-        split_mode: l.split_mode.name().to_string(),
-        devices: l.device_names.join(","),
-        n_threads: threads,
-    }
-}
-
 /// The tests of one run, in order: every pp then every tg, each at every depth.
 fn tests(args: &Args) -> Vec<TestShape> {
     let depths = || args.n_depth.iter().copied();
-    let pp = args.n_prompt.iter().filter(|&&n| n > 0).flat_map(|&n| {
-        depths().map(move |d| TestShape {
-            n_prompt: n,
-            n_depth: d,
-            n_ubatch: args.ubatch,
-            ..TestShape::default()
-        })
-    });
-    let tg = args.n_gen.iter().filter(|&&n| n > 0).flat_map(|&n| {
+    let ubatch_given = args.ubatch > 0;
+    // The tokens per forward pass: `-u`, else the whole prompt (pp) or the fill's passes (tg).
+    let ubatch = |whole: usize| if ubatch_given { args.ubatch } else { whole };
+    let pp = args
+        .n_prompt
+        .iter()
+        .filter(|&&n| n > 0)
+        .flat_map(move |&n| {
+            depths().map(move |d| TestShape {
+                n_prompt: n,
+                n_depth: d,
+                n_ubatch: ubatch(n),
+                ubatch_given,
+                ..TestShape::default()
+            })
+        });
+    let tg = args.n_gen.iter().filter(|&&n| n > 0).flat_map(move |&n| {
         depths().map(move |d| TestShape {
             n_gen: n,
             n_depth: d,
-            n_ubatch: args.ubatch,
+            n_ubatch: ubatch(DEPTH_UBATCH),
+            ubatch_given,
             ..TestShape::default()
         })
     });
@@ -180,7 +168,8 @@ fn measure(
     n_vocab: usize,
 ) -> CliResult<Vec<f64>> {
     let depth = bench_tokens(test.n_depth, n_vocab);
-    let ub = test.n_ubatch;
+    // 0 without `-u`: the pp prompt in one pass, the fill to the depth in passes of DEPTH_UBATCH.
+    let ub = if test.ubatch_given { test.n_ubatch } else { 0 };
     if test.n_gen > 0 {
         let tokens = bench_tokens(test.n_gen, n_vocab);
         time_tg(session, &depth, &tokens[..tokens.len().min(4)], ub)?;
@@ -210,7 +199,6 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     let reps = args.repetitions.max(1);
-    let threads = args.model.threads();
     // Fail early on an impossible placement before loading anything.
     for s in &setups {
         args.model.placement(s)?;
@@ -230,10 +218,11 @@ pub fn run(args: &Args) -> CliResult {
             let seconds = measure(&mut session, test, reps, n_vocab)?;
             let tokens = test.n_prompt.max(test.n_gen);
             report.add(Record::new(
-                setup_fields(&loaded, threads),
+                setup_fields(&loaded, &args.model),
                 test,
                 tokens,
                 &seconds,
+                utc_timestamp(SystemTime::now()),
             ));
         }
         report_memory(&loaded);
