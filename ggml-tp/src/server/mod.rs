@@ -35,11 +35,16 @@ pub mod engine;
 pub mod guard;
 pub mod handlers;
 pub mod health;
+pub mod job;
 pub mod listen;
+pub mod logprobs;
 pub mod metrics;
 pub mod prepare;
+pub mod respond;
 pub mod slots;
 pub mod stop;
+pub mod tokens;
+pub mod tools;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -117,6 +122,7 @@ impl Server {
             template: loaded.template,
             metrics,
             model_name,
+            model_path: config.model_path.clone(),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -141,6 +147,9 @@ impl Server {
             .route("/v1/completions", post(handlers::completions))
             .route("/v1/chat/completions", post(handlers::chat))
             .route("/v1/models", get(handlers::models))
+            .route("/tokenize", post(tokens::tokenize))
+            .route("/detokenize", post(tokens::detokenize))
+            .route("/props", get(tokens::props))
             .route("/health", get(handlers::health))
             .route("/metrics", get(handlers::metrics))
             .route("/slots", get(slots::slots))
