@@ -566,10 +566,11 @@ impl Worker {
         slot.tokens.extend_from_slice(input);
         let prompt = &a.job.req.prompt;
         if reading && a.job.req.prompt_logprobs {
-            // Row r (position from + r) predicts the prompt token after it.
+            // Row r (at position p) predicts the prompt token after it.
+            let top = a.job.req.logprobs.unwrap_or(0);
             for (r, &p) in logits.positions.iter().enumerate() {
                 if let Some(&next) = prompt.get(p + 1) {
-                    a.prompt_logprobs.push(log_probs(logits.row(r), next, 0));
+                    a.prompt_logprobs.push(log_probs(logits.row(r), next, top));
                 }
             }
         }
