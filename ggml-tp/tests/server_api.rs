@@ -161,7 +161,7 @@ async fn prompt_log_likelihoods_match_the_library() {
     let lp = &v["choices"][0]["logprobs"];
     let n = tokens.len() + v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
     assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
-    let last = lp["top_logprobs"][n - 1].as_object().expect(&v.to_string());
+    let last = lp["top_logprobs"][n - 1].as_object().unwrap();
     assert_eq!(last.len(), 2);
     let best = last
         .values()
