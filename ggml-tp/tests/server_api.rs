@@ -459,3 +459,75 @@ async fn tokenize_detokenize_and_props() {
         .unwrap()
         .contains("im_start"));
 }
+
+/// A small Hermes-style template (tools in the system turn, calls as `<tool_call>` blocks).
+const TOOL_TEMPLATE: &str = "{%- if tools %}<|im_start|>system\nTools:{% for t in tools %}\n\
+{{ t | tojson }}{% endfor %}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>{{ m.role }}\n\
+{{ m.content }}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}\
+</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}\
+<|im_start|>assistant\n{% endif %}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_and_tool_calls_reach_the_template() {
+    let Some(model) = arch_fixture("llama") else {
+        return;
+    };
+    let file = ggml_core::gguf::GgufFile::open(&model).unwrap();
+    let tok = Tokenizer::from_gguf(&file).unwrap();
+    let mut w = ggml_core::gguf::GgufWriter::from_file(&file).unwrap();
+    w.set("tokenizer.chat_template", TOOL_TEMPLATE);
+    let path = std::env::temp_dir().join(format!("ggml-tp-tools-{}.gguf", std::process::id()));
+    w.write_to_path(&path).unwrap();
+    let base = start(path.clone(), |_| {}).await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let messages = json!([
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": -3}"},
+    ]);
+    // What the template gives, rendered here with the arguments as an object.
+    let template = llama::chat::ChatTemplate::new(TOOL_TEMPLATE, "", "").unwrap();
+    let mut call = llama::chat::Message::assistant("");
+    call.tool_calls = Some(json!([{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]));
+    let mut answer = llama::chat::Message::new("tool", "{\"temp\": -3}");
+    answer.tool_call_id = Some("c1".into());
+    let msgs = [llama::chat::Message::user("Weather in Oslo?"), call, answer];
+    let expected = |with_tools: bool| {
+        let options = llama::chat::RenderOptions {
+            add_generation_prompt: true,
+            tools: with_tools.then(|| tools.clone()),
+            ..Default::default()
+        };
+        let text = template.render_with(&msgs, &options).unwrap();
+        // The arguments are an object in the template, not an escaped JSON string.
+        assert!(
+            text.contains("<tool_call>") && text.contains("Oslo"),
+            "{text}"
+        );
+        assert!(!text.contains("\\\""), "{text}");
+        tok.encode(&text, true, true).len()
+    };
+    let chat = "/v1/chat/completions";
+    for (choice, with_tools) in [(json!("auto"), true), (json!("none"), false)] {
+        let body = json!({"messages": messages, "tools": tools, "tool_choice": choice,
+            "max_tokens": 2, "temperature": 0});
+        let (status, v) = post(&base, chat, &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            v["usage"]["prompt_tokens"],
+            expected(with_tools),
+            "{choice}"
+        );
+    }
+    let named = json!({"messages": messages, "tools": tools,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    let (status, v) = post(&base, chat, &named).await;
+    assert_eq!((status, &v["error"]["param"]), (400, &json!("tool_choice")));
+    let bad_tools = json!({"messages": messages, "tools": [{"type": "function"}]});
+    let (status, v) = post(&base, chat, &bad_tools).await;
+    assert_eq!((status, &v["error"]["param"]), (400, &json!("tools[0]")));
+    let _ = std::fs::remove_file(&path);
+}

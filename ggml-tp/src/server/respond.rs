@@ -321,3 +321,134 @@ impl Streamer {
         FinishReason::ToolCalls
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use llama::tool_calls::ToolFormat;
+    use tokio::sync::mpsc;
+
+    /// The fixture llama's tokenizer, if the fixtures are present.
+    fn tokenizer() -> Option<Arc<Tokenizer>> {
+        let dir = match std::env::var_os("GGML_TP_FIXTURES") {
+            Some(d) => std::path::PathBuf::from(d),
+            None => {
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            }
+        };
+        let file = ggml_core::gguf::GgufFile::open(dir.join("arch/llama.gguf")).ok()?;
+        Some(Arc::new(Tokenizer::from_gguf(&file).ok()?))
+    }
+
+    fn answer(tokenizer: Arc<Tokenizer>, n: usize) -> Answer {
+        Answer {
+            env: Envelope {
+                endpoint: Endpoint::Chat,
+                id: "chatcmpl-1".into(),
+                created: 0,
+                model: "m".into(),
+            },
+            n,
+            tokenizer,
+            logprobs: false,
+            echo: None,
+            include_usage: true,
+            tools: Some(ToolCallParser::new(ToolFormat::Hermes, "call_1".into())),
+        }
+    }
+
+    /// Events of two choices: choice 0 calls a tool, choice 1 answers in text.
+    fn events() -> mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let text = |index: usize, t: &str| Event::Text {
+            index,
+            text: t.into(),
+            logprobs: Vec::new(),
+        };
+        let done = |index: usize| Event::Done {
+            index,
+            finish: FinishReason::Stop,
+            usage: Usage {
+                prompt_tokens: 5,
+                cached_tokens: 0,
+                completion_tokens: 7,
+            },
+        };
+        for e in [
+            text(0, "<tool_call>\n{\"name\": \"f\", "),
+            text(1, "No tools needed."),
+            text(0, "\"arguments\": {\"x\": 1}}\n</tool_call>"),
+            done(1),
+            done(0),
+        ] {
+            tx.send(e).unwrap();
+        }
+        rx
+    }
+
+    #[tokio::test]
+    async fn tool_calls_in_the_whole_answer() {
+        let Some(tok) = tokenizer() else { return };
+        let resp = answer(tok, 2).collect(events()).await.unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let c0 = &v["choices"][0];
+        assert_eq!(c0["finish_reason"], "tool_calls");
+        assert_eq!(c0["message"]["content"], "");
+        assert_eq!(
+            c0["message"]["tool_calls"],
+            json!([{"id": "call_1_0", "type": "function",
+                "function": {"name": "f", "arguments": "{\"x\":1}"}}])
+        );
+        let c1 = &v["choices"][1];
+        assert_eq!(c1["finish_reason"], "stop");
+        assert_eq!(c1["message"]["content"], "No tools needed.");
+        assert!(c1["message"].get("tool_calls").is_none());
+        assert_eq!(v["usage"]["completion_tokens"], 14);
+        assert_eq!(v["usage"]["prompt_tokens"], 5);
+    }
+
+    #[tokio::test]
+    async fn tool_calls_streamed_as_deltas() {
+        let Some(tok) = tokenizer() else { return };
+        let resp = answer(tok, 2).stream(events());
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let chunks: Vec<Value> = text
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        let of = |i: u64| -> Vec<&Value> {
+            chunks
+                .iter()
+                .filter_map(|c| c["choices"].get(0))
+                .filter(|c| c["index"] == i)
+                .collect()
+        };
+        let zero = of(0);
+        assert_eq!(zero[0]["delta"]["role"], "assistant");
+        let calls: Vec<&Value> = zero
+            .iter()
+            .filter_map(|c| c["delta"].get("tool_calls"))
+            .collect();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0][0]["index"], 0);
+        assert_eq!(calls[0][0]["function"]["name"], "f");
+        assert_eq!(zero.last().unwrap()["finish_reason"], "tool_calls");
+        let one = of(1);
+        let content: String = one
+            .iter()
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "No tools needed.");
+        assert_eq!(one.last().unwrap()["finish_reason"], "stop");
+        assert_eq!(chunks.last().unwrap()["usage"]["total_tokens"], 19);
+    }
+}
