@@ -367,7 +367,7 @@ async fn bad_requests_and_info_endpoints() {
     )
     .await;
     expect_error(&base, cmpl, b(r#"{"prompt": [5000]}"#), 400, "vocabulary").await;
-    expect_error(&base, cmpl, b(r#"{"prompt": "x", "n": 2}"#), 400, "n = 1").await;
+    expect_error(&base, cmpl, b(r#"{"prompt": "x", "n": 9}"#), 400, "at most").await;
     expect_error(
         &base,
         cmpl,

@@ -131,6 +131,56 @@ impl KvCache {
         )
     }
 
+    /// Copies positions `0..n` of sequence `from` into sequence `to` (K/V rows of every attention
+    /// layer and, for the delta-net layers, the whole recurrent state), so `to` continues from the
+    /// same prefix without evaluating it again.
+    pub fn copy_sequence(&self, from: usize, to: usize, n: usize) -> Result<(), ModelError> {
+        for seq in [from, to] {
+            if seq >= self.n_seq {
+                return Err(ModelError::Input(format!(
+                    "sequence {seq} of {}",
+                    self.n_seq
+                )));
+            }
+        }
+        if n > self.n_ctx {
+            return Err(ModelError::Input(format!(
+                "{n} positions exceed the context of {}",
+                self.n_ctx
+            )));
+        }
+        if from == to {
+            return Ok(());
+        }
+        let mut buf = Vec::new();
+        let mut done: Vec<&str> = Vec::new();
+        for (k, v) in self.layers.iter().flatten() {
+            // A layer sharing another's cache holds the same tensors: copy them once.
+            if done.contains(&k.name.as_str()) {
+                continue;
+            }
+            done.push(&k.name);
+            for t in [k, v] {
+                for head in 0..t.ne()[2] {
+                    let (src, len) = self.span(t, from, head, n);
+                    let (dst, _) = self.span(t, to, head, n);
+                    copy_bytes(t, src, t, dst, len, &mut buf)?;
+                }
+            }
+        }
+        for l in 0..self.layers.len() {
+            let (Some(a), Some(b)) = (self.recurrent.layer(from, l), self.recurrent.layer(to, l))
+            else {
+                continue;
+            };
+            for (s, d) in [(&a.conv, &b.conv), (&a.ssm, &b.ssm)] {
+                let len = s.layout.nbytes();
+                copy_bytes(s, s.data.offset, d, d.data.offset, len, &mut buf)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -140,6 +190,21 @@ impl KvCache {
     pub fn n_kv_for(&self, end: usize) -> usize {
         end.div_ceil(KV_PAD).saturating_mul(KV_PAD).min(self.n_ctx)
     }
+}
+
+/// Copies `len` bytes at `src_offset` of `src`'s buffer to `dst_offset` of `dst`'s, through `buf`.
+fn copy_bytes(
+    src: &Weight,
+    src_offset: usize,
+    dst: &Weight,
+    dst_offset: usize,
+    len: usize,
+    buf: &mut Vec<u8>,
+) -> Result<(), ModelError> {
+    buf.resize(len, 0);
+    src.data.buffer.get(src_offset, buf)?;
+    dst.data.buffer.set(dst_offset, buf)?;
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

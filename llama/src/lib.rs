@@ -16,6 +16,7 @@ pub mod settings;
 pub mod slot_file;
 pub mod state;
 pub mod tokenizer;
+pub mod tool_calls;
 
 pub use arch::shared::config::ModelConfig;
 pub use arch::Arch;

@@ -17,6 +17,11 @@
 //! * min-p keeps the tokens with `p >= min_p * p_max` (0 = off).
 //!
 //! NaN logits count as `-inf`; `+inf` as the largest finite `f32`. Every filter keeps at least one token.
+//!
+//! A logit bias ([`Sampler::with_logit_bias`], OpenAI's `logit_bias`) is added to the raw logits
+//! before the chain; a bias of [`BAN_BIAS`] or less removes the token. [`log_probs`] reports the
+//! log-probabilities of the raw logits (a log-softmax in f64, before bias and the chain), as
+//! OpenAI's `logprobs` do.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -39,7 +44,19 @@ pub enum SamplingError {
     NoFiniteLogits(usize),
     #[error("history token {token} is out of the vocabulary (n_vocab = {n_vocab})")]
     TokenOutOfRange { token: u32, n_vocab: usize },
+    #[error(
+        "logit bias {bias} of token {token}: must be finite, in [-{BIAS_LIMIT}, {BIAS_LIMIT}]"
+    )]
+    InvalidBias { token: u32, bias: f32 },
+    #[error("logit bias of token {token}, outside the vocabulary (n_vocab = {n_vocab})")]
+    BiasOutOfRange { token: u32, n_vocab: usize },
 }
+
+/// The largest magnitude of a logit bias (OpenAI's range).
+pub const BIAS_LIMIT: f32 = 100.0;
+
+/// A bias at or below this removes the token from the candidates.
+pub const BAN_BIAS: f32 = -BIAS_LIMIT;
 
 /// The knobs of [`Sampler`]; the defaults are llama.cpp's.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +181,8 @@ pub struct Sampler {
     rng: ChaCha20Rng,
     cands: Vec<Candidate>,
     counts: HashMap<u32, u32>,
+    /// Added to the raw logits before the chain (token, bias).
+    logit_bias: Vec<(u32, f32)>,
 }
 
 impl Sampler {
@@ -175,7 +194,21 @@ impl Sampler {
             params,
             cands: Vec::new(),
             counts: HashMap::new(),
+            logit_bias: Vec::new(),
         })
+    }
+
+    /// This sampler adding `bias` (token, value in `[-100, 100]`) to the raw logits before the
+    /// chain; `-100` bans the token. Tokens past the vocabulary are refused when sampling.
+    pub fn with_logit_bias(mut self, bias: Vec<(u32, f32)>) -> Result<Sampler, SamplingError> {
+        if let Some(&(token, bias)) = bias
+            .iter()
+            .find(|(_, b)| !(b.is_finite() && b.abs() <= BIAS_LIMIT))
+        {
+            return Err(SamplingError::InvalidBias { token, bias });
+        }
+        self.logit_bias = bias;
+        Ok(self)
     }
 
     /// The parameters.
@@ -221,6 +254,7 @@ impl Sampler {
             return Err(SamplingError::EmptyLogits);
         }
         self.load(logits);
+        self.bias()?;
         self.penalize(history)?;
         let max = self
             .cands
@@ -270,6 +304,23 @@ impl Sampler {
                 },
                 p: 0.0,
             }));
+    }
+
+    /// Adds the logit bias; the candidates are in id order.
+    fn bias(&mut self) -> Result<(), SamplingError> {
+        let n_vocab = self.cands.len();
+        for &(token, bias) in &self.logit_bias {
+            let c = self
+                .cands
+                .get_mut(token as usize)
+                .ok_or(SamplingError::BiasOutOfRange { token, n_vocab })?;
+            c.logit = if bias <= BAN_BIAS {
+                f32::NEG_INFINITY
+            } else {
+                (c.logit + bias).min(f32::MAX)
+            };
+        }
+        Ok(())
     }
 
     /// Applies the repetition, frequency and presence penalties; the candidates are in id order.
@@ -407,6 +458,57 @@ fn softmax(cands: &mut [Candidate], max: f32, temperature: f32) {
     let inv = (1.0 / total) as f32;
     for c in cands.iter_mut() {
         c.p *= inv;
+    }
+}
+
+/// The log-probability of one token and of the most likely ones, from raw logits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogProbs {
+    pub token: u32,
+    pub logprob: f64,
+    /// The `top` most likely tokens, most likely first (lower id on ties).
+    pub top: Vec<(u32, f64)>,
+}
+
+/// The log-softmax (in f64) of `logits` at `token`, and the `top` most likely tokens with theirs;
+/// NaN logits count as `-inf`. `token` must be inside `logits`.
+pub fn log_probs(logits: &[f32], token: u32, top: usize) -> TokenLogProbs {
+    let clean = |l: f32| {
+        if l.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            f64::from(l)
+        }
+    };
+    let max = logits
+        .iter()
+        .map(|&l| clean(l))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = logits.iter().map(|&l| (clean(l) - max).exp()).sum();
+    let log_z = max + sum.ln();
+    let mut best: Vec<Candidate> = Vec::new();
+    if top > 0 {
+        let mut cands: Vec<Candidate> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| Candidate {
+                id: i as u32,
+                logit: if l.is_nan() { f32::NEG_INFINITY } else { l },
+                p: 0.0,
+            })
+            .collect();
+        let k = top.min(cands.len());
+        sort_prefix(&mut cands, k);
+        cands.truncate(k);
+        best = cands;
+    }
+    TokenLogProbs {
+        token,
+        logprob: clean(logits[token as usize]) - log_z,
+        top: best
+            .iter()
+            .map(|c| (c.id, f64::from(c.logit) - log_z))
+            .collect(),
     }
 }
 

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use llama::sampling::SamplingParams;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// An error answered to a client.
 #[derive(Debug, Clone)]
@@ -15,6 +15,8 @@ pub struct ApiError {
     pub message: String,
     /// OpenAI's string `code` (e.g. `invalid_api_key`); the status number when `None`.
     pub code: Option<&'static str>,
+    /// The request field the error is about (OpenAI's `param`).
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -23,6 +25,15 @@ impl ApiError {
             status,
             message: message.into(),
             code: None,
+            param: None,
+        }
+    }
+
+    /// This error about request field `param`.
+    pub fn with_param(self, param: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param.into()),
+            ..self
         }
     }
 
@@ -55,7 +66,7 @@ impl ApiError {
         json!({"error": {
             "message": self.message,
             "type": self.kind(),
-            "param": null,
+            "param": self.param,
             "code": code,
         }})
     }
@@ -124,6 +135,16 @@ pub struct CommonParams {
     pub id_slot: Option<usize>,
     /// Reuse the prefix a slot's cache shares with the prompt (llama.cpp's field; default true).
     pub cache_prompt: Option<bool>,
+    /// Token id (as a string) -> bias in `[-100, 100]` added to its logit; -100 bans it.
+    pub logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    /// OpenAI's end-user id: accepted and ignored.
+    pub user: Option<Value>,
+    /// OpenAI's request metadata: accepted and ignored.
+    pub metadata: Option<Value>,
+    /// OpenAI's storage switch: accepted and ignored (nothing is stored).
+    pub store: Option<Value>,
+    /// OpenAI's service tier: accepted and ignored.
+    pub service_tier: Option<Value>,
 }
 
 impl CommonParams {
@@ -155,8 +176,16 @@ impl CommonParams {
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
+    /// The log-probabilities of the chosen tokens and of this many most likely ones.
+    pub logprobs: Option<usize>,
+    /// Answer the prompt in front of the completion (with `logprobs`, its tokens' too).
+    #[serde(default)]
+    pub echo: bool,
     #[serde(flatten)]
     pub common: CommonParams,
+    /// Every field not above (refused by [`check_extra`]).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Message content: text, or OpenAI's parts (`[{"type": "text", "text": ...}]`).
@@ -197,14 +226,81 @@ impl Content {
 pub struct ChatMessage {
     pub role: String,
     pub content: Option<Content>,
+    /// The calls an assistant message made (OpenAI's shape), rendered back to the template.
+    pub tool_calls: Option<Value>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
+
+/// The roles a chat message may have.
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
+    /// Report the log-probabilities of the chosen tokens.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// And those of this many most likely tokens per position (needs `logprobs`).
+    pub top_logprobs: Option<usize>,
+    /// Tool definitions, passed to the chat template.
+    pub tools: Option<Value>,
+    /// `none`, `auto`, `required` or one named function.
+    pub tool_choice: Option<Value>,
+    /// Whether the model may call several tools in one turn: accepted.
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub common: CommonParams,
+    /// Every field not above (refused by [`check_extra`]).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Fields of OpenAI's API (or llama-server's) this server knows but does not implement.
+const UNSUPPORTED: [&str; 14] = [
+    "response_format",
+    "grammar",
+    "json_schema",
+    "functions",
+    "function_call",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "reasoning_effort",
+    "suffix",
+    "best_of",
+    "tools",
+    "tool_choice",
+];
+
+/// Refuses the fields no handler took: known-but-unsupported ones with a message saying so, the
+/// others as unrecognized, `param` naming the field either way. A `null` value counts as absent.
+pub fn check_extra(extra: &Map<String, Value>) -> Result<(), ApiError> {
+    let Some((key, _)) = extra.iter().find(|(_, v)| !v.is_null()) else {
+        return Ok(());
+    };
+    let message = if UNSUPPORTED.contains(&key.as_str()) {
+        format!("the field {key:?} is not supported by this server")
+    } else {
+        format!("unrecognized request argument supplied: {key}")
+    };
+    Err(ApiError::bad_request(message).with_param(key.clone()))
+}
+
+/// Refuses a message whose role is not one of [`ROLES`].
+pub fn check_role(index: usize, m: &ChatMessage) -> Result<(), ApiError> {
+    if ROLES.contains(&m.role.as_str()) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "invalid role {:?} of message {index}: one of {}",
+        m.role,
+        ROLES.join(", ")
+    ))
+    .with_param(format!("messages[{index}].role")))
 }
 
 /// Why a generation ended.
@@ -214,6 +310,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the end of the context.
     Length,
+    /// The model called tools (chat with `tools`).
+    ToolCalls,
 }
 
 impl FinishReason {
@@ -221,6 +319,7 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }
@@ -242,6 +341,26 @@ impl Usage {
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         })
     }
+}
+
+/// One finished choice of a non-streaming answer.
+#[derive(Debug, Clone)]
+pub struct ChoiceOut {
+    pub text: String,
+    pub finish: FinishReason,
+    /// The `logprobs` field (`null` when not asked for).
+    pub logprobs: Value,
+    /// Chat's `message.tool_calls`, when the model called tools.
+    pub tool_calls: Option<Value>,
+}
+
+/// What a stream chunk carries.
+#[derive(Debug, Clone)]
+pub enum Delta {
+    /// Generated text.
+    Text(String),
+    /// A chat delta object as it is (the opening role, tool calls).
+    Chat(Value),
 }
 
 /// Which endpoint a response belongs to; decides the object names and the choice fields.
@@ -276,46 +395,67 @@ impl Envelope {
     }
 
     /// The whole answer of a non-streaming request.
-    pub fn complete(&self, text: &str, finish: FinishReason, usage: Usage) -> Value {
-        let choice = match self.endpoint {
-            Endpoint::Completions => json!({
-                "index": 0, "text": text, "logprobs": null, "finish_reason": finish.as_str(),
-            }),
-            Endpoint::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish.as_str(),
-            }),
-        };
+    pub fn complete(&self, choices: Vec<ChoiceOut>, usage: Usage) -> Value {
+        let choices: Vec<Value> = choices
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| match self.endpoint {
+                Endpoint::Completions => json!({
+                    "index": index, "text": c.text, "logprobs": c.logprobs,
+                    "finish_reason": c.finish.as_str(),
+                }),
+                Endpoint::Chat => {
+                    let mut message = json!({"role": "assistant", "content": c.text});
+                    if let Some(calls) = c.tool_calls {
+                        message["tool_calls"] = calls;
+                    }
+                    json!({
+                        "index": index,
+                        "message": message,
+                        "logprobs": c.logprobs,
+                        "finish_reason": c.finish.as_str(),
+                    })
+                }
+            })
+            .collect();
         let object = match self.endpoint {
             Endpoint::Completions => "text_completion",
             Endpoint::Chat => "chat.completion",
         };
-        self.wrap(object, json!([choice]), Some(usage))
+        self.wrap(object, json!(choices), Some(usage))
     }
 
-    /// A stream chunk carrying `delta` text (`role` marks the first chat chunk) and, on the last,
-    /// the finish reason.
-    pub fn chunk(&self, delta: &str, role: bool, finish: Option<FinishReason>) -> Value {
+    /// A stream chunk of choice `index` carrying `delta` (text, or a chat delta object such as
+    /// `{"role": "assistant", "content": ""}`), its `logprobs` and, on the last, the finish reason.
+    pub fn chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        finish: Option<FinishReason>,
+        logprobs: Value,
+    ) -> Value {
         let reason = finish.map(FinishReason::as_str);
         match self.endpoint {
-            Endpoint::Completions => self.wrap(
-                "text_completion",
-                json!([{"index": 0, "text": delta, "logprobs": null, "finish_reason": reason}]),
-                None,
-            ),
+            Endpoint::Completions => {
+                let text = match delta {
+                    Delta::Text(t) => t,
+                    Delta::Chat(_) => String::new(),
+                };
+                self.wrap(
+                    "text_completion",
+                    json!([{"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}]),
+                    None,
+                )
+            }
             Endpoint::Chat => {
-                let d = if role {
-                    json!({"role": "assistant", "content": delta})
-                } else if finish.is_some() && delta.is_empty() {
-                    json!({})
-                } else {
-                    json!({"content": delta})
+                let d = match delta {
+                    Delta::Text(t) if t.is_empty() && finish.is_some() => json!({}),
+                    Delta::Text(t) => json!({"content": t}),
+                    Delta::Chat(v) => v,
                 };
                 self.wrap(
                     "chat.completion.chunk",
-                    json!([{"index": 0, "delta": d, "logprobs": null, "finish_reason": reason}]),
+                    json!([{"index": index, "delta": d, "logprobs": logprobs, "finish_reason": reason}]),
                     None,
                 )
             }

@@ -20,135 +20,21 @@
 
 use super::api::{ApiError, FinishReason, Usage};
 use super::health::{AliveGuard, WorkerHealth};
+use super::job::Job;
+pub use super::job::{Admission, Event, Fault, GenRequest, SlotAction, SlotDone, SlotInfo, Ticket};
 use super::metrics::Metrics;
 use super::stop::StopFilter;
 use axum::http::StatusCode;
 use llama::model::ModelError;
 use llama::runtime::{BatchSession, Logits, Outputs, SeqTokens};
-use llama::sampling::Sampler;
+use llama::sampling::{log_probs, Sampler, TokenLogProbs};
 use llama::slot_file;
 use llama::tokenizer::{StreamDecoder, Tokenizer};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
-
-/// What one request asks the worker to generate.
-#[derive(Debug, Clone)]
-pub struct GenRequest {
-    pub prompt: Vec<u32>,
-    pub max_tokens: usize,
-    /// The request's sampler (built, so its parameters are already checked).
-    pub sampler: Sampler,
-    pub stop: Vec<String>,
-    /// Run in this slot (waiting until it is free); any free slot when `None`.
-    pub slot: Option<usize>,
-    /// Keep the prefix the slot's cache shares with the prompt (else evaluate it all).
-    pub cache_prompt: bool,
-    /// A fault to simulate (test aid, see [`super::ServerConfig::test_faults`]).
-    pub fault: Option<Fault>,
-}
-
-/// Faults the worker simulates for tests of the server's failure handling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Every pass holding this request's slot fails like an evaluation error.
-    EvalError,
-    /// The worker panics when it takes the request.
-    Panic,
-    /// The worker sleeps this long when it takes the request, with the request pending.
-    Stall(std::time::Duration),
-}
-
-/// What the worker reports to a request's handler.
-#[derive(Debug)]
-pub enum Event {
-    /// Generated text (never empty).
-    Text(String),
-    /// The end.
-    Done { finish: FinishReason, usage: Usage },
-    /// A failure after the request was accepted.
-    Failed(ApiError),
-}
-
-/// Bounds the requests in slots or queue; a [`Ticket`] holds one place.
-#[derive(Debug)]
-pub struct Admission {
-    capacity: usize,
-    in_flight: AtomicUsize,
-}
-
-/// One admitted request's place; given back when dropped (when the worker drops the job).
-#[derive(Debug)]
-pub struct Ticket(Arc<Admission>);
-
-impl Admission {
-    pub fn new(capacity: usize) -> Arc<Admission> {
-        Arc::new(Admission {
-            capacity,
-            in_flight: AtomicUsize::new(0),
-        })
-    }
-
-    fn admit(self: &Arc<Self>) -> Option<Ticket> {
-        let prev = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if prev >= self.capacity {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Ticket(self.clone()))
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-struct Job {
-    req: GenRequest,
-    events: mpsc::UnboundedSender<Event>,
-    _ticket: Ticket,
-}
-
-impl Job {
-    fn gone(&self) -> bool {
-        self.events.is_closed()
-    }
-
-    fn send(&self, e: Event) {
-        // A closed receiver is noticed at the next step.
-        let _ = self.events.send(e);
-    }
-}
-
-/// A slot's state as `GET /slots` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SlotInfo {
-    pub id: usize,
-    pub busy: bool,
-    pub n_past: usize,
-    pub n_ctx: usize,
-}
-
-/// Operations on an idle slot; the files' disk I/O happens on the HTTP side.
-#[derive(Debug)]
-pub enum SlotAction {
-    /// Encode the slot's tokens and cache ([`slot_file::encode`]).
-    Save,
-    /// Load a slot file's bytes into the slot.
-    Restore(Vec<u8>),
-    Erase,
-}
-
-/// The result of a slot action: the slot's tokens afterwards and, for a save, the file's bytes.
-#[derive(Debug)]
-pub struct SlotDone {
-    pub n_tokens: usize,
-    pub data: Option<Vec<u8>>,
-}
 
 enum Command {
     Submit(Box<Job>),
@@ -293,8 +179,11 @@ impl Engine {
     }
 }
 
+/// One choice of a request, generated in one slot.
 struct Active {
-    job: Job,
+    job: Arc<Job>,
+    /// The choice (`0..n`).
+    index: usize,
     sampler: Sampler,
     decoder: StreamDecoder,
     stop: StopFilter,
@@ -303,6 +192,14 @@ struct Active {
     usage: Usage,
     /// When the request got its slot (a worker-wide count): older prompts are read first.
     started: u64,
+    /// Log-probabilities of sampled tokens whose text is not sent yet.
+    pending: Vec<TokenLogProbs>,
+    /// Log-probabilities of the prompt tokens read so far (when asked for).
+    prompt_logprobs: Vec<TokenLogProbs>,
+    /// The slots of choices `1..n`: they get a copy of this slot's cache once the prompt is read.
+    followers: Vec<usize>,
+    /// A follower waiting for its leader's prompt: it has no input of its own until then.
+    following: bool,
 }
 
 /// Slot `i` is sequence `i` of the worker's session.
@@ -444,8 +341,9 @@ impl Worker {
         })
     }
 
-    /// Moves waiting jobs into free slots, FIFO (a job pinned to a busy slot keeps waiting), and
-    /// drops waiting jobs whose client has gone.
+    /// Moves waiting jobs into free slots, FIFO (a job pinned to a busy slot, or one whose `n`
+    /// choices need more free slots than there are, keeps waiting), and drops waiting jobs whose
+    /// client has gone.
     fn assign(&mut self) {
         let before = self.waiting.len();
         self.waiting.retain(|j| !j.gone());
@@ -454,17 +352,25 @@ impl Worker {
         let mut i = 0;
         while i < self.waiting.len() {
             let req = &self.waiting[i].req;
-            let pick = match req.slot {
+            let leader = match req.slot {
                 Some(id) => self.slots[id].active.is_none().then_some(id),
                 None => self.best_free_slot(&req.prompt),
             };
-            match pick {
-                Some(id) => {
+            let followers: Vec<usize> = leader
+                .map(|l| {
+                    (0..self.slots.len())
+                        .filter(|&f| f != l && self.slots[f].active.is_none())
+                        .take(req.n.saturating_sub(1))
+                        .collect()
+                })
+                .unwrap_or_default();
+            match leader {
+                Some(id) if followers.len() + 1 >= req.n => {
                     if let Some(job) = self.waiting.remove(i) {
-                        self.start(id, job);
+                        self.start(id, job, followers);
                     }
                 }
-                None => i += 1,
+                _ => i += 1,
             }
         }
     }
@@ -479,11 +385,12 @@ impl Worker {
             .map(|(id, _)| id)
     }
 
-    fn start(&mut self, id: usize, job: Job) {
+    /// Starts `job` in slot `id` (choice 0), reserving the `followers` slots for its other choices.
+    fn start(&mut self, id: usize, job: Job, followers: Vec<usize>) {
         let slot = &mut self.slots[id];
-        let sampler = job.req.sampler.clone();
-        // Keep the shared prefix, but evaluate at least one prompt token to get logits.
-        let shared = if job.req.cache_prompt {
+        // Keep the shared prefix, but evaluate at least one prompt token to get logits; prompt
+        // log-probabilities need every prompt position evaluated.
+        let shared = if job.req.cache_prompt && !job.req.prompt_logprobs {
             common_prefix(&slot.tokens, &job.req.prompt)
         } else {
             0
@@ -507,22 +414,38 @@ impl Worker {
         };
         Metrics::add(&self.metrics.prompt_tokens, usage.prompt_tokens);
         Metrics::add(&self.metrics.prompt_tokens_cached, keep);
-        let stop = StopFilter::new(job.req.stop.clone());
         self.started += 1;
-        slot.active = Some(Active {
-            job,
-            sampler,
-            decoder: StreamDecoder::new(),
-            stop,
-            next: None,
-            usage,
-            started: self.started,
-        });
+        let job = Arc::new(job);
+        let choice = |index: usize, followers: Vec<usize>| {
+            let mut sampler = job.req.sampler.clone();
+            if index > 0 {
+                // Each choice draws its own deterministic stream.
+                sampler.reseed(sampler.params().seed.wrapping_add(index as u64));
+            }
+            Active {
+                job: job.clone(),
+                index,
+                sampler,
+                decoder: StreamDecoder::new(),
+                stop: StopFilter::new(job.req.stop.clone()),
+                next: None,
+                usage,
+                started: self.started,
+                pending: Vec::new(),
+                prompt_logprobs: Vec::new(),
+                following: index > 0,
+                followers,
+            }
+        };
+        for (k, &f) in followers.iter().enumerate() {
+            self.slots[f].active = Some(choice(k + 1, Vec::new()));
+        }
+        self.slots[id].active = Some(choice(0, followers));
     }
 
     /// Advances the active slots by one generated token each and by the step's prompt budget, in
     /// one forward pass (one per slot where the model cannot batch sequences). Requests whose
-    /// client has gone free their slot first.
+    /// client has gone free their slots first; followers wait for their leader's prompt.
     fn step(&mut self) {
         let mut order = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
@@ -530,32 +453,45 @@ impl Worker {
                 continue;
             };
             if a.job.gone() {
-                Metrics::inc(&self.metrics.requests_cancelled);
+                if a.index == 0 {
+                    Metrics::inc(&self.metrics.requests_cancelled);
+                }
                 slot.active = None;
                 continue;
             }
-            order.push((a.started, i));
+            if !a.following {
+                order.push((a.started, i));
+            }
         }
         order.sort_unstable();
         let mut budget = self.prompt_chunk;
-        let mut inputs: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut inputs: Vec<Input> = Vec::new();
         for (_, i) in order {
             let slot = &self.slots[i];
             let Some(a) = slot.active.as_ref() else {
                 continue;
             };
-            let input = match a.next {
-                Some(t) => vec![t],
+            let (tokens, outputs) = match a.next {
+                Some(t) => (vec![t], Outputs::Last),
                 None if budget > 0 => {
                     let prompt = &a.job.req.prompt;
                     let from = slot.tokens.len();
                     let chunk = &prompt[from..prompt.len().min(from + budget)];
                     budget -= chunk.len();
-                    chunk.to_vec()
+                    let outputs = if a.job.req.prompt_logprobs {
+                        Outputs::All
+                    } else {
+                        Outputs::Last
+                    };
+                    (chunk.to_vec(), outputs)
                 }
                 None => continue,
             };
-            inputs.push((i, input));
+            inputs.push(Input {
+                slot: i,
+                tokens,
+                outputs,
+            });
         }
         if self.session.batches_sequences() {
             self.pass(&inputs);
@@ -566,23 +502,23 @@ impl Worker {
         }
     }
 
-    /// Runs one forward pass over `inputs` (slot, tokens) and advances each of those slots. When a
-    /// pass over several slots fails, each slot whose cache the failure left intact is retried in
-    /// a pass of its own, so one slot's failure ends only its own request.
-    fn pass(&mut self, inputs: &[(usize, Vec<u32>)]) {
+    /// Runs one forward pass over `inputs` and advances each of their slots. When a pass over
+    /// several slots fails, each slot whose cache the failure left intact is retried in a pass of
+    /// its own, so one slot's failure ends only its own request.
+    fn pass(&mut self, inputs: &[Input]) {
         if inputs.is_empty() {
             return;
         }
         let batch: Vec<SeqTokens> = inputs
             .iter()
-            .map(|(i, tokens)| SeqTokens {
-                seq: *i,
-                tokens,
-                outputs: Outputs::Last,
+            .map(|x| SeqTokens {
+                seq: x.slot,
+                tokens: &x.tokens,
+                outputs: x.outputs,
             })
             .collect();
-        let faulty = inputs.iter().any(|(i, _)| {
-            self.slots[*i]
+        let faulty = inputs.iter().any(|x| {
+            self.slots[x.slot]
                 .active
                 .as_ref()
                 .is_some_and(|a| a.job.req.fault == Some(Fault::EvalError))
@@ -594,19 +530,19 @@ impl Worker {
         };
         match result {
             Ok(logits) => {
-                let n_tokens = inputs.iter().map(|(_, t)| t.len()).sum();
+                let n_tokens = inputs.iter().map(|x| x.tokens.len()).sum();
                 self.metrics.pass(inputs.len(), n_tokens);
-                for ((i, input), l) in inputs.iter().zip(&logits) {
-                    self.advance(*i, input, l);
+                for (x, l) in inputs.iter().zip(&logits) {
+                    self.advance(x.slot, &x.tokens, l);
                 }
             }
             Err(e) => {
                 let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
                 if inputs.len() == 1 {
-                    return self.fail(inputs[0].0, e);
+                    return self.fail(inputs[0].slot, e);
                 }
                 for k in 0..inputs.len() {
-                    let i = inputs[k].0;
+                    let i = inputs[k].slot;
                     if self.session.n_past(i).ok() == Some(self.slots[i].tokens.len()) {
                         self.pass(&inputs[k..k + 1]);
                     } else {
@@ -617,18 +553,77 @@ impl Worker {
         }
     }
 
-    /// Takes slot `i`'s evaluated `input` into account: appends it to the slot's tokens and, once
-    /// the prompt is read, samples the next token from `logits` and streams its text.
+    /// Takes slot `i`'s evaluated `input` into account: appends it to the slot's tokens (noting
+    /// the prompt tokens' log-probabilities when asked for) and, once the prompt is read, hands
+    /// its cache to the followers and samples every choice's next token from the last row of
+    /// `logits`.
     fn advance(&mut self, i: usize, input: &[u32], logits: &Logits) {
         let slot = &mut self.slots[i];
         let Some(a) = slot.active.as_mut() else {
             return;
         };
+        let reading = a.next.is_none();
         slot.tokens.extend_from_slice(input);
-        if a.next.is_none() && slot.tokens.len() < a.job.req.prompt.len() {
+        let prompt = &a.job.req.prompt;
+        if reading && a.job.req.prompt_logprobs {
+            // Row r (at position p) predicts the prompt token after it.
+            let top = a.job.req.logprobs.unwrap_or(0);
+            for (r, &p) in logits.positions.iter().enumerate() {
+                if let Some(&next) = prompt.get(p + 1) {
+                    a.prompt_logprobs.push(log_probs(logits.row(r), next, top));
+                }
+            }
+        }
+        if reading && slot.tokens.len() < prompt.len() {
             return; // more prompt to read
         }
-        let tok = match a.sampler.sample(logits.last(), &slot.tokens) {
+        if reading {
+            if a.job.req.prompt_logprobs {
+                a.job
+                    .send(Event::Prompt(std::mem::take(&mut a.prompt_logprobs)));
+            }
+            let followers = std::mem::take(&mut a.followers);
+            if let Err(e) = self.fork(i, &followers) {
+                let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+                for f in followers {
+                    self.fail(f, e.clone());
+                }
+                return self.fail(i, e);
+            }
+            for f in followers {
+                self.emit_next(f, logits.last());
+            }
+        }
+        self.emit_next(i, logits.last());
+    }
+
+    /// Copies leader `i`'s cache (its prompt) into each follower's sequence, so the prompt is
+    /// evaluated once for all the choices.
+    fn fork(&mut self, i: usize, followers: &[usize]) -> Result<(), ModelError> {
+        let tokens = self.slots[i].tokens.clone();
+        for &f in followers {
+            self.session.kv().copy_sequence(i, f, tokens.len())?;
+            self.session.set_n_past(f, tokens.len())?;
+            let slot = &mut self.slots[f];
+            slot.tokens.clone_from(&tokens);
+            if let Some(a) = slot.active.as_mut() {
+                a.following = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Samples slot `i`'s next token from `row` (its logits) and streams its text, or ends the
+    /// choice (end of generation, stop string, `max_tokens`, a full context).
+    fn emit_next(&mut self, i: usize, row: &[f32]) {
+        let slot = &mut self.slots[i];
+        let Some(a) = slot.active.as_mut() else {
+            return;
+        };
+        if a.job.req.max_tokens == 0 {
+            return self.finish(i, FinishReason::Length);
+        }
+        let tok = match a.sampler.sample(row, &slot.tokens) {
             Ok(t) => t,
             Err(e) => {
                 return self.fail(
@@ -641,11 +636,22 @@ impl Worker {
         if self.tokenizer.is_eog(tok) {
             return self.finish(i, FinishReason::Stop);
         }
+        if let Some(top) = a.job.req.logprobs {
+            a.pending.push(log_probs(row, tok, top));
+        }
         a.usage.completion_tokens += 1;
-        let piece = a.decoder.push(&self.tokenizer, tok);
+        let piece = if a.job.req.special_text {
+            a.decoder.push_special(&self.tokenizer, tok)
+        } else {
+            a.decoder.push(&self.tokenizer, tok)
+        };
         let (text, hit) = a.stop.push(&piece);
         if !text.is_empty() {
-            a.job.send(Event::Text(text));
+            a.job.send(Event::Text {
+                index: a.index,
+                text,
+                logprobs: std::mem::take(&mut a.pending),
+            });
         }
         if hit {
             return self.finish(i, FinishReason::Stop);
@@ -658,37 +664,59 @@ impl Worker {
         a.next = Some(tok);
     }
 
-    /// Ends slot `i`'s request with `finish`, flushing held-back text.
+    /// Ends slot `i`'s choice with `finish`, flushing held-back text and log-probabilities.
     fn finish(&mut self, i: usize, finish: FinishReason) {
         let Some(mut a) = self.slots[i].active.take() else {
             return;
         };
+        let mut text = String::new();
         if !a.stop.hit {
             let tail = a.decoder.finish();
-            let (mut text, hit) = a.stop.push(&tail);
+            let (held, hit) = a.stop.push(&tail);
+            text = held;
             if !hit {
                 text.push_str(&a.stop.flush());
             }
-            if !text.is_empty() {
-                a.job.send(Event::Text(text));
-            }
         }
-        Metrics::inc(&self.metrics.requests_completed);
+        if !text.is_empty() || !a.pending.is_empty() {
+            a.job.send(Event::Text {
+                index: a.index,
+                text,
+                logprobs: std::mem::take(&mut a.pending),
+            });
+        }
+        if Arc::strong_count(&a.job) == 1 {
+            Metrics::inc(&self.metrics.requests_completed);
+        }
         a.job.send(Event::Done {
+            index: a.index,
             finish,
             usage: a.usage,
         });
     }
 
-    /// Ends slot `i`'s request with an error and forgets the slot's cache.
+    /// Ends slot `i`'s choice with an error and forgets the slot's cache, and the slots reserved
+    /// for the choice's followers.
     fn fail(&mut self, i: usize, e: ApiError) {
         let slot = &mut self.slots[i];
         if let Some(a) = slot.active.take() {
-            Metrics::inc(&self.metrics.requests_failed);
-            a.job.send(Event::Failed(e));
+            if a.index == 0 {
+                Metrics::inc(&self.metrics.requests_failed);
+            }
+            a.job.send(Event::Failed(e.clone()));
+            for &f in &a.followers {
+                self.slots[f].active = None;
+            }
         }
-        forget(&mut self.session, slot, i);
+        forget(&mut self.session, &mut self.slots[i], i);
     }
+}
+
+/// One slot's tokens in a forward pass, and which of them get logits.
+struct Input {
+    slot: usize,
+    tokens: Vec<u32>,
+    outputs: Outputs,
 }
 
 /// Empties slot `id`'s tokens and its sequence's cache.
@@ -700,20 +728,4 @@ fn forget(session: &mut BatchSession, slot: &mut SlotState, id: usize) {
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn admission_bounds_tickets() {
-        let a = Admission::new(2);
-        let t1 = a.admit();
-        let t2 = a.admit();
-        assert!(t1.is_some() && t2.is_some());
-        assert!(a.admit().is_none());
-        drop(t1);
-        assert!(a.admit().is_some());
-    }
 }

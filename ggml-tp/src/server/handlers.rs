@@ -1,31 +1,33 @@
 //! The HTTP handlers: request validation (body size, JSON shape, prompt and `max_tokens` limits),
 //! prompt building (chat template, tokenizer; off the async workers, [`super::prepare`]), handing
 //! requests to the [`Engine`] (a place in its queue is taken once the parameters are checked and
-//! before the prompt is rendered and tokenized), and
-//! answering as one JSON object or as an SSE stream of `data: {...}` chunks ending with
-//! `data: [DONE]`.
+//! before the prompt is rendered and tokenized), and answering ([`super::respond`]) as one JSON
+//! object or as an SSE stream. Unknown fields and roles are refused with 400 naming the field.
 
 use super::api::{
-    ApiError, ChatRequest, CommonParams, CompletionRequest, Endpoint, Envelope, Prompt,
+    check_extra, check_role, ApiError, ChatMessage, ChatRequest, CommonParams, CompletionRequest,
+    Endpoint, Envelope, Prompt,
 };
 use super::config::Limits;
-use super::engine::{Engine, Event, Fault, GenRequest, Ticket};
+use super::engine::{Engine, Fault, GenRequest, Ticket};
 use super::metrics::Metrics;
 use super::prepare::{check_stops, check_text_len, off_thread, parse, read_body};
-use axum::body::{Body, Bytes};
+use super::respond::{Answer, Echo};
+use super::tools::{self, ToolCallParser};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use llama::chat::{ChatTemplate, Message};
-use llama::sampling::Sampler;
+use llama::chat::{ChatTemplate, Message, RenderOptions};
+use llama::sampling::{Sampler, BIAS_LIMIT};
 use llama::tokenizer::Tokenizer;
-use serde_json::{json, Value};
-use std::convert::Infallible;
+use llama::tool_calls::ToolFormat;
+use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Semaphore;
 
 /// What every handler shares.
@@ -35,6 +37,8 @@ pub struct AppState {
     pub template: ChatTemplate,
     pub metrics: Arc<Metrics>,
     pub model_name: String,
+    /// The model file (`/props`).
+    pub model_path: PathBuf,
     /// Unix time the server started (the model's `created`).
     pub created: u64,
     /// Positions of one slot's cache.
@@ -93,7 +97,9 @@ pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Re
         let st = s.clone();
         let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
             let req: CompletionRequest = parse(&bytes)?;
-            let mut p = check_params(&st, req.common)?;
+            check_extra(&req.extra)?;
+            let logprobs = check_top(req.logprobs, "logprobs")?;
+            let mut p = check_params(&st, req.common, logprobs, req.echo)?;
             let ticket = st.engine.admit()?;
             let prompt = match req.prompt {
                 Prompt::Text(text) => {
@@ -115,6 +121,12 @@ pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Re
                 )),
             };
             check_prompt(&st, &prompt)?;
+            if req.echo {
+                p.echo = Some(Echo {
+                    text: st.tokenizer.decode(&prompt),
+                    tokens: prompt.clone(),
+                });
+            }
             Ok((prompt, p, ticket))
         })
         .await?;
@@ -130,25 +142,37 @@ pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response 
         let st = s.clone();
         let (prompt, p, ticket) = off_thread(&s.prep, &s.limits, move || {
             let req: ChatRequest = parse(&bytes)?;
+            check_extra(&req.extra)?;
             if req.messages.is_empty() {
                 return Err(ApiError::bad_request("messages must not be empty"));
             }
-            let p = check_params(&st, req.common)?;
+            for (i, m) in req.messages.iter().enumerate() {
+                check_role(i, m)?;
+            }
+            let logprobs = match (req.logprobs, req.top_logprobs) {
+                (false, Some(_)) => {
+                    return Err(ApiError::bad_request("top_logprobs needs logprobs: true")
+                        .with_param("top_logprobs"))
+                }
+                (false, None) => None,
+                (true, top) => check_top(Some(top.unwrap_or(0)), "top_logprobs")?,
+            };
+            let tools = tools::setup(&req, st.template.source())?;
+            let mut p = check_params(&st, req.common.clone(), logprobs, false)?;
             let ticket = st.engine.admit()?;
             let messages = req
                 .messages
                 .iter()
-                .map(|m| {
-                    let text = match &m.content {
-                        Some(c) => c.text()?,
-                        None => String::new(),
-                    };
-                    Ok(Message::new(m.role.clone(), text))
-                })
+                .map(template_message)
                 .collect::<Result<Vec<_>, ApiError>>()?;
+            let options = RenderOptions {
+                add_generation_prompt: true,
+                tools: tools.tools.clone(),
+                ..RenderOptions::default()
+            };
             let rendered = st
                 .template
-                .render(&messages, true)
+                .render_with(&messages, &options)
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let text = st.template.strip_special(
                 &rendered,
@@ -158,6 +182,7 @@ pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response 
             check_text_len(&st, text)?;
             let prompt = st.tokenizer.encode(text, true, true);
             check_prompt(&st, &prompt)?;
+            p.tools = tools.format;
             Ok((prompt, p, ticket))
         })
         .await?;
@@ -165,6 +190,42 @@ pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response 
     };
     let r = r.await;
     reply(&s, r)
+}
+
+/// A request message as the chat template sees it: the text of its content, `developer` as
+/// `system`, tool calls with their arguments as objects.
+fn template_message(m: &ChatMessage) -> Result<Message, ApiError> {
+    let text = match &m.content {
+        Some(c) => c.text()?,
+        None => String::new(),
+    };
+    let role = if m.role == "developer" {
+        "system"
+    } else {
+        &m.role
+    };
+    let mut out = Message::new(role, text);
+    out.tool_calls = m.tool_calls.as_ref().map(tools::template_calls);
+    out.tool_call_id = m.tool_call_id.clone();
+    out.name = m.name.clone();
+    Ok(out)
+}
+
+/// The most log-probabilities per position a request may ask for.
+const MAX_TOP_LOGPROBS: usize = 20;
+
+/// The most choices (`n`) of one request.
+pub const MAX_CHOICES: usize = 8;
+
+/// Checks a count of top log-probabilities (`field` names it in the error).
+fn check_top(top: Option<usize>, field: &str) -> Result<Option<usize>, ApiError> {
+    match top {
+        Some(k) if k > MAX_TOP_LOGPROBS => Err(ApiError::bad_request(format!(
+            "{field} {k} exceeds the limit of {MAX_TOP_LOGPROBS}"
+        ))
+        .with_param(field)),
+        t => Ok(t),
+    }
 }
 
 /// A request's checked parameters.
@@ -177,15 +238,37 @@ struct Params {
     stream: bool,
     include_usage: bool,
     fault: Option<Fault>,
+    n: usize,
+    /// Top log-probabilities per token (`Some(0)`: the chosen token's only).
+    logprobs: Option<usize>,
+    /// Completions' `echo`.
+    echo: Option<Echo>,
+    /// The tool-call syntax parsed from the reply (chat with tools).
+    tools: Option<ToolFormat>,
 }
 
-/// Checks the parameters against the server's limits (before any expensive work).
-fn check_params(s: &AppState, p: CommonParams) -> Result<Params, ApiError> {
-    if p.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request("only n = 1 is supported"));
+/// Checks the parameters against the server's limits (before any expensive work). `echo` allows
+/// `max_tokens: 0` (the prompt's log-likelihoods alone).
+fn check_params(
+    s: &AppState,
+    p: CommonParams,
+    logprobs: Option<usize>,
+    echo: bool,
+) -> Result<Params, ApiError> {
+    let n = p.n.unwrap_or(1);
+    let n_limit = MAX_CHOICES.min(s.engine.n_slots());
+    if n == 0 || n > n_limit {
+        return Err(ApiError::bad_request(format!(
+            "n = {n}: at least 1 and at most {n_limit} (the server's slots, up to {MAX_CHOICES})"
+        ))
+        .with_param("n"));
     }
     let max_tokens = match p.max_tokens.or(p.max_completion_tokens) {
-        Some(0) => return Err(ApiError::bad_request("max_tokens must be at least 1")),
+        Some(0) if !echo => {
+            return Err(ApiError::bad_request(
+                "max_tokens must be at least 1 (0 only with echo)",
+            ))
+        }
         Some(m) if m > s.max_tokens => {
             return Err(ApiError::bad_request(format!(
                 "max_tokens {m} exceeds the server's limit of {}",
@@ -196,8 +279,10 @@ fn check_params(s: &AppState, p: CommonParams) -> Result<Params, ApiError> {
         None => s.max_tokens,
     };
     let fresh_seed = unix_nanos() ^ s.next_id.load(Ordering::Relaxed).rotate_left(32);
-    let sampler =
-        Sampler::new(p.sampling(fresh_seed)).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let bias = check_logit_bias(s, p.logit_bias.as_ref())?;
+    let sampler = Sampler::new(p.sampling(fresh_seed))
+        .and_then(|x| x.with_logit_bias(bias))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let stop = check_stops(
         p.stop.clone().map(|x| x.into_vec()).unwrap_or_default(),
         &s.limits,
@@ -211,7 +296,40 @@ fn check_params(s: &AppState, p: CommonParams) -> Result<Params, ApiError> {
         stream: p.stream,
         include_usage: p.include_usage(),
         fault: None,
+        n,
+        logprobs,
+        echo: None,
+        tools: None,
     })
+}
+
+/// `logit_bias` as (token, bias): keys must be token ids of the vocabulary, biases in
+/// `[-100, 100]`.
+fn check_logit_bias(
+    s: &AppState,
+    bias: Option<&BTreeMap<String, f32>>,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(bias) = bias else {
+        return Ok(Vec::new());
+    };
+    bias.iter()
+        .map(|(key, &b)| {
+            let bad = |why: String| {
+                Err(ApiError::bad_request(format!("logit_bias[{key:?}]: {why}"))
+                    .with_param("logit_bias"))
+            };
+            let Ok(token) = key.parse::<u32>() else {
+                return bad("keys must be token ids".into());
+            };
+            if token as usize >= s.n_vocab {
+                return bad(format!("outside the vocabulary of {}", s.n_vocab));
+            }
+            if !(b.is_finite() && b.abs() <= BIAS_LIMIT) {
+                return bad(format!("{b} is not in [-{BIAS_LIMIT}, {BIAS_LIMIT}]"));
+            }
+            Ok((token, b))
+        })
+        .collect()
 }
 
 /// The fault a test prompt asks for, where the server simulates faults.
@@ -252,18 +370,29 @@ async fn generate(
     p: Params,
     ticket: Ticket,
 ) -> Result<Response, ApiError> {
-    let env = Envelope {
-        endpoint,
-        id: format!(
-            "{}-{:x}",
-            match endpoint {
-                Endpoint::Completions => "cmpl",
-                Endpoint::Chat => "chatcmpl",
-            },
-            s.next_id.fetch_add(1, Ordering::Relaxed)
-        ),
-        created: unix_now(),
-        model: s.model_name.clone(),
+    let id = format!(
+        "{}-{:x}",
+        match endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        },
+        s.next_id.fetch_add(1, Ordering::Relaxed)
+    );
+    let answer = Answer {
+        tools: p
+            .tools
+            .map(|f| ToolCallParser::new(f, format!("call_{}", id.replace('-', "_")))),
+        env: Envelope {
+            endpoint,
+            id,
+            created: unix_now(),
+            model: s.model_name.clone(),
+        },
+        n: p.n,
+        tokenizer: s.tokenizer.clone(),
+        logprobs: p.logprobs.is_some(),
+        include_usage: p.include_usage,
+        echo: p.echo.clone(),
     };
     let rx = s.engine.submit(
         GenRequest {
@@ -274,80 +403,17 @@ async fn generate(
             slot: p.slot,
             cache_prompt: p.cache_prompt,
             fault: p.fault,
+            logprobs: p.logprobs,
+            prompt_logprobs: p.echo.is_some() && p.logprobs.is_some(),
+            n: p.n,
+            special_text: p.tools.is_some(),
         },
         ticket,
     )?;
     if p.stream {
-        return Ok(stream(env, rx, p.include_usage));
+        return Ok(answer.stream(rx));
     }
-    collect(env, rx).await
-}
-
-/// Waits for the whole answer.
-async fn collect(env: Envelope, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    while let Some(e) = rx.recv().await {
-        match e {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done { finish, usage } => {
-                return Ok(Json(env.complete(&text, finish, usage)).into_response())
-            }
-            Event::Failed(e) => return Err(e),
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "the inference worker dropped the request",
-    ))
-}
-
-fn sse(v: &Value) -> String {
-    format!("data: {v}\n\n")
-}
-
-const DONE: &str = "data: [DONE]\n\n";
-
-/// Streams the answer as server-sent events. Dropping the body (the client went away) drops the
-/// receiver, which the worker notices at its next step.
-fn stream(env: Envelope, rx: UnboundedReceiver<Event>, include_usage: bool) -> Response {
-    // A chat stream opens with the assistant role.
-    let opening = (env.endpoint == Endpoint::Chat).then(|| sse(&env.chunk("", true, None)));
-    let state = (Some(rx), env, opening);
-    let body = futures::stream::unfold(state, move |(rx, env, opening)| async move {
-        if let Some(first) = opening {
-            return Some((Ok::<_, Infallible>(Bytes::from(first)), (rx, env, None)));
-        }
-        let mut rx = rx?;
-        let out = match rx.recv().await {
-            Some(Event::Text(t)) => {
-                return Some((
-                    Ok(Bytes::from(sse(&env.chunk(&t, false, None)))),
-                    (Some(rx), env, None),
-                ))
-            }
-            Some(Event::Done { finish, usage }) => {
-                let mut out = sse(&env.chunk("", false, Some(finish)));
-                if include_usage {
-                    out.push_str(&sse(&env.usage_chunk(usage)));
-                }
-                out
-            }
-            Some(Event::Failed(e)) => sse(&e.body()),
-            None => sse(&ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the inference worker dropped the request",
-            )
-            .body()),
-        };
-        Some((Ok(Bytes::from(out + DONE)), (None, env, None)))
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-        })
+    answer.collect(rx).await
 }
 
 pub async fn models(State(s): Shared) -> Response {

@@ -9,7 +9,14 @@
 //!   `repeat_penalty` ([`llama::sampling`]; llama.cpp's defaults where absent, a fresh seed when
 //!   none is given) and llama.cpp's `id_slot` (run in that slot) and `cache_prompt` (reuse the
 //!   prefix a slot's cache shares with the prompt; default true). Chat prompts are rendered with
-//!   the model's template ([`llama::chat`]).
+//!   the model's template ([`llama::chat`]). `logprobs` / `top_logprobs` (chat) and `logprobs` +
+//!   `echo` (completions, the prompt's log-likelihoods; `max_tokens: 0` with `echo`) report
+//!   log-probabilities of the raw logits ([`logprobs`]); `logit_bias` biases or bans tokens; `n`
+//!   choices (up to [`handlers::MAX_CHOICES`] and the slots) share one evaluation of the prompt,
+//!   its cache copied into their slots; `tools` / `tool_choice` go to the template and calls are
+//!   parsed back per template family ([`tools`], [`llama::tool_calls`]). Unknown roles and fields
+//!   are refused with 400 naming them in `param`.
+//! * `POST /tokenize`, `POST /detokenize`, `GET /props` (llama-server's shapes, [`tokens`]).
 //! * `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `GET /slots`.
 //! * `POST /slots/{id}?action=save&filename=X[&overwrite=true]`, `action=restore`, `action=erase`:
 //!   a slot's tokens and KV cache to and from a file in the configured directory
@@ -35,11 +42,16 @@ pub mod engine;
 pub mod guard;
 pub mod handlers;
 pub mod health;
+pub mod job;
 pub mod listen;
+pub mod logprobs;
 pub mod metrics;
 pub mod prepare;
+pub mod respond;
 pub mod slots;
 pub mod stop;
+pub mod tokens;
+pub mod tools;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -117,6 +129,7 @@ impl Server {
             template: loaded.template,
             metrics,
             model_name,
+            model_path: config.model_path.clone(),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -141,6 +154,9 @@ impl Server {
             .route("/v1/completions", post(handlers::completions))
             .route("/v1/chat/completions", post(handlers::chat))
             .route("/v1/models", get(handlers::models))
+            .route("/tokenize", post(tokens::tokenize))
+            .route("/detokenize", post(tokens::detokenize))
+            .route("/props", get(tokens::props))
             .route("/health", get(handlers::health))
             .route("/metrics", get(handlers::metrics))
             .route("/slots", get(slots::slots))

@@ -53,6 +53,16 @@ pub struct Message {
     /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
     pub content: String,
+    /// An assistant message's tool calls (`[{"id", "type", "function": {"name", "arguments"}}]`,
+    /// the arguments an object, as templates expect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool's name, for a `tool` message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -61,6 +71,9 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
     }
 

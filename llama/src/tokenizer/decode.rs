@@ -124,7 +124,17 @@ impl StreamDecoder {
     /// Adds token `id` (rendered as [`Tokenizer::token_to_piece`]) and returns the text that is
     /// complete so far. Bytes that can never become valid UTF-8 come out as U+FFFD.
     pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
-        self.pending.extend(tokenizer.token_to_piece(id));
+        self.push_bytes(&tokenizer.token_to_piece(id))
+    }
+
+    /// [`StreamDecoder::push`] with control tokens rendered as their text (for replies whose
+    /// markers, such as tool calls, are control tokens).
+    pub fn push_special(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
+        self.push_bytes(&tokenizer.token_to_piece_with(id, true))
+    }
+
+    fn push_bytes(&mut self, piece: &[u8]) -> String {
+        self.pending.extend_from_slice(piece);
         let mut out = String::new();
         loop {
             match std::str::from_utf8(&self.pending) {
