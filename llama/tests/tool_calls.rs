@@ -142,15 +142,9 @@ fn families_are_detected_from_templates() {
 /// them back from the rendered turn, and the tools appear in the system prompt.
 #[test]
 fn qwen25_template_round_trip() {
-    let Some(dir) = util::models() else {
-        println!("skipped: models not found");
+    let Some(path) = util::model_file("qwen2.5-coder-0.5b-instruct.gguf") else {
         return;
     };
-    let path = dir.join("qwen2.5-coder-0.5b-instruct.gguf");
-    if !path.is_file() {
-        println!("skipped: {} not found", path.display());
-        return;
-    }
     let file = GgufFile::open(&path).unwrap();
     let source = template_source(&file, None).unwrap().unwrap();
     assert_eq!(ToolFormat::detect(source), Some(ToolFormat::Hermes));
