@@ -1,6 +1,8 @@
-//! `MetaBackend`: the stream of a meta device. Computing a graph builds (or finds in its cache) the
-//! graph's program, copies inputs, runs each stage on every device at once, joins partial and split
-//! results between stages, and writes outputs back whole.
+//! `MetaBackend`: the stream of a meta device. Computing a graph builds the graph's program or finds
+//! it in the stream's cache of programs per graph shape ([`crate::cache`]), copies inputs, runs each
+//! stage on every device at once, joins partial and split results between stages, and writes
+//! outputs back whole. Every program of a stream places its per-device graphs in the same compute
+//! memory (one scheduler per device), since one program runs at a time.
 //!
 //! Each device has a driver thread for the whole program (inside the device's own workers where its
 //! stream offers that, [`Backend::drive`]): it issues the device's share of each stage and meets the
@@ -11,14 +13,14 @@
 //! generic AllReduce, outputs).
 
 use crate::barrier::RankBarrier;
+use crate::cache::{Lookup, ProgramCache};
 use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
 use ggml_core::backend::{Backend, Communicator, Device, Event};
-use ggml_core::sched::structure_key;
-use ggml_core::{DataRef, Error, Graph, GraphStamp, Result, TensorId};
+use ggml_core::sched::Scheduler;
+use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Counters of a meta stream.
@@ -28,11 +30,27 @@ pub struct MetaStats {
     pub builds: u64,
     /// Graph computations that reused a cached program (same cut, subgraphs and ids).
     pub hits: u64,
+    /// Programs dropped from the cache (least recently used) to make room for a new one.
+    pub evictions: u64,
     /// AllReduce calls and the bytes each device contributed to them.
     pub reductions: u64,
     pub reduced_bytes: u64,
     /// Gathers of split tensors.
     pub gathers: u64,
+}
+
+impl MetaStats {
+    /// The counters of two streams together.
+    pub fn plus(&self, other: &MetaStats) -> MetaStats {
+        MetaStats {
+            builds: self.builds + other.builds,
+            hits: self.hits + other.hits,
+            evictions: self.evictions + other.evictions,
+            reductions: self.reductions + other.reductions,
+            reduced_bytes: self.reduced_bytes + other.reduced_bytes,
+            gathers: self.gathers + other.gathers,
+        }
+    }
 }
 
 /// A stream over every device of a meta device. Partial sums are joined by the family's communicator;
@@ -42,10 +60,8 @@ pub struct MetaBackend {
     device: Arc<MetaDevice>,
     backends: Vec<Arc<dyn Backend>>,
     comm: Option<Arc<dyn Communicator>>,
-    program: Mutex<Option<Program>>,
-    /// The program key of the last computed graph state and node list (hashing a graph's structure
-    /// is skipped while it does not change).
-    last_key: Mutex<Option<(GraphStamp, u64, u64)>>,
+    /// The programs per graph shape, and each device's scheduler (the compute memory they share).
+    programs: Mutex<Programs>,
     stats: Mutex<MetaStats>,
     /// Threads that drive devices 1.. (thread `i` drives device `i + 1`) while the calling thread
     /// drives device 0.
@@ -76,13 +92,19 @@ impl MetaBackend {
             .thread_name(|i| format!("meta-driver-{i}"))
             .build()
             .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
+        let programs = Programs {
+            scheds: backends
+                .iter()
+                .map(|b| Scheduler::new(vec![b.clone()]))
+                .collect(),
+            cache: ProgramCache::default(),
+        };
         Ok(MetaBackend {
             barrier: Mutex::new(RankBarrier::new(backends.len())),
             device,
             backends,
             comm,
-            program: Mutex::new(None),
-            last_key: Mutex::new(None),
+            programs: Mutex::new(programs),
             stats: Mutex::new(MetaStats::default()),
             driver,
         })
@@ -92,18 +114,20 @@ impl MetaBackend {
         *self.stats.lock()
     }
 
-    /// Compute-buffer bytes each device holds for the current program (each plans its own share).
+    /// Compute-buffer bytes each device needs for the last computed program (each plans its own
+    /// share).
     pub fn device_compute_memory(&self) -> Vec<usize> {
-        self.program
+        self.programs
             .lock()
-            .as_ref()
-            .map(|p| {
-                p.scheds
-                    .iter()
-                    .map(|s| s.memory().iter().map(|m| m.planned).sum())
-                    .collect()
-            })
+            .cache
+            .last()
+            .map(|p| p.compute_bytes.clone())
             .unwrap_or_default()
+    }
+
+    /// Programs held in the cache now.
+    pub fn cached_programs(&self) -> usize {
+        self.programs.lock().cache.len()
     }
 
     /// The per-device streams.
@@ -243,6 +267,12 @@ impl MetaBackend {
     }
 }
 
+/// The program cache of a stream and the per-device schedulers its programs are placed by.
+struct Programs {
+    scheds: Vec<Scheduler>,
+    cache: ProgramCache,
+}
+
 /// Locks that keep two runs sharing a device from running at once, whatever meta device or stream
 /// they belong to: a driver may hold its device's only worker thread for a whole run while it waits
 /// for the other drivers at the barrier, so two runs that each held a device the other needs would
@@ -310,41 +340,31 @@ impl Backend for MetaBackend {
         dst.buffer.set(dst.offset, &staging)
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        let nodes_hash = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            nodes.hash(&mut h);
-            h.finish()
-        };
-        let stamp = graph.stamp();
-        let mut last = self.last_key.lock();
-        let key = match *last {
-            Some((s, n, key)) if s == stamp && n == nodes_hash => key,
-            _ => {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                structure_key(graph).hash(&mut h);
-                nodes_hash.hash(&mut h);
-                let key = h.finish();
-                *last = Some((stamp, nodes_hash, key));
-                key
-            }
-        };
-        drop(last);
-        let mut slot = self.program.lock();
-        if slot.as_ref().is_some_and(|p| p.key == key) {
-            self.stats.lock().hits += 1;
-        } else {
-            *slot = None;
-            *slot = Some(build(
+        let mut programs = self.programs.lock();
+        let Programs { scheds, cache } = &mut *programs;
+        let key = cache.key(graph, nodes);
+        let (program, lookup) = cache.get_or_build(key, || {
+            build(
                 graph,
                 nodes,
                 &self.device,
                 &self.backends,
+                scheds,
                 key,
                 self.comm.is_some(),
-            )?);
-            self.stats.lock().builds += 1;
+            )
+        })?;
+        {
+            let mut stats = self.stats.lock();
+            match lookup {
+                Lookup::Hit => stats.hits += 1,
+                Lookup::Built { evicted } => {
+                    stats.builds += 1;
+                    stats.evictions += u64::from(evicted);
+                }
+            }
         }
-        self.run(slot.as_ref().expect("program set above"), graph)
+        self.run(program, graph)
     }
     fn synchronize(&self) -> Result<()> {
         self.backends.iter().try_for_each(|b| b.synchronize())

@@ -4,6 +4,7 @@
 
 mod barrier;
 pub mod buffer;
+mod cache;
 mod collective;
 pub mod device;
 pub mod doubling;
