@@ -7,7 +7,8 @@
 //! Each device has a driver thread for the whole program (inside the device's own workers where its
 //! stream offers that, [`Backend::drive`]): it issues the device's share of each stage and meets the
 //! other drivers at a spinning barrier for each join, so a join costs no hand-over of work between
-//! threads. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
+//! threads; the last driver to arrive performs the join and releases the others, so a join is one
+//! meeting. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
 //! not synchronize their devices around the AllReduce: they only make sure that every device's
 //! `compute` call has returned; they synchronize where the host reads device data (gathers, the
 //! generic AllReduce, outputs).
@@ -182,9 +183,7 @@ impl MetaBackend {
         self.backends[d].drive(&mut job);
     }
 
-    /// Device `d`'s part of the program: its share of each stage, then the joins. Device 0's driver
-    /// performs the joins that act on every device at once (communicator, gathers) while the others
-    /// wait at the barrier; the generic AllReduce runs on every driver.
+    /// Device `d`'s part of the program: its share of each stage, then the joins.
     fn run_device(&self, d: usize, prog: &Program, barrier: &RankBarrier) -> Result<()> {
         let backend = &self.backends[d];
         let stream_ordered = self.comm.as_ref().is_some_and(|c| c.is_stream_ordered());
@@ -205,38 +204,57 @@ impl MetaBackend {
             if !queued_is_enough {
                 backend.synchronize()?;
             }
-            // Every device's compute call has returned.
-            barrier.wait()?;
-            // Device 0 performed joins that the others have not waited for yet.
-            let mut joined_by_leader = false;
-            for b in &stage.after {
-                match b {
-                    Boundary::Reduce {
-                        doubling: Some(dbl),
-                        ..
-                    } => {
-                        if joined_by_leader {
-                            barrier.wait()?;
-                            joined_by_leader = false;
-                        }
-                        dbl.run_rank(d, &self.backends, barrier)?;
-                        if d == 0 {
-                            self.count_reduction(dbl.transfer_bytes());
-                        }
-                    }
-                    other => {
-                        if d == 0 {
-                            self.join(prog, other)?;
-                        }
-                        joined_by_leader = true;
-                    }
-                }
-            }
-            if joined_by_leader {
-                barrier.wait()?;
-            }
+            self.join_stage(d, prog, &stage.after, barrier)?;
         }
         backend.synchronize()
+    }
+
+    /// Device `d`'s part in the joins after a stage. A run of joins that one thread performs for
+    /// every device (communicator, gathers) is done by the last driver to reach the barrier, once
+    /// every device's compute call has returned, and the others leave when it is done: one meeting
+    /// per run. The generic AllReduce runs on every driver, after such a meeting.
+    fn join_stage(
+        &self,
+        d: usize,
+        prog: &Program,
+        after: &[Boundary],
+        barrier: &RankBarrier,
+    ) -> Result<()> {
+        let is_doubling = |b: &Boundary| {
+            matches!(
+                b,
+                Boundary::Reduce {
+                    doubling: Some(_),
+                    ..
+                }
+            )
+        };
+        // Every driver is past the work before the joins still to do.
+        let mut met = false;
+        let mut rest = after;
+        while let Some(first) = rest.first() {
+            if let Boundary::Reduce {
+                doubling: Some(dbl),
+                ..
+            } = first
+            {
+                if !met {
+                    barrier.wait()?;
+                }
+                dbl.run_rank(d, &self.backends, barrier)?;
+                if d == 0 {
+                    self.count_reduction(dbl.transfer_bytes());
+                }
+                rest = &rest[1..];
+            } else {
+                let n = rest.iter().position(is_doubling).unwrap_or(rest.len());
+                let (by_one, later) = rest.split_at(n);
+                barrier.wait_then(|| by_one.iter().try_for_each(|b| self.join(prog, b)))?;
+                rest = later;
+            }
+            met = true;
+        }
+        Ok(())
     }
 
     /// A join performed by one thread for every device: AllReduce through the communicator (or host
