@@ -92,21 +92,41 @@ impl RankBarrier {
                 self.break_all();
                 return Err(e);
             }
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            self.wake_sleepers();
+            self.advance();
             return Ok(());
         }
+        self.wait_while(generation)
+    }
+
+    /// The number of completed rounds (and [`RankBarrier::advance`] calls) so far.
+    pub fn generation(&self) -> usize {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Completes a round without waiting for ranks: releases every thread in
+    /// [`RankBarrier::wait_while`] the current generation (used as an event counter by drivers that
+    /// share out work themselves).
+    pub fn advance(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.wake_sleepers();
+    }
+
+    /// Waits (spinning, then parked) while the generation is `generation`; an error once the
+    /// barrier is broken.
+    pub fn wait_while(&self, generation: usize) -> Result<()> {
         let released = || {
             self.generation.load(Ordering::Acquire) != generation
                 || self.broken.load(Ordering::Acquire)
         };
-        let start = Instant::now();
-        let spin = self.spin_ns.load(Ordering::Relaxed);
-        if !self.spin(spin, start, &released) {
-            self.park(generation);
+        if !released() {
+            let start = Instant::now();
+            let spin = self.spin_ns.load(Ordering::Relaxed);
+            if !self.spin(spin, start, &released) {
+                self.park(generation);
+            }
+            let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         }
-        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         if self.generation.load(Ordering::Acquire) != generation {
             Ok(())
         } else {

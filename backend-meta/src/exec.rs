@@ -8,7 +8,9 @@
 //! stream offers that, [`Backend::drive`]): it issues the device's share of each stage and meets the
 //! other drivers at a spinning barrier for each join, so a join costs no hand-over of work between
 //! threads; the last driver to arrive performs the join and releases the others, so a join is one
-//! meeting. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
+//! meeting. On CPU devices (one host) a driver also computes the shares of devices whose driver
+//! has not started them ([`crate::takeover`]): a stage then never waits for a thread that the host
+//! is not running. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
 //! not synchronize their devices around the AllReduce: they only make sure that every device's
 //! `compute` call has returned; they synchronize where the host reads device data (gathers, the
 //! generic AllReduce, outputs).
@@ -18,7 +20,8 @@ use crate::cache::{Lookup, ProgramCache};
 use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
-use ggml_core::backend::{Backend, Communicator, Device, Event};
+use crate::takeover::Claims;
+use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
@@ -38,6 +41,9 @@ pub struct MetaStats {
     pub reduced_bytes: u64,
     /// Gathers of split tensors.
     pub gathers: u64,
+    /// Stage shares of one device computed by another device's driver (CPU devices, when a
+    /// device's thread was not running; see `takeover`).
+    pub taken_over: u64,
 }
 
 impl MetaStats {
@@ -50,6 +56,7 @@ impl MetaStats {
             reductions: self.reductions + other.reductions,
             reduced_bytes: self.reduced_bytes + other.reduced_bytes,
             gathers: self.gathers + other.gathers,
+            taken_over: self.taken_over + other.taken_over,
         }
     }
 }
@@ -61,6 +68,9 @@ pub struct MetaBackend {
     device: Arc<MetaDevice>,
     backends: Vec<Arc<dyn Backend>>,
     comm: Option<Arc<dyn Communicator>>,
+    /// Any driver may compute any device's share of a stage (CPU devices joined by a
+    /// stream-ordered communicator: one host's memory and threads), see [`crate::takeover`].
+    takeover: bool,
     /// The programs per graph shape, and each device's scheduler (the compute memory they share).
     programs: Mutex<Programs>,
     stats: Mutex<MetaStats>,
@@ -93,6 +103,8 @@ impl MetaBackend {
             .thread_name(|i| format!("meta-driver-{i}"))
             .build()
             .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
+        let takeover =
+            comm.is_some() && device.devices().iter().all(|d| d.kind() == DeviceKind::Cpu);
         let programs = Programs {
             scheds: backends
                 .iter()
@@ -105,6 +117,7 @@ impl MetaBackend {
             device,
             backends,
             comm,
+            takeover,
             programs: Mutex::new(programs),
             stats: Mutex::new(MetaStats::default()),
             driver,
@@ -153,7 +166,7 @@ impl MetaBackend {
         let _exclusive = lock_devices(self.device.devices());
         let mut barrier = self.barrier.lock();
         barrier.reset();
-        let crew = Crew::new(&barrier);
+        let crew = Crew::new(&barrier, self.backends.len());
         if self.backends.len() == 1 {
             self.drive(0, prog, &crew);
         } else {
@@ -176,7 +189,12 @@ impl MetaBackend {
     fn drive(&self, d: usize, prog: &Program, crew: &Crew) {
         let mut job = || {
             let _guard = PanicGuard(crew);
-            if let Err(e) = self.run_device(d, prog, crew.barrier) {
+            let result = if self.takeover {
+                self.run_shared(d, prog, crew)
+            } else {
+                self.run_device(d, prog, crew.barrier)
+            };
+            if let Err(e) = result {
                 crew.fail(e);
             }
         };
@@ -186,7 +204,6 @@ impl MetaBackend {
     /// Device `d`'s part of the program: its share of each stage, then the joins.
     fn run_device(&self, d: usize, prog: &Program, barrier: &RankBarrier) -> Result<()> {
         let backend = &self.backends[d];
-        let stream_ordered = self.comm.as_ref().is_some_and(|c| c.is_stream_ordered());
         for stage in &prog.stages {
             if !stage.nodes[d].is_empty() {
                 backend.compute(&prog.graphs[d], &stage.nodes[d])?;
@@ -194,19 +211,52 @@ impl MetaBackend {
             if stage.after.is_empty() {
                 continue;
             }
-            // The host (or a generic reduction) reads what the stage wrote, unless every join is an
-            // AllReduce ordered on the streams: then queued work is enough.
-            let queued_is_enough = stream_ordered
-                && stage
-                    .after
-                    .iter()
-                    .all(|b| matches!(b, Boundary::Reduce { doubling: None, .. }));
-            if !queued_is_enough {
+            if !self.queued_is_enough(&stage.after) {
                 backend.synchronize()?;
             }
             self.join_stage(d, prog, &stage.after, barrier)?;
         }
         backend.synchronize()
+    }
+
+    /// Device `d`'s driver where any driver may compute any device's share ([`crate::takeover`]):
+    /// per stage its own share, then any share no driver has started; the driver that finishes a
+    /// stage's last share performs its joins and opens the next stage, which every driver waits for.
+    fn run_shared(&self, d: usize, prog: &Program, crew: &Crew) -> Result<()> {
+        let n = self.backends.len();
+        for (s, stage) in prog.stages.iter().enumerate() {
+            for dev in (0..n).map(|k| (d + k) % n) {
+                if !crew.claims.claim(dev, s) {
+                    continue;
+                }
+                if !stage.nodes[dev].is_empty() {
+                    self.backends[dev].compute(&prog.graphs[dev], &stage.nodes[dev])?;
+                }
+                if dev != d {
+                    self.stats.lock().taken_over += 1;
+                }
+                if crew.claims.finish() {
+                    if !self.queued_is_enough(&stage.after) {
+                        self.synchronize()?;
+                    }
+                    stage.after.iter().try_for_each(|b| self.join(prog, b))?;
+                    crew.barrier.advance();
+                }
+            }
+            crew.barrier
+                .wait_while(crew.first_generation.wrapping_add(s))?;
+        }
+        self.backends[d].synchronize()
+    }
+
+    /// True when the joins `after` a stage may start once the stage's work is queued on every
+    /// stream: every join is an AllReduce ordered on the streams. Otherwise the host (or a generic
+    /// reduction) reads what the stage wrote, and the devices must be synchronized first.
+    fn queued_is_enough(&self, after: &[Boundary]) -> bool {
+        self.comm.as_ref().is_some_and(|c| c.is_stream_ordered())
+            && after
+                .iter()
+                .all(|b| matches!(b, Boundary::Reduce { doubling: None, .. }))
     }
 
     /// Device `d`'s part in the joins after a stage. A run of joins that one thread performs for
@@ -308,16 +358,22 @@ fn lock_devices(devices: &[Arc<dyn Device>]) -> Vec<parking_lot::MutexGuard<'sta
     locks.into_iter().map(|i| DEVICE_LOCKS[i].lock()).collect()
 }
 
-/// What the drivers of one program run share: their barrier and the first failure.
+/// What the drivers of one program run share: their barrier, the claims on stage shares (and the
+/// barrier's generation when the run started: stage `s` is open while it is `s` more), and the
+/// first failure.
 struct Crew<'a> {
     barrier: &'a RankBarrier,
+    claims: Claims,
+    first_generation: usize,
     error: Mutex<Option<Error>>,
 }
 
 impl<'a> Crew<'a> {
-    fn new(barrier: &'a RankBarrier) -> Crew<'a> {
+    fn new(barrier: &'a RankBarrier, devices: usize) -> Crew<'a> {
         Crew {
             barrier,
+            claims: Claims::new(devices),
+            first_generation: barrier.generation(),
             error: Mutex::new(None),
         }
     }

@@ -14,6 +14,7 @@ mod program;
 pub mod rules;
 pub mod settings;
 pub mod split;
+mod takeover;
 
 pub use device::{MetaDevice, MetaError, ReduceOptions, WeightSplit};
 pub use exec::{MetaBackend, MetaStats};
