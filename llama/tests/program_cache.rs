@@ -53,7 +53,10 @@ fn micro_batches_and_decode_plan_each_shape_once() {
 
     let second = prompt_then_decode(&mut s, ids);
     let after_second = meta.stats();
-    assert_eq!(after_second.builds, 3, "nothing planned again: {after_second:?}");
+    assert_eq!(
+        after_second.builds, 3,
+        "nothing planned again: {after_second:?}"
+    );
     assert_eq!(after_second.hits, 2 * passes - 3, "{after_second:?}");
     assert_eq!(after_second.evictions, 0, "{after_second:?}");
     assert_eq!(first, second, "the same logits from the cached programs");
