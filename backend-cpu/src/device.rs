@@ -21,12 +21,23 @@ pub struct CpuDevice {
     buffer_type: Arc<CpuBufferType>,
 }
 
+thread_local! {
+    /// True on the worker threads of CPU device pools.
+    static DEVICE_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True when the current thread is a worker of a CPU device's pool (any device's).
+pub fn on_device_worker() -> bool {
+    DEVICE_WORKER.with(|w| w.get())
+}
+
 /// Builds a rayon pool of `threads` threads (at least 1) named after the device.
 pub fn build_pool(name: &str, threads: usize) -> Result<Arc<ThreadPool>> {
     let name = name.to_string();
     ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(move |i| format!("{name}-{i}"))
+        .start_handler(|_| DEVICE_WORKER.with(|w| w.set(true)))
         .build()
         .map(Arc::new)
         .map_err(|e| ggml_core::Error::Backend {

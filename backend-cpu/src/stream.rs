@@ -1,8 +1,11 @@
 //! [`CpuBackend`]: the stream of a CPU device. Work runs synchronously inside the device's thread
 //! pool, so `synchronize` has nothing to wait for and events are complete when recorded; a driver loop
 //! ([`Backend::drive`]) runs on a thread of that pool, so its computes start there without a hand-over.
+//! A compute issued from a worker of another CPU device's pool runs on that worker's pool: the CPU
+//! devices share one host, so a meta device's driver can take over another device's share of a
+//! stage (when that device's thread is not running) without handing it to a thread that is busy.
 
-use crate::device::{build_pool, CpuDevice};
+use crate::device::{build_pool, on_device_worker, CpuDevice};
 use crate::kernels::{self, NodeViews};
 use crate::view::TView;
 use ggml_core::{Backend, DataRef, Device, Error, Event, Graph, Result, TensorId};
@@ -58,6 +61,33 @@ pub fn host_view(graph: &Graph, id: TensorId) -> Result<TView> {
     Ok(TView::new(base.wrapping_add(data.offset), t.layout))
 }
 
+/// Computes `nodes` of `graph` in order on the current thread (kernels split their rows among the
+/// threads of the current pool).
+fn compute_nodes(graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+    for &node in nodes {
+        let t = graph.tensor(node);
+        if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
+            continue;
+        }
+        let views = NodeViews {
+            dst: host_view(graph, node)?,
+            src: t
+                .src
+                .iter()
+                .map(|&s| host_view(graph, s))
+                .collect::<Result<_>>()?,
+        };
+        kernels::compute_node(graph, node, &views).map_err(|e| match e {
+            Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
+                op: format!("{op} at node {}", t.name),
+                backend,
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
 fn host_slice_err(what: &str) -> Error {
     Error::Backend {
         backend: "cpu".into(),
@@ -91,33 +121,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        let pool = self.pool.read().clone();
         // One hand-over to the pool for the whole node list: kernels then split their rows among
-        // the pool's threads without a cross-thread round trip per node.
-        pool.install(|| {
-            for &node in nodes {
-                let t = graph.tensor(node);
-                if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
-                    continue;
-                }
-                let views = NodeViews {
-                    dst: host_view(graph, node)?,
-                    src: t
-                        .src
-                        .iter()
-                        .map(|&s| host_view(graph, s))
-                        .collect::<Result<_>>()?,
-                };
-                kernels::compute_node(graph, node, &views).map_err(|e| match e {
-                    Error::UnsupportedOp { op, backend } => Error::UnsupportedOp {
-                        op: format!("{op} at node {}", t.name),
-                        backend,
-                    },
-                    other => other,
-                })?;
-            }
-            Ok(())
-        })
+        // the pool's threads without a cross-thread round trip per node. On a device worker
+        // (this device's or another's) the nodes run where they are.
+        if on_device_worker() {
+            return compute_nodes(graph, nodes);
+        }
+        let pool = self.pool.read().clone();
+        pool.install(|| compute_nodes(graph, nodes))
     }
     fn synchronize(&self) -> Result<()> {
         Ok(())

@@ -73,6 +73,14 @@ impl RankBarrier {
 
     /// Waits until every rank has arrived; an error once the barrier is broken.
     pub fn wait(&self) -> Result<()> {
+        self.wait_then(|| Ok(()))
+    }
+
+    /// Waits until every rank has arrived; the last to arrive runs `last` before it releases the
+    /// others, so they see its effects. A join done this way costs one meeting instead of two (one
+    /// to know that every rank is done, one to know that the join is), and the rank that is there
+    /// anyway does it. When `last` fails, the barrier breaks and that rank returns the failure.
+    pub fn wait_then(&self, last: impl FnOnce() -> Result<()>) -> Result<()> {
         let generation = self.generation.load(Ordering::Acquire);
         if self.broken.load(Ordering::Acquire) {
             return Err(broken_error());
@@ -80,21 +88,45 @@ impl RankBarrier {
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.ranks {
             // Last to arrive: reset the count for the next round before anyone can leave this one.
             self.arrived.store(0, Ordering::Relaxed);
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            self.wake_sleepers();
+            if let Err(e) = last() {
+                self.break_all();
+                return Err(e);
+            }
+            self.advance();
             return Ok(());
         }
+        self.wait_while(generation)
+    }
+
+    /// The number of completed rounds (and [`RankBarrier::advance`] calls) so far.
+    pub fn generation(&self) -> usize {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Completes a round without waiting for ranks: releases every thread in
+    /// [`RankBarrier::wait_while`] the current generation (used as an event counter by drivers that
+    /// share out work themselves).
+    pub fn advance(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.wake_sleepers();
+    }
+
+    /// Waits (spinning, then parked) while the generation is `generation`; an error once the
+    /// barrier is broken.
+    pub fn wait_while(&self, generation: usize) -> Result<()> {
         let released = || {
             self.generation.load(Ordering::Acquire) != generation
                 || self.broken.load(Ordering::Acquire)
         };
-        let start = Instant::now();
-        let spin = self.spin_ns.load(Ordering::Relaxed);
-        if !self.spin(spin, start, &released) {
-            self.park(generation);
+        if !released() {
+            let start = Instant::now();
+            let spin = self.spin_ns.load(Ordering::Relaxed);
+            if !self.spin(spin, start, &released) {
+                self.park(generation);
+            }
+            let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         }
-        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         if self.generation.load(Ordering::Acquire) != generation {
             Ok(())
         } else {
@@ -181,6 +213,64 @@ mod tests {
                 }
             });
         }
+    }
+
+    #[test]
+    fn the_last_rank_runs_the_join_before_anyone_leaves() {
+        for ranks in [1usize, 2, 3] {
+            let barrier = RankBarrier::new(ranks);
+            let rounds = 1000u64;
+            // Written only by the rank that arrives last, read by every rank after the barrier.
+            let joined = AtomicU64::new(0);
+            let runners = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..ranks {
+                    let (barrier, joined, runners) = (&barrier, &joined, &runners);
+                    s.spawn(move || {
+                        for round in 0..rounds {
+                            barrier
+                                .wait_then(|| {
+                                    runners.fetch_add(1, Ordering::Relaxed);
+                                    joined.store(round + 1, Ordering::Relaxed);
+                                    Ok(())
+                                })
+                                .unwrap();
+                            let seen = joined.load(Ordering::Relaxed);
+                            assert!(seen == round + 1 || seen == round + 2, "{seen} {round}");
+                        }
+                    });
+                }
+            });
+            assert_eq!(
+                runners.load(Ordering::Relaxed),
+                rounds,
+                "one runner per round"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_join_breaks_the_barrier_for_every_rank() {
+        let barrier = RankBarrier::new(2);
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| barrier.wait_then(|| Err(Error::Other("join failed".into())))))
+                .collect();
+            waiters.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let failed: Vec<String> = results
+            .iter()
+            .map(|r| r.as_ref().unwrap_err().to_string())
+            .collect();
+        assert!(
+            failed.iter().any(|e| e.contains("join failed")),
+            "{failed:?}"
+        );
+        assert!(
+            failed.iter().any(|e| e.contains("another device")),
+            "{failed:?}"
+        );
+        assert!(barrier.wait().is_err(), "broken until reset");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! inputs and outputs.
 
 use crate::buffer::MetaBuffer;
-use crate::exec::MetaBackend;
+use crate::exec::{MetaBackend, MetaStats};
 use crate::split::{segment, SplitError, SplitState};
 use ggml_core::backend::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo};
 use ggml_core::host_buffer::HostBufferType;
@@ -64,6 +64,8 @@ pub struct MetaDevice {
     family: &'static str,
     input_split: parking_lot::Mutex<Option<usize>>,
     reduce: parking_lot::Mutex<ReduceOptions>,
+    /// The streams made by [`MetaDevice::new_meta_backend`] (for [`MetaDevice::stats`]).
+    streams: parking_lot::Mutex<Vec<Weak<MetaBackend>>>,
     this: Weak<MetaDevice>,
 }
 
@@ -134,6 +136,7 @@ impl MetaDevice {
             family,
             input_split: parking_lot::Mutex::new(None),
             reduce: parking_lot::Mutex::new(ReduceOptions::for_kind(kind)),
+            streams: parking_lot::Mutex::new(Vec::new()),
             this: this.clone(),
         }))
     }
@@ -245,7 +248,21 @@ impl MetaDevice {
             .this
             .upgrade()
             .ok_or_else(|| Error::Other("meta device dropped".into()))?;
-        Ok(Arc::new(MetaBackend::new(me)?))
+        let stream = Arc::new(MetaBackend::new(me)?);
+        let mut streams = self.streams.lock();
+        streams.retain(|s| s.strong_count() > 0);
+        streams.push(Arc::downgrade(&stream));
+        Ok(stream)
+    }
+
+    /// The counters of every stream of this device still alive, summed (a model's session holds
+    /// its stream behind the scheduler).
+    pub fn stats(&self) -> MetaStats {
+        self.streams
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .fold(MetaStats::default(), |sum, s| sum.plus(&s.stats()))
     }
 }
 

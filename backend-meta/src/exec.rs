@@ -1,24 +1,30 @@
-//! `MetaBackend`: the stream of a meta device. Computing a graph builds (or finds in its cache) the
-//! graph's program, copies inputs, runs each stage on every device at once, joins partial and split
-//! results between stages, and writes outputs back whole.
+//! `MetaBackend`: the stream of a meta device. Computing a graph builds the graph's program or finds
+//! it in the stream's cache of programs per graph shape ([`crate::cache`]), copies inputs, runs each
+//! stage on every device at once, joins partial and split results between stages, and writes
+//! outputs back whole. Every program of a stream places its per-device graphs in the same compute
+//! memory (one scheduler per device), since one program runs at a time.
 //!
 //! Each device has a driver thread for the whole program (inside the device's own workers where its
 //! stream offers that, [`Backend::drive`]): it issues the device's share of each stage and meets the
 //! other drivers at a spinning barrier for each join, so a join costs no hand-over of work between
-//! threads. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
+//! threads; the last driver to arrive performs the join and releases the others, so a join is one
+//! meeting. On CPU devices (one host) a driver also computes the shares of devices whose driver
+//! has not started them ([`crate::takeover`]): a stage then never waits for a thread that the host
+//! is not running. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
 //! not synchronize their devices around the AllReduce: they only make sure that every device's
 //! `compute` call has returned; they synchronize where the host reads device data (gathers, the
 //! generic AllReduce, outputs).
 
 use crate::barrier::RankBarrier;
+use crate::cache::{Lookup, ProgramCache};
 use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
-use ggml_core::backend::{Backend, Communicator, Device, Event};
-use ggml_core::sched::structure_key;
-use ggml_core::{DataRef, Error, Graph, GraphStamp, Result, TensorId};
+use crate::takeover::Claims;
+use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event};
+use ggml_core::sched::Scheduler;
+use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Counters of a meta stream.
@@ -28,11 +34,31 @@ pub struct MetaStats {
     pub builds: u64,
     /// Graph computations that reused a cached program (same cut, subgraphs and ids).
     pub hits: u64,
+    /// Programs dropped from the cache (least recently used) to make room for a new one.
+    pub evictions: u64,
     /// AllReduce calls and the bytes each device contributed to them.
     pub reductions: u64,
     pub reduced_bytes: u64,
     /// Gathers of split tensors.
     pub gathers: u64,
+    /// Stage shares of one device computed by another device's driver (CPU devices, when a
+    /// device's thread was not running; see `takeover`).
+    pub taken_over: u64,
+}
+
+impl MetaStats {
+    /// The counters of two streams together.
+    pub fn plus(&self, other: &MetaStats) -> MetaStats {
+        MetaStats {
+            builds: self.builds + other.builds,
+            hits: self.hits + other.hits,
+            evictions: self.evictions + other.evictions,
+            reductions: self.reductions + other.reductions,
+            reduced_bytes: self.reduced_bytes + other.reduced_bytes,
+            gathers: self.gathers + other.gathers,
+            taken_over: self.taken_over + other.taken_over,
+        }
+    }
 }
 
 /// A stream over every device of a meta device. Partial sums are joined by the family's communicator;
@@ -42,10 +68,11 @@ pub struct MetaBackend {
     device: Arc<MetaDevice>,
     backends: Vec<Arc<dyn Backend>>,
     comm: Option<Arc<dyn Communicator>>,
-    program: Mutex<Option<Program>>,
-    /// The program key of the last computed graph state and node list (hashing a graph's structure
-    /// is skipped while it does not change).
-    last_key: Mutex<Option<(GraphStamp, u64, u64)>>,
+    /// Any driver may compute any device's share of a stage (CPU devices joined by a
+    /// stream-ordered communicator: one host's memory and threads), see [`crate::takeover`].
+    takeover: bool,
+    /// The programs per graph shape, and each device's scheduler (the compute memory they share).
+    programs: Mutex<Programs>,
     stats: Mutex<MetaStats>,
     /// Threads that drive devices 1.. (thread `i` drives device `i + 1`) while the calling thread
     /// drives device 0.
@@ -76,13 +103,22 @@ impl MetaBackend {
             .thread_name(|i| format!("meta-driver-{i}"))
             .build()
             .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
+        let takeover =
+            comm.is_some() && device.devices().iter().all(|d| d.kind() == DeviceKind::Cpu);
+        let programs = Programs {
+            scheds: backends
+                .iter()
+                .map(|b| Scheduler::new(vec![b.clone()]))
+                .collect(),
+            cache: ProgramCache::default(),
+        };
         Ok(MetaBackend {
             barrier: Mutex::new(RankBarrier::new(backends.len())),
             device,
             backends,
             comm,
-            program: Mutex::new(None),
-            last_key: Mutex::new(None),
+            takeover,
+            programs: Mutex::new(programs),
             stats: Mutex::new(MetaStats::default()),
             driver,
         })
@@ -92,18 +128,20 @@ impl MetaBackend {
         *self.stats.lock()
     }
 
-    /// Compute-buffer bytes each device holds for the current program (each plans its own share).
+    /// Compute-buffer bytes each device needs for the last computed program (each plans its own
+    /// share).
     pub fn device_compute_memory(&self) -> Vec<usize> {
-        self.program
+        self.programs
             .lock()
-            .as_ref()
-            .map(|p| {
-                p.scheds
-                    .iter()
-                    .map(|s| s.memory().iter().map(|m| m.planned).sum())
-                    .collect()
-            })
+            .cache
+            .last()
+            .map(|p| p.compute_bytes.clone())
             .unwrap_or_default()
+    }
+
+    /// Programs held in the cache now.
+    pub fn cached_programs(&self) -> usize {
+        self.programs.lock().cache.len()
     }
 
     /// The per-device streams.
@@ -128,7 +166,7 @@ impl MetaBackend {
         let _exclusive = lock_devices(self.device.devices());
         let mut barrier = self.barrier.lock();
         barrier.reset();
-        let crew = Crew::new(&barrier);
+        let crew = Crew::new(&barrier, self.backends.len());
         if self.backends.len() == 1 {
             self.drive(0, prog, &crew);
         } else {
@@ -151,19 +189,21 @@ impl MetaBackend {
     fn drive(&self, d: usize, prog: &Program, crew: &Crew) {
         let mut job = || {
             let _guard = PanicGuard(crew);
-            if let Err(e) = self.run_device(d, prog, crew.barrier) {
+            let result = if self.takeover {
+                self.run_shared(d, prog, crew)
+            } else {
+                self.run_device(d, prog, crew.barrier)
+            };
+            if let Err(e) = result {
                 crew.fail(e);
             }
         };
         self.backends[d].drive(&mut job);
     }
 
-    /// Device `d`'s part of the program: its share of each stage, then the joins. Device 0's driver
-    /// performs the joins that act on every device at once (communicator, gathers) while the others
-    /// wait at the barrier; the generic AllReduce runs on every driver.
+    /// Device `d`'s part of the program: its share of each stage, then the joins.
     fn run_device(&self, d: usize, prog: &Program, barrier: &RankBarrier) -> Result<()> {
         let backend = &self.backends[d];
-        let stream_ordered = self.comm.as_ref().is_some_and(|c| c.is_stream_ordered());
         for stage in &prog.stages {
             if !stage.nodes[d].is_empty() {
                 backend.compute(&prog.graphs[d], &stage.nodes[d])?;
@@ -171,48 +211,100 @@ impl MetaBackend {
             if stage.after.is_empty() {
                 continue;
             }
-            // The host (or a generic reduction) reads what the stage wrote, unless every join is an
-            // AllReduce ordered on the streams: then queued work is enough.
-            let queued_is_enough = stream_ordered
-                && stage
-                    .after
-                    .iter()
-                    .all(|b| matches!(b, Boundary::Reduce { doubling: None, .. }));
-            if !queued_is_enough {
+            if !self.queued_is_enough(&stage.after) {
                 backend.synchronize()?;
             }
-            // Every device's compute call has returned.
-            barrier.wait()?;
-            // Device 0 performed joins that the others have not waited for yet.
-            let mut joined_by_leader = false;
-            for b in &stage.after {
-                match b {
-                    Boundary::Reduce {
-                        doubling: Some(dbl),
-                        ..
-                    } => {
-                        if joined_by_leader {
-                            barrier.wait()?;
-                            joined_by_leader = false;
-                        }
-                        dbl.run_rank(d, &self.backends, barrier)?;
-                        if d == 0 {
-                            self.count_reduction(dbl.transfer_bytes());
-                        }
-                    }
-                    other => {
-                        if d == 0 {
-                            self.join(prog, other)?;
-                        }
-                        joined_by_leader = true;
-                    }
-                }
-            }
-            if joined_by_leader {
-                barrier.wait()?;
-            }
+            self.join_stage(d, prog, &stage.after, barrier)?;
         }
         backend.synchronize()
+    }
+
+    /// Device `d`'s driver where any driver may compute any device's share ([`crate::takeover`]):
+    /// per stage its own share, then any share no driver has started; the driver that finishes a
+    /// stage's last share performs its joins and opens the next stage, which every driver waits for.
+    fn run_shared(&self, d: usize, prog: &Program, crew: &Crew) -> Result<()> {
+        let n = self.backends.len();
+        for (s, stage) in prog.stages.iter().enumerate() {
+            for dev in (0..n).map(|k| (d + k) % n) {
+                if !crew.claims.claim(dev, s) {
+                    continue;
+                }
+                if !stage.nodes[dev].is_empty() {
+                    self.backends[dev].compute(&prog.graphs[dev], &stage.nodes[dev])?;
+                }
+                if dev != d {
+                    self.stats.lock().taken_over += 1;
+                }
+                if crew.claims.finish() {
+                    if !self.queued_is_enough(&stage.after) {
+                        self.synchronize()?;
+                    }
+                    stage.after.iter().try_for_each(|b| self.join(prog, b))?;
+                    crew.barrier.advance();
+                }
+            }
+            crew.barrier
+                .wait_while(crew.first_generation.wrapping_add(s))?;
+        }
+        self.backends[d].synchronize()
+    }
+
+    /// True when the joins `after` a stage may start once the stage's work is queued on every
+    /// stream: every join is an AllReduce ordered on the streams. Otherwise the host (or a generic
+    /// reduction) reads what the stage wrote, and the devices must be synchronized first.
+    fn queued_is_enough(&self, after: &[Boundary]) -> bool {
+        self.comm.as_ref().is_some_and(|c| c.is_stream_ordered())
+            && after
+                .iter()
+                .all(|b| matches!(b, Boundary::Reduce { doubling: None, .. }))
+    }
+
+    /// Device `d`'s part in the joins after a stage. A run of joins that one thread performs for
+    /// every device (communicator, gathers) is done by the last driver to reach the barrier, once
+    /// every device's compute call has returned, and the others leave when it is done: one meeting
+    /// per run. The generic AllReduce runs on every driver, after such a meeting.
+    fn join_stage(
+        &self,
+        d: usize,
+        prog: &Program,
+        after: &[Boundary],
+        barrier: &RankBarrier,
+    ) -> Result<()> {
+        let is_doubling = |b: &Boundary| {
+            matches!(
+                b,
+                Boundary::Reduce {
+                    doubling: Some(_),
+                    ..
+                }
+            )
+        };
+        // Every driver is past the work before the joins still to do.
+        let mut met = false;
+        let mut rest = after;
+        while let Some(first) = rest.first() {
+            if let Boundary::Reduce {
+                doubling: Some(dbl),
+                ..
+            } = first
+            {
+                if !met {
+                    barrier.wait()?;
+                }
+                dbl.run_rank(d, &self.backends, barrier)?;
+                if d == 0 {
+                    self.count_reduction(dbl.transfer_bytes());
+                }
+                rest = &rest[1..];
+            } else {
+                let n = rest.iter().position(is_doubling).unwrap_or(rest.len());
+                let (by_one, later) = rest.split_at(n);
+                barrier.wait_then(|| by_one.iter().try_for_each(|b| self.join(prog, b)))?;
+                rest = later;
+            }
+            met = true;
+        }
+        Ok(())
     }
 
     /// A join performed by one thread for every device: AllReduce through the communicator (or host
@@ -243,6 +335,12 @@ impl MetaBackend {
     }
 }
 
+/// The program cache of a stream and the per-device schedulers its programs are placed by.
+struct Programs {
+    scheds: Vec<Scheduler>,
+    cache: ProgramCache,
+}
+
 /// Locks that keep two runs sharing a device from running at once, whatever meta device or stream
 /// they belong to: a driver may hold its device's only worker thread for a whole run while it waits
 /// for the other drivers at the barrier, so two runs that each held a device the other needs would
@@ -260,16 +358,22 @@ fn lock_devices(devices: &[Arc<dyn Device>]) -> Vec<parking_lot::MutexGuard<'sta
     locks.into_iter().map(|i| DEVICE_LOCKS[i].lock()).collect()
 }
 
-/// What the drivers of one program run share: their barrier and the first failure.
+/// What the drivers of one program run share: their barrier, the claims on stage shares (and the
+/// barrier's generation when the run started: stage `s` is open while it is `s` more), and the
+/// first failure.
 struct Crew<'a> {
     barrier: &'a RankBarrier,
+    claims: Claims,
+    first_generation: usize,
     error: Mutex<Option<Error>>,
 }
 
 impl<'a> Crew<'a> {
-    fn new(barrier: &'a RankBarrier) -> Crew<'a> {
+    fn new(barrier: &'a RankBarrier, devices: usize) -> Crew<'a> {
         Crew {
             barrier,
+            claims: Claims::new(devices),
+            first_generation: barrier.generation(),
             error: Mutex::new(None),
         }
     }
@@ -310,41 +414,31 @@ impl Backend for MetaBackend {
         dst.buffer.set(dst.offset, &staging)
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        let nodes_hash = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            nodes.hash(&mut h);
-            h.finish()
-        };
-        let stamp = graph.stamp();
-        let mut last = self.last_key.lock();
-        let key = match *last {
-            Some((s, n, key)) if s == stamp && n == nodes_hash => key,
-            _ => {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                structure_key(graph).hash(&mut h);
-                nodes_hash.hash(&mut h);
-                let key = h.finish();
-                *last = Some((stamp, nodes_hash, key));
-                key
-            }
-        };
-        drop(last);
-        let mut slot = self.program.lock();
-        if slot.as_ref().is_some_and(|p| p.key == key) {
-            self.stats.lock().hits += 1;
-        } else {
-            *slot = None;
-            *slot = Some(build(
+        let mut programs = self.programs.lock();
+        let Programs { scheds, cache } = &mut *programs;
+        let key = cache.key(graph, nodes);
+        let (program, lookup) = cache.get_or_build(key, || {
+            build(
                 graph,
                 nodes,
                 &self.device,
                 &self.backends,
+                scheds,
                 key,
                 self.comm.is_some(),
-            )?);
-            self.stats.lock().builds += 1;
+            )
+        })?;
+        {
+            let mut stats = self.stats.lock();
+            match lookup {
+                Lookup::Hit => stats.hits += 1,
+                Lookup::Built { evicted } => {
+                    stats.builds += 1;
+                    stats.evictions += u64::from(evicted);
+                }
+            }
         }
-        self.run(slot.as_ref().expect("program set above"), graph)
+        self.run(program, graph)
     }
     fn synchronize(&self) -> Result<()> {
         self.backends.iter().try_for_each(|b| b.synchronize())

@@ -4,6 +4,7 @@
 
 mod barrier;
 pub mod buffer;
+mod cache;
 mod collective;
 pub mod device;
 pub mod doubling;
@@ -13,6 +14,7 @@ mod program;
 pub mod rules;
 pub mod settings;
 pub mod split;
+mod takeover;
 
 pub use device::{MetaDevice, MetaError, ReduceOptions, WeightSplit};
 pub use exec::{MetaBackend, MetaStats};

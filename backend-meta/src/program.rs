@@ -47,8 +47,9 @@ pub(crate) struct Output {
 pub(crate) struct Program {
     pub key: u64,
     pub graphs: Vec<Graph>,
-    /// Each device's scheduler (it owns the device's compute memory).
-    pub scheds: Vec<Scheduler>,
+    /// Compute-buffer bytes each device's share needs (the memory itself is the device scheduler's,
+    /// shared by every program of the stream: one program runs at a time).
+    pub compute_bytes: Vec<usize>,
     pub stages: Vec<Stage>,
     /// Meta inputs copied to devices that cannot read the arena: (meta tensor, local tensor per device).
     pub inputs: Vec<(TensorId, Vec<Option<TensorId>>)>,
@@ -460,12 +461,14 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Builds the program of `meta` computing `nodes`, allocates each device's memory.
+/// Builds the program of `meta` computing `nodes` and places each device's share in the compute
+/// memory of that device's scheduler (`scheds[d]`, one per backend).
 pub(crate) fn build(
     meta: &Graph,
     nodes: &[TensorId],
     device: &MetaDevice,
     backends: &[Arc<dyn Backend>],
+    scheds: &mut [Scheduler],
     key: u64,
     has_communicator: bool,
 ) -> Result<Program> {
@@ -524,11 +527,10 @@ pub(crate) fn build(
             graphs[d].tensor_mut(root).flags.output = true;
         }
     }
-    let mut scheds = Vec::with_capacity(n);
-    for (d, g) in graphs.iter_mut().enumerate() {
-        let mut s = Scheduler::new(vec![backends[d].clone()]);
+    let mut compute_bytes = Vec::with_capacity(n);
+    for (g, s) in graphs.iter_mut().zip(scheds.iter_mut()) {
         s.alloc(g)?;
-        scheds.push(s);
+        compute_bytes.push(s.memory().iter().map(|m| m.planned).sum());
     }
     let mut stages = b.stages;
     if !has_communicator && n > 1 {
@@ -556,7 +558,7 @@ pub(crate) fn build(
     Ok(Program {
         key,
         graphs,
-        scheds,
+        compute_bytes,
         stages,
         inputs: b.inputs,
         outputs,

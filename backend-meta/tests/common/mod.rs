@@ -400,6 +400,11 @@ impl Harness {
         }
     }
 
+    /// Later steps run `t` tokens (a graph of another shape).
+    pub fn set_tokens(&mut self, t: usize) {
+        self.t = t;
+    }
+
     /// The scheduler's compute memory for the last graph (on a meta device: its arena).
     pub fn planned_memory(&self) -> usize {
         self.sched.memory().iter().map(|m| m.planned).sum()
