@@ -604,7 +604,9 @@ impl Worker {
                 let n_tokens = inputs.iter().map(|(_, t)| t.len()).sum();
                 self.metrics.pass(inputs.len(), n_tokens);
                 for ((i, input), l) in inputs.iter().zip(&logits) {
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.advance(*i, input, l))) {
+                    if let Err(panic) =
+                        catch_unwind(AssertUnwindSafe(|| self.advance(*i, input, l)))
+                    {
                         self.recover([*i], &*panic);
                     }
                 }
