@@ -353,33 +353,37 @@ async fn hostile_chat_template_gives_an_error_and_the_server_goes_on() {
         return;
     };
     let file = GgufFile::open(&model).unwrap();
-    let mut w = GgufWriter::from_file(&file).unwrap();
-    w.set(
-        "tokenizer.chat_template",
+    let hostile = [
         "{{ messages|tojson(indent=1000000000000) }}",
-    );
-    let path = temp_path("hostile-template").with_extension("gguf");
-    w.write_to_path(&path).unwrap();
-    let addr = start(path.clone(), |_| {}).await;
-    let base = format!("http://{addr}");
-    let c = reqwest::Client::new();
-    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
-    for _ in 0..2 {
-        let t0 = Instant::now();
-        let (status, _, v) = send(c.post(format!("{base}/v1/chat/completions")).json(&chat)).await;
-        assert!((400..500).contains(&status), "{status} {v}");
-        println!("hostile template: {status} {}", error_shape(&v));
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        let (status, _, v) = send(
-            c.post(format!("{base}/v1/completions"))
-                .json(&completion("Hi", 3)),
-        )
-        .await;
-        assert_eq!(status, 200, "{v}");
+        "{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    ];
+    for template in hostile {
+        let mut w = GgufWriter::from_file(&file).unwrap();
+        w.set("tokenizer.chat_template", template);
+        let path = temp_path("hostile-template").with_extension("gguf");
+        w.write_to_path(&path).unwrap();
+        let addr = start(path.clone(), |_| {}).await;
+        let base = format!("http://{addr}");
+        let c = reqwest::Client::new();
+        let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            let (status, _, v) =
+                send(c.post(format!("{base}/v1/chat/completions")).json(&chat)).await;
+            assert!((400..500).contains(&status), "{status} {v}");
+            println!("hostile template: {status} {}", error_shape(&v));
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            let (status, _, v) = send(
+                c.post(format!("{base}/v1/completions"))
+                    .json(&completion("Hi", 3)),
+            )
+            .await;
+            assert_eq!(status, 200, "{v}");
+        }
+        let (status, _, _) = send(c.get(format!("{base}/health"))).await;
+        assert_eq!(status, 200);
+        let _ = std::fs::remove_file(&path);
     }
-    let (status, _, _) = send(c.get(format!("{base}/health"))).await;
-    assert_eq!(status, 200);
-    let _ = std::fs::remove_file(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
