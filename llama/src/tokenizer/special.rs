@@ -292,4 +292,18 @@ mod tests {
             [Fragment::Text("x<s>y<unk>")]
         );
     }
+
+    /// A special token of empty text (a hostile vocabulary) cannot be written in a text: it is
+    /// never matched, and the split ends (the token-by-token search looped forever on it).
+    #[test]
+    fn an_empty_special_token_is_never_matched() {
+        let mut vocab = vocab();
+        let before = partition(&vocab, "x<s>y  z", true);
+        let empty = vocab.tokens.len() as u32;
+        vocab.tokens.push(String::new());
+        vocab.attrs.push(attr::CONTROL);
+        vocab.special_cache.push(empty);
+        vocab.special_matcher = SpecialMatcher::new(&vocab.tokens, &vocab.special_cache).unwrap();
+        assert_eq!(partition(&vocab, "x<s>y  z", true), before);
+    }
 }
