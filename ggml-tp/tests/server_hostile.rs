@@ -3,42 +3,28 @@
 //! rebinding `Host`, malformed and oversize bodies, unknown paths and methods, hostile requests
 //! (huge stop lists and prompts), a hostile chat template, a dead or stuck worker, one slot's
 //! failed pass, the slot directory's quota and no-overwrite rule, and a soak of everything mixed.
+//! Faults of the device and the disk are in `server_faults.rs`.
 //!
 //! Raw TCP is used where a client must misbehave (send bytes slowly, lie about its `Host`).
 
 mod common;
+mod http;
 
 use common::{arch_fixture, single};
-use futures::StreamExt;
 use ggml_core::gguf::{GgufFile, GgufWriter};
 use ggml_core::DType;
-use ggml_tp::server::{Server, ServerConfig};
-use serde_json::{json, Value};
+use ggml_tp::server::ServerConfig;
+use http::{completion, error_shape, health_becomes, send, slot, start_on, stream_text, temp_path};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn temp_path(what: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    std::env::temp_dir().join(format!("ggml-tp-{what}-{}-{nanos}", std::process::id()))
-}
-
-/// Starts a server in the background; returns its address.
+/// Starts a server on one CPU device in the background; returns its address.
 async fn start(model: PathBuf, edit: impl FnOnce(&mut ServerConfig)) -> SocketAddr {
-    let mut cfg = ServerConfig::new(model, single());
-    cfg.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.n_ctx = 256;
-    cfg.max_tokens = 200;
-    edit(&mut cfg);
-    let server = Server::bind(cfg).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    tokio::spawn(server.run());
-    addr
+    start_on(model, single(), edit).await
 }
 
 /// Sends `req` on a new connection and reads until the server closes it (at most 5 s).
@@ -55,32 +41,6 @@ fn status_of(resp: &str) -> u16 {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-/// Asserts OpenAI's error shape and returns the message.
-fn error_shape(v: &Value) -> String {
-    let e = &v["error"];
-    assert!(e["message"].is_string(), "{v}");
-    assert!(e["type"].is_string(), "{v}");
-    assert!(e.as_object().unwrap().contains_key("param"), "{v}");
-    assert!(!e["code"].is_null(), "{v}");
-    e["message"].as_str().unwrap().to_string()
-}
-
-async fn send(rb: reqwest::RequestBuilder) -> (u16, reqwest::header::HeaderMap, Value) {
-    let r = rb.send().await.unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        headers,
-        serde_json::from_str(&text).unwrap_or(Value::Null),
-    )
-}
-
-fn completion(prompt: &str, max_tokens: usize) -> Value {
-    json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "cache_prompt": false})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,45 +353,36 @@ async fn hostile_chat_template_gives_an_error_and_the_server_goes_on() {
         return;
     };
     let file = GgufFile::open(&model).unwrap();
-    let mut w = GgufWriter::from_file(&file).unwrap();
-    w.set(
-        "tokenizer.chat_template",
+    let hostile = [
         "{{ messages|tojson(indent=1000000000000) }}",
-    );
-    let path = temp_path("hostile-template").with_extension("gguf");
-    w.write_to_path(&path).unwrap();
-    let addr = start(path.clone(), |_| {}).await;
-    let base = format!("http://{addr}");
-    let c = reqwest::Client::new();
-    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
-    for _ in 0..2 {
-        let t0 = Instant::now();
-        let (status, _, v) = send(c.post(format!("{base}/v1/chat/completions")).json(&chat)).await;
-        assert!((400..500).contains(&status), "{status} {v}");
-        println!("hostile template: {status} {}", error_shape(&v));
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        let (status, _, v) = send(
-            c.post(format!("{base}/v1/completions"))
-                .json(&completion("Hi", 3)),
-        )
-        .await;
-        assert_eq!(status, 200, "{v}");
-    }
-    let (status, _, _) = send(c.get(format!("{base}/health"))).await;
-    assert_eq!(status, 200);
-    let _ = std::fs::remove_file(&path);
-}
-
-/// Polls `/health` until its status is `want` (at most `within`); returns the body.
-async fn health_becomes(base: &str, want: u16, within: Duration) -> Value {
-    let t0 = Instant::now();
-    loop {
-        let (status, _, v) = send(reqwest::Client::new().get(format!("{base}/health"))).await;
-        if status == want {
-            return v;
+        "{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    ];
+    for template in hostile {
+        let mut w = GgufWriter::from_file(&file).unwrap();
+        w.set("tokenizer.chat_template", template);
+        let path = temp_path("hostile-template").with_extension("gguf");
+        w.write_to_path(&path).unwrap();
+        let addr = start(path.clone(), |_| {}).await;
+        let base = format!("http://{addr}");
+        let c = reqwest::Client::new();
+        let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            let (status, _, v) =
+                send(c.post(format!("{base}/v1/chat/completions")).json(&chat)).await;
+            assert!((400..500).contains(&status), "{status} {v}");
+            println!("hostile template: {status} {}", error_shape(&v));
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            let (status, _, v) = send(
+                c.post(format!("{base}/v1/completions"))
+                    .json(&completion("Hi", 3)),
+            )
+            .await;
+            assert_eq!(status, 200, "{v}");
         }
-        assert!(t0.elapsed() < within, "/health stayed {status}: {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (status, _, _) = send(c.get(format!("{base}/health"))).await;
+        assert_eq!(status, 200);
+        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -484,50 +435,6 @@ async fn health_reports_a_stuck_or_dead_worker() {
     assert_eq!(status, 503, "{v}");
 }
 
-/// Reads a stream to its end: the text and whether it ended with a finish reason and `[DONE]`;
-/// an error chunk gives `Err`.
-async fn stream_text(
-    base: &str,
-    body: &Value,
-    keep: Option<usize>,
-) -> Result<(String, bool), String> {
-    let mut body = body.clone();
-    body["stream"] = json!(true);
-    let r = reqwest::Client::new()
-        .post(format!("{base}/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if r.status() != 200 {
-        return Err(format!("status {}", r.status()));
-    }
-    let mut s = r.bytes_stream();
-    let (mut buf, mut text, mut finished, mut chunks) = (String::new(), String::new(), false, 0);
-    while let Some(bytes) = s.next().await {
-        buf.push_str(&String::from_utf8_lossy(&bytes.map_err(|e| e.to_string())?));
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            let data = event.trim_end().trim_start_matches("data: ").to_string();
-            if data == "[DONE]" {
-                return Ok((text, finished));
-            }
-            let v: Value = serde_json::from_str(&data).map_err(|e| e.to_string())?;
-            if v.get("error").is_some() {
-                return Err(v.to_string());
-            }
-            let c = &v["choices"][0];
-            text.push_str(c["text"].as_str().unwrap_or(""));
-            finished |= c["finish_reason"].is_string();
-            chunks += 1;
-            if keep.is_some_and(|k| chunks >= k) {
-                return Ok((text, false));
-            }
-        }
-    }
-    Err(format!("the stream ended without [DONE] after {text:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_slot_ends_only_its_own_request() {
     let Some(model) = arch_fixture("llama-q8_0") else {
@@ -564,11 +471,6 @@ async fn a_failing_slot_ends_only_its_own_request() {
         let got = t.await.unwrap().unwrap();
         assert_eq!(got, alone[i], "request {i}");
     }
-}
-
-async fn slot(base: &str, query: &str) -> (u16, Value) {
-    let (status, _, v) = send(reqwest::Client::new().post(format!("{base}/slots/{query}"))).await;
-    (status, v)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

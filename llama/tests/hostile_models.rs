@@ -1,16 +1,20 @@
 //! Hostile model files give a clear [`ModelError`], never a panic, an abort or a huge allocation:
 //! copies of the tiny fixture models (`fixtures/arch`) with rewritten metadata or tensors (the cases
 //! of issue 15 and the inputs the `model_load` fuzz target found, kept in
-//! `fuzz/corpus/model_load/`), a file cut short, and devices too small for the weights or the cache.
+//! `fuzz/corpus/model_load/`), a file cut short, devices too small for the weights or the cache, and
+//! a device that runs out of memory or is lost while loading or computing
+//! ([`ggml_tp_tests::fault`]).
 
 use backend_cpu::device::CpuDevice;
 use backend_meta::MetaDevice;
 use ggml_core::backend::Device;
 use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
+use ggml_tp_tests::fault::{FaultDevice, FaultPlan};
 use llama::runtime::{Outputs, Session, SessionOptions};
 use llama::{Model, ModelError, Placement};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The fixture `arch/<name>.gguf`, or `None` (the test is skipped) without fixtures.
@@ -245,5 +249,101 @@ fn garbage_weights_quantize_without_overflow() {
             let mut s = Session::new(model, SessionOptions::default()).unwrap();
             let _ = s.eval(&tokens, Outputs::All);
         }
+    }
+}
+
+/// Normalized mean squared error of `got` against `want`.
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    let err: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w as f64).powi(2))
+        .sum();
+    let norm: f64 = want.iter().map(|&w| (w as f64).powi(2)).sum();
+    err / norm.max(f64::MIN_POSITIVE)
+}
+
+/// A fault-injecting device around a CPU device, and its plan.
+fn faulty_cpu(index: usize) -> (Arc<dyn Device>, Arc<FaultPlan>) {
+    let plan = Arc::new(FaultPlan::default());
+    (FaultDevice::new(cpu(index, 1 << 30), plan.clone()), plan)
+}
+
+/// Out of memory at each allocation of loading the model and its cache, one at a time: every one
+/// is an [`ggml_core::Error::OutOfMemory`], and with the fault gone the same device loads and runs.
+#[test]
+fn out_of_memory_at_every_allocation_of_loading() {
+    let Some(f) = fixture("llama") else { return };
+    let (device, plan) = faulty_cpu(0);
+    let placement = Placement::Single(device);
+    load_and_run(&f, &placement).unwrap();
+    let allocs = plan.allocs.load(Ordering::SeqCst);
+    assert!(allocs >= 2, "{allocs}");
+    for n in 0..allocs.min(64) {
+        plan.fail_allocs_after(n);
+        let r = load_and_run(&f, &placement);
+        assert!(
+            matches!(
+                r,
+                Err(ModelError::Core(ggml_core::Error::OutOfMemory { .. }))
+            ),
+            "allocation {n}: {:?}",
+            r.err()
+        );
+    }
+    plan.heal();
+    load_and_run(&f, &placement).unwrap();
+}
+
+/// Faults under a loaded model, on one device and over two with tensor parallelism: the compute
+/// buffer cannot grow for a longer batch (out of memory), the device is lost (compute fails): each
+/// an error of that `eval`, and once the fault is gone the same session computes the same logits
+/// as a session that never saw one.
+#[test]
+fn device_faults_mid_session_are_errors_and_the_session_goes_on() {
+    let Some(f) = fixture("llama") else { return };
+    let (d0, p0) = faulty_cpu(0);
+    let (d1, p1) = faulty_cpu(1);
+    let tensor = Placement::Tensor(MetaDevice::new(vec![d0, d1], None).unwrap());
+    let (single_dev, p_single) = faulty_cpu(2);
+    let cases = [
+        (Placement::Single(single_dev), vec![p_single]),
+        (tensor, vec![p0, p1]),
+    ];
+    let long: Vec<u32> = (1..=47).collect();
+    for (placement, plans) in cases {
+        let model = Arc::new(Model::from_gguf(&f, &placement).unwrap());
+        let want = Session::new(model.clone(), SessionOptions::default())
+            .unwrap()
+            .eval(&long, Outputs::Last)
+            .unwrap()
+            .last()
+            .to_vec();
+        let mut s = Session::new(model, SessionOptions::default()).unwrap();
+        s.eval(&[1, 2, 3], Outputs::Last).unwrap();
+        s.reset();
+        let faulty = plans.last().unwrap();
+        faulty.fail_allocs_after(0);
+        let r = s.eval(&long, Outputs::Last);
+        assert!(
+            matches!(
+                r,
+                Err(ModelError::Core(ggml_core::Error::OutOfMemory { .. }))
+            ),
+            "{:?}",
+            r.err()
+        );
+        faulty.heal();
+        s.reset();
+        faulty.fail_computes_after(0);
+        let Err(e) = s.eval(&long, Outputs::Last) else {
+            panic!("computed on a lost device");
+        };
+        assert!(e.to_string().contains("device was lost"), "{e}");
+        faulty.heal();
+        s.reset();
+        let got = s.eval(&long, Outputs::Last).unwrap();
+        let err = nmse(got.last(), &want);
+        assert!(err < 1e-10, "nmse {err}");
     }
 }

@@ -5,6 +5,8 @@
 //! Backend-generic: [`run_suite`] takes any `Arc<dyn Backend>` (CPU, GPU, meta). Set
 //! `CONFORMANCE_SEED` to reproduce a run (the seed is printed with every failure) and
 //! `CONFORMANCE_FILTER` to run only the cases whose description contains that text.
+//!
+//! Also a fault-injecting device ([`fault`]) for the runtime's and the server's failure tests.
 
 pub mod case;
 pub mod cases;
@@ -12,6 +14,7 @@ pub mod check;
 pub mod codec;
 pub mod dense;
 pub mod emulated;
+pub mod fault;
 pub mod reference;
 pub mod runner;
 #[cfg(test)]

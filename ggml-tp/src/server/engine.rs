@@ -15,11 +15,13 @@
 //! queue, and a request past that bound is refused before it reaches the worker. A request whose
 //! event receiver is gone (the client disconnected) is dropped at the next step and its slot
 //! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept. A pass
-//! that fails ends the requests whose slots caused it and the others go on; the worker's progress
-//! is reported to `/health` ([`WorkerHealth`]).
+//! that fails ends the requests whose slots caused it and the others go on; a panic while a pass is
+//! computed or a slot samples is caught: it ends the requests of those slots with a 500, resets
+//! their caches and counts a recovery. The worker's progress is reported to `/health`
+//! ([`WorkerHealth`]).
 
 use super::api::{ApiError, FinishReason, Usage};
-use super::health::{AliveGuard, WorkerHealth};
+use super::health::{panic_message, AliveGuard, WorkerHealth};
 use super::job::Job;
 pub use super::job::{Admission, Event, Fault, GenRequest, SlotAction, SlotDone, SlotInfo, Ticket};
 use super::metrics::Metrics;
@@ -30,7 +32,9 @@ use llama::runtime::{BatchSession, Logits, Outputs, SeqTokens};
 use llama::sampling::{log_probs, Sampler, TokenLogProbs};
 use llama::slot_file;
 use llama::tokenizer::{StreamDecoder, Tokenizer};
+use std::any::Any;
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
@@ -526,14 +530,21 @@ impl Worker {
         let result = if faulty {
             Err(ModelError::Input("test fault: evaluation error".into()))
         } else {
-            self.session.eval(&batch)
+            match catch_unwind(AssertUnwindSafe(|| self.session.eval(&batch))) {
+                Ok(result) => result,
+                Err(panic) => return self.recover(inputs.iter().map(|x| x.slot), &*panic),
+            }
         };
         match result {
             Ok(logits) => {
                 let n_tokens = inputs.iter().map(|x| x.tokens.len()).sum();
                 self.metrics.pass(inputs.len(), n_tokens);
                 for (x, l) in inputs.iter().zip(&logits) {
-                    self.advance(x.slot, &x.tokens, l);
+                    if let Err(panic) =
+                        catch_unwind(AssertUnwindSafe(|| self.advance(x.slot, &x.tokens, l)))
+                    {
+                        self.recover([x.slot], &*panic);
+                    }
                 }
             }
             Err(e) => {
@@ -693,6 +704,22 @@ impl Worker {
             finish,
             usage: a.usage,
         });
+    }
+
+    /// After a panic while computing `slots` (caught, so the worker goes on): ends their requests
+    /// with a 500 and resets their caches, whose state the panic may have left half-written.
+    fn recover(&mut self, slots: impl IntoIterator<Item = usize>, panic: &(dyn Any + Send)) {
+        self.health.recovered();
+        let e = ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "internal error while computing this request ({}); its slot was reset",
+                panic_message(panic)
+            ),
+        );
+        for i in slots {
+            self.fail(i, e.clone());
+        }
     }
 
     /// Ends slot `i`'s choice with an error and forgets the slot's cache, and the slots reserved

@@ -435,13 +435,15 @@ pub async fn models(State(s): Shared) -> Response {
 }
 
 /// `GET /health`: 200 `"ok"` while the inference worker is alive and making progress; 503 with
-/// the reason in OpenAI's error shape when it has stopped or is stuck.
+/// the reason in OpenAI's error shape when it has stopped or is stuck. Both count the panics the
+/// worker caught and survived (`worker_recoveries`).
 pub async fn health(State(s): Shared) -> Response {
     let active = s.metrics.slots_active.load(Ordering::Relaxed);
     if let Err(reason) = s.engine.health().check(s.limits.stuck_after) {
         let mut body = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason.clone()).body();
         body["status"] = json!("error");
         body["reason"] = json!(reason);
+        body["worker_recoveries"] = json!(s.engine.health().recoveries());
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     Json(json!({
@@ -449,6 +451,7 @@ pub async fn health(State(s): Shared) -> Response {
         "slots_processing": active,
         "slots_idle": (s.engine.n_slots() as u64).saturating_sub(active),
         "queue_length": s.metrics.queue_length.load(Ordering::Relaxed),
+        "worker_recoveries": s.engine.health().recoveries(),
     }))
     .into_response()
 }

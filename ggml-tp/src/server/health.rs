@@ -4,8 +4,9 @@
 //! The HTTP side counts the commands it sends; the worker counts those it takes and beats after
 //! each command and each step, saying whether it still has work. Work is pending when a command is
 //! not taken yet or the worker said it is busy; an idle worker blocked on its channel is never
-//! stuck.
+//! stuck. A panic the worker caught and survived (see [`super::engine`]) is counted as a recovery.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +21,8 @@ pub struct WorkerHealth {
     taken: AtomicU64,
     /// Milliseconds since `epoch` at the last beat.
     beat_ms: AtomicU64,
+    /// Panics caught by the worker so far.
+    recoveries: AtomicU64,
 }
 
 /// Marks the worker dead when dropped: held by the worker thread, so it also fires when the thread
@@ -41,6 +44,7 @@ impl WorkerHealth {
             sent: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             beat_ms: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
         })
     }
 
@@ -69,6 +73,16 @@ impl WorkerHealth {
         self.busy.store(busy, Ordering::Release);
     }
 
+    /// The worker caught a panic and goes on.
+    pub fn recovered(&self) {
+        self.recoveries.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Panics the worker caught and survived.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Acquire)
+    }
+
     /// `Ok` when the worker is alive and not stuck for longer than `stuck_after`; else why not.
     pub fn check(&self, stuck_after: Duration) -> Result<(), String> {
         if !self.alive.load(Ordering::Acquire) {
@@ -89,6 +103,17 @@ impl WorkerHealth {
     }
 }
 
+/// The message of a caught panic's payload (a `&str` or `String`, as `panic!` makes them).
+pub fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "a panic without a message"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,10 +128,25 @@ mod tests {
         h.taken();
         h.beat(false);
         assert!(h.check(Duration::ZERO).is_ok());
+        assert_eq!(h.recoveries(), 0);
+        h.recovered();
+        assert_eq!(h.recoveries(), 1);
+        assert!(h.check(Duration::ZERO).is_ok());
         drop(AliveGuard(h.clone()));
         assert!(h
             .check(Duration::from_secs(1))
             .unwrap_err()
             .contains("stopped"));
+    }
+
+    #[test]
+    fn panic_payloads_give_their_message() {
+        let text = std::panic::catch_unwind(|| panic!("fixed text")).unwrap_err();
+        assert_eq!(panic_message(&*text), "fixed text");
+        let n = 7;
+        let formatted = std::panic::catch_unwind(|| panic!("formatted {n}")).unwrap_err();
+        assert_eq!(panic_message(&*formatted), "formatted 7");
+        let other = std::panic::catch_unwind(|| std::panic::panic_any(3u8)).unwrap_err();
+        assert_eq!(panic_message(&*other), "a panic without a message");
     }
 }

@@ -3,7 +3,8 @@
 //! The inference worker only encodes a slot into bytes or loads bytes into it; the files are read
 //! and written here on blocking threads ([`llama::slot_file::write_file`]: a temporary name, then
 //! moved into place, removed on failure). The slot directory has a quota of files and bytes (507
-//! beyond), and a save does not replace an existing file unless `overwrite=true` (409 otherwise).
+//! beyond; also when the disk itself is full), and a save does not replace an existing file unless
+//! `overwrite=true` (409 otherwise).
 
 use super::api::ApiError;
 use super::engine::SlotAction;
@@ -75,6 +76,10 @@ fn file_error(e: SlotFileError) -> ApiError {
         SlotFileError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
             ApiError::new(StatusCode::NOT_FOUND, format!("slot file not found: {e}"))
         }
+        SlotFileError::Io(e) if disk_full(e.kind()) => ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            format!("the slot directory's disk is full: {e}"),
+        ),
         SlotFileError::Exists(_) => ApiError::new(
             StatusCode::CONFLICT,
             format!("{e}; pass overwrite=true to replace it"),
@@ -85,6 +90,13 @@ fn file_error(e: SlotFileError) -> ApiError {
         SlotFileError::Mismatch(_) => ApiError::bad_request(e.to_string()),
         e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// Whether a write failed for want of space: a full file system, a disk quota, or a file size
+/// limit.
+fn disk_full(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+    matches!(kind, StorageFull | QuotaExceeded | FileTooLarge)
 }
 
 async fn blocking<T: Send + 'static>(

@@ -10,16 +10,19 @@
 //!
 //! A GGUF without a template gets llama.cpp's fallback, ChatML ([`CHATML_TEMPLATE`]).
 //!
-//! A render is bounded ([`limits`]): a fuel budget of instructions, a cap on the rendered bytes, and
-//! small padding widths; a hostile template ends with [`ChatError::Render`].
+//! A render is bounded ([`limits`]): a fuel budget of instructions, a budget of the text it builds
+//! (checked by the template's instructions rewritten in [`program`]), a cap on the rendered bytes,
+//! bounded lists and small padding widths; a hostile template ends with [`ChatError::Render`].
 
 mod json;
 mod limits;
+mod program;
 mod time;
 
 use std::collections::BTreeMap;
 
 use ggml_core::gguf::GgufFile;
+use minijinja::machinery::{get_compiled_template, make_string_output, Vm};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
@@ -134,6 +137,12 @@ impl ChatTemplate {
         eos_token: impl Into<String>,
     ) -> Result<ChatTemplate, ChatError> {
         let source = source.into();
+        if source.contains(program::RESERVED) {
+            return Err(ChatError::Syntax(format!(
+                "names starting with {} are reserved",
+                program::RESERVED
+            )));
+        }
         let mut env = environment();
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| ChatError::Syntax(describe(&e)))?;
@@ -241,12 +250,25 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
-        let mut out = limits::CappedOutput::default();
-        template
-            .render_captured_to(ctx, &mut out)
+        let program = program::Program::of(get_compiled_template(&template));
+        let _budget = limits::Budget::start();
+        let mut rendered = String::new();
+        Vm::new(&self.env)
+            .eval(
+                &program.main,
+                Value::from_serialize(&ctx),
+                &program.blocks,
+                &mut make_string_output(&mut rendered),
+                program.auto_escape,
+            )
             .map_err(|e| ChatError::Render(describe(&e)))?;
-        String::from_utf8(out.bytes)
-            .map_err(|_| ChatError::Render("the rendered prompt is not UTF-8".into()))
+        if rendered.len() > limits::MAX_RENDERED_BYTES {
+            return Err(ChatError::Render(format!(
+                "the rendered prompt exceeds {} bytes",
+                limits::MAX_RENDERED_BYTES
+            )));
+        }
+        Ok(rendered)
     }
 
     /// `rendered` without a leading BOS text when the tokenizer adds BOS itself (`add_bos`), and
@@ -312,6 +334,9 @@ fn environment() -> Environment<'static> {
     env.add_filter("tojson", json::tojson);
     env.add_filter("indent", limits::indent);
     env.add_filter("format", limits::format);
+    env.add_filter("replace", limits::replace);
+    env.add_filter("join", limits::join);
+    program::install(&mut env);
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
     });
@@ -387,6 +412,82 @@ mod tests {
         assert_eq!(
             t.render(&[Message::user("hi")], false).unwrap(),
             "[\n  {\n    \"role\": \"user\",\n    \"content\": \"hi\"\n  }\n]|a"
+        );
+    }
+
+    /// Templates that double a string or a list in a loop (kept in a namespace, as a `set` in a loop
+    /// does not outlive its iteration; by every operator and filter that can build one) or in a
+    /// recursive macro end with an error once the text budget or the list bound is reached, and the
+    /// same thread renders normally afterwards.
+    #[test]
+    fn doubling_templates_end_with_an_error() {
+        let loop_of = |init: &str, step: &str| {
+            format!("{{% set ns = namespace(s={init}) %}}{{% for i in range(100) %}}{step}{{% endfor %}}{{{{ ns.s|length }}}}")
+        };
+        let hostile = [
+            loop_of("'ab'", "{% set ns.s = ns.s ~ ns.s %}"),
+            loop_of("'ab'", "{% set ns.s = ns.s + ns.s %}"),
+            loop_of("'ab'", "{% set ns.s = ns.s * 2 %}"),
+            loop_of("'ab'", "{% set ns.s = 2 * ns.s %}"),
+            loop_of("'ab'", "{% set ns.s = [ns.s, ns.s]|join %}"),
+            loop_of("'ab'", "{% set ns.s = ''.join([ns.s, ns.s]) %}"),
+            loop_of("'ab'", "{% set ns.s = ns.s|replace('a', ns.s) %}"),
+            loop_of("'ab'", "{% set ns.s = ns.s.replace('a', ns.s) %}"),
+            loop_of("'ab'", "{% set ns.s = '%s%s'|format(ns.s, ns.s) %}"),
+            loop_of("'ab'", "{% set ns.s = '{}{}'.format(ns.s, ns.s) %}"),
+            loop_of("'ab'", "{% set c %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = c %}"),
+            loop_of("'ab'", "{% set ns.s = [ns.s, ns.s]|tojson %}"),
+            loop_of("'ab'", "{% set ns.s = (ns.s ~ ns.s)|upper %}"),
+            loop_of("['ab']", "{% set ns.s = ns.s + ns.s %}"),
+            loop_of("['ab']", "{% set ns.s = ns.s * 2 %}"),
+            loop_of("['ab']", "{% set ns.s = ns.s + ns.s %}{% set t = ns.s|list %}"),
+            "{% set s = 'ab' %}{% for i in range(100) %}{% set s = s ~ s %}{% endfor %}{{ s * 100000000 }}".into(),
+            "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif %}{% endmacro %}{{ d('ab', 100) }}".into(),
+            "{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}".into(),
+            format!("{{% for i in range(100000) %}}{{% for j in range(100) %}}{}{{% endfor %}}{{% endfor %}}", "0123456789abcdef".repeat(64)),
+        ];
+        let msgs = [Message::user("hi")];
+        for src in &hostile {
+            let t = ChatTemplate::new(src.as_str(), "", "").unwrap();
+            let err = t.render(&msgs, true).unwrap_err();
+            assert!(matches!(err, ChatError::Render(_)), "{src}: {err}");
+        }
+        // Growth within the bounds renders as before, and so does a template after the errors.
+        let t = ChatTemplate::new(
+            loop_of(
+                "'ab'",
+                "{% if ns.s|length < 1000 %}{% set ns.s = ns.s ~ ns.s %}{% endif %}",
+            )
+            .as_str(),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(t.render(&msgs, true).unwrap(), "1024");
+        let t = ChatTemplate::new(
+            loop_of(
+                "['ab']",
+                "{% if ns.s|length < 1000 %}{% set ns.s = ns.s + ns.s * 1 %}{% endif %}",
+            )
+            .as_str(),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(t.render(&msgs, true).unwrap(), "1024");
+        let reserved = ChatTemplate::new("{{ __ggml_tp_concat('a', 'b') }}", "", "").unwrap_err();
+        assert!(matches!(reserved, ChatError::Syntax(_)), "{reserved}");
+    }
+
+    /// The rewritten program keeps jumps, loops, macros, filters and raw text as they were.
+    #[test]
+    fn rewritten_templates_render_as_before() {
+        let src = "{% macro m(x) %}<{{ x ~ '!' }}>{% endmacro %}{% for msg in messages %}{% if loop.first %}[{% endif %}{{ m(msg.content) }}{{ (msg.role + ':')|upper }}{% if not loop.last %}, {% else %}]{% endif %}{% endfor %}{{ 'ab' * 2 }}{{ [1, 2] + [3] }}{{ ['x', 'y']|join('-') }}{{ 'aXa'|replace('X', 'b') }}{{ '%s=%d'|format('n', 3) }}{% set c %}raw {{ 1 + 2 }}{% endset %}{{ c }}{% if add_generation_prompt %}?{% endif %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let msgs = [Message::user("hi"), Message::assistant("yo")];
+        assert_eq!(
+            t.render(&msgs, true).unwrap(),
+            "[<hi!>USER:, <yo!>ASSISTANT:]abab[1, 2, 3]x-yaban=3raw 3?"
         );
     }
 }

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use ggml_core::gguf::{GgufFile, Value};
 
 use super::pretokenize::PreTokenizer;
+use super::special::SpecialMatcher;
 use super::TokenizerError;
 
 /// Token attribute bits (llama.cpp's `llama_token_attr`).
@@ -65,6 +66,8 @@ pub(crate) struct Vocab {
     /// Control, user-defined and unknown tokens, longest text first (the order in which they are
     /// searched for in the input).
     pub special_cache: Vec<u32>,
+    /// Finds the tokens of `special_cache` in a text in one pass.
+    pub special_matcher: SpecialMatcher,
     /// The `<0xXX>` token of every byte, where the vocabulary has one.
     pub hex_byte_tokens: [Option<u32>; 256],
     pub add_bos: bool,
@@ -342,6 +345,7 @@ impl Vocab {
             special,
             eog: BTreeSet::new(),
             special_cache: Vec::new(),
+            special_matcher: SpecialMatcher::default(),
             hex_byte_tokens: [None; 256],
             add_bos,
             add_eos,
@@ -354,7 +358,7 @@ impl Vocab {
             vocab.hex_byte_tokens[b as usize] = vocab.text_to_token(&format!("<0x{b:02X}>"));
         }
         vocab.detect_special_tokens();
-        vocab.build_special_cache();
+        vocab.build_special_cache()?;
         if let Some(name) = get_str(file, "general.name") {
             vocab.apply_model_attrs(&name.to_lowercase());
         }
@@ -446,13 +450,15 @@ impl Vocab {
         self.eog = eog;
     }
 
-    fn build_special_cache(&mut self) {
+    fn build_special_cache(&mut self) -> Result<(), TokenizerError> {
         let mask = attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN;
         let mut cache: Vec<u32> = (0..self.tokens.len() as u32)
             .filter(|&id| self.attrs[id as usize] & mask != 0)
             .collect();
         cache.sort_by_key(|&id| (std::cmp::Reverse(self.tokens[id as usize].len()), id));
+        self.special_matcher = SpecialMatcher::new(&self.tokens, &cache)?;
         self.special_cache = cache;
+        Ok(())
     }
 
     /// Per-model token attributes that llama.cpp sets by model name.
