@@ -111,7 +111,9 @@ mod tests {
             for (at, _) in src.match_indices("__global__") {
                 let body = at + src[at..].find('{').expect("a kernel has a body") + 1;
                 assert!(
-                    src[body..].trim_start().starts_with("GRID_DEPENDENCY_SYNC();"),
+                    src[body..]
+                        .trim_start()
+                        .starts_with("GRID_DEPENDENCY_SYNC();"),
                     "{file}: the kernel at byte {at} does not start with GRID_DEPENDENCY_SYNC()"
                 );
             }
