@@ -102,6 +102,8 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
                 "k_gemv_##name##_##NC(".to_string()
             } else if name.starts_with("k_dequant_f16_") {
                 "k_dequant_f16_##name(".to_string()
+            } else if name.starts_with("k_moe_mm_") {
+                "k_moe_mm_##name(".to_string()
             } else {
                 format!("extern \"C\" __global__ void {name}(")
             };
