@@ -230,7 +230,8 @@ unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
 }
 
 /// Legacy kernel of the prompt products: two weight rows of `nb` blocks against four Q8_0 / Q8_1
-/// rows (eight independent accumulators).
+/// rows, with [`legacy`]'s even and odd accumulators per (row, column), so that every result is
+/// bit-identical to the one-row kernels' (a token's logits must not depend on its batch).
 #[inline(always)]
 unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
     w: &[*const u8; 2],
@@ -239,12 +240,21 @@ unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
 ) -> [[f32; 4]; 2] {
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` blocks each.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut acc0 = [[_mm256_setzero_ps(); 4]; 2];
+        let mut acc1 = [[_mm256_setzero_ps(); 4]; 2];
         let mut msum = [[0f32; 4]; 2];
-        for i in 0..nb {
-            legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc, &mut msum);
+        let mut i = 0;
+        while i + 2 <= nb {
+            legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc0, &mut msum);
+            legacy_step::<T, D, 2, 4>(w, acts, i + 1, &mut acc1, &mut msum);
+            i += 2;
         }
-        std::array::from_fn(|r| std::array::from_fn(|c| acc[r][c].hsum() + msum[r][c]))
+        if i < nb {
+            legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc0, &mut msum);
+        }
+        std::array::from_fn(|r| {
+            std::array::from_fn(|c| _mm256_add_ps(acc0[r][c], acc1[r][c]).hsum() + msum[r][c])
+        })
     }
 }
 
