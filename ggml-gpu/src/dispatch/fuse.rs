@@ -56,23 +56,34 @@ pub struct FusionCounts {
     pub refused: u64,
 }
 
+/// The kinds of [`FusionCounts`], as indices of [`COUNTS`].
+#[derive(Clone, Copy)]
+enum Fused {
+    ProductsGlu,
+    RopeCache,
+    NormChain,
+    ProductGroup,
+    Refused,
+}
+
 static COUNTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
-    let c = |i: usize| COUNTS[i].load(Ordering::Relaxed);
+    let c = |k: Fused| COUNTS[k as usize].load(Ordering::Relaxed);
     FusionCounts {
-        products_glu: c(0),
-        rope_cache: c(1),
-        norm_chains: c(2),
-        product_groups: c(3),
-        refused: c(4),
+        products_glu: c(Fused::ProductsGlu),
+        rope_cache: c(Fused::RopeCache),
+        norm_chains: c(Fused::NormChain),
+        product_groups: c(Fused::ProductGroup),
+        refused: c(Fused::Refused),
     }
 }
 
-/// Counts one launch of kind `i` of [`COUNTS`] when `launched`, else one refusal; returns `launched`.
-fn counted(i: usize, launched: bool) -> bool {
-    COUNTS[if launched { i } else { 4 }].fetch_add(1, Ordering::Relaxed);
+/// Counts one launch of `kind` when `launched`, else one refusal; returns `launched`.
+fn counted(kind: Fused, launched: bool) -> bool {
+    let k = if launched { kind } else { Fused::Refused };
+    COUNTS[k as usize].fetch_add(1, Ordering::Relaxed);
     launched
 }
 
@@ -103,17 +114,26 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
     Ok(match (group, &graph.tensor(group[0]).op) {
         ([_], _) => 0,
         (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
-            if counted(0, decode::launch_products_glu(r, graph, [gate, up, glu])?) {
+            if counted(
+                Fused::ProductsGlu,
+                decode::launch_products_glu(r, graph, [gate, up, glu])?,
+            ) {
                 3
-            } else if counted(3, launch_products(r, graph, &[gate, up])?) {
+            } else if counted(Fused::ProductGroup, launch_products(r, graph, &[gate, up])?) {
                 2
             } else {
                 0
             }
         }
-        (_, Op::MulMat) => whole(counted(3, launch_products(r, graph, group)?)),
-        (_, Op::Rope(_)) => whole(counted(1, decode::launch_rope_cache(r, graph, group)?)),
-        _ => whole(counted(2, launch_chain(r, graph, group)?)),
+        (_, Op::MulMat) => whole(counted(
+            Fused::ProductGroup,
+            launch_products(r, graph, group)?,
+        )),
+        (_, Op::Rope(_)) => whole(counted(
+            Fused::RopeCache,
+            decode::launch_rope_cache(r, graph, group)?,
+        )),
+        _ => whole(counted(Fused::NormChain, launch_chain(r, graph, group)?)),
     })
 }
 
