@@ -6,9 +6,11 @@
 //! single-column products of one activation (q, k and v; gate and up: the model builder puts them
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
-//! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`].
+//! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`], the expert
+//! mix of a mixture-of-experts layer in [`super::fuse_moe`].
 
 use super::fuse_decode as decode;
+use super::fuse_moe as moe;
 use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
@@ -52,6 +54,8 @@ pub struct FusionCounts {
     pub norm_chains: u64,
     /// Groups of products of one activation (`k_gemv_group_*`).
     pub product_groups: u64,
+    /// Expert mixes of MoE layers (`k_moe_weighted_sum`).
+    pub expert_sums: u64,
     /// Groups computed by separate launches after all (their memory overlaps).
     pub refused: u64,
 }
@@ -63,10 +67,11 @@ enum Fused {
     RopeCache,
     NormChain,
     ProductGroup,
+    ExpertSum,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -76,6 +81,7 @@ pub fn fusion_counts() -> FusionCounts {
         rope_cache: c(Fused::RopeCache),
         norm_chains: c(Fused::NormChain),
         product_groups: c(Fused::ProductGroup),
+        expert_sums: c(Fused::ExpertSum),
         refused: c(Fused::Refused),
     }
 }
@@ -132,6 +138,10 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
         (_, Op::Rope(_)) => whole(counted(
             Fused::RopeCache,
             decode::launch_rope_cache(r, graph, group)?,
+        )),
+        (_, Op::Mul) => whole(counted(
+            Fused::ExpertSum,
+            moe::launch_expert_sum(r, graph, group)?,
         )),
         _ => whole(counted(Fused::NormChain, launch_chain(r, graph, group)?)),
     })
@@ -229,7 +239,9 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
         let products = products_len(graph, nodes);
         return products + usize::from(decode::products_then_glu(graph, products, nodes));
     }
-    if let Some(len) = decode::rope_cache_len(graph, nodes) {
+    if let Some(len) =
+        decode::rope_cache_len(graph, nodes).or_else(|| moe::expert_sum_len(graph, nodes))
+    {
         return len;
     }
     let norm_at = match nodes {
@@ -314,7 +326,8 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
     let Some(g) = product_group(r, graph, group)? else {
         return Ok(false);
     };
-    gemv::mul_mat_vec_group(r, &g.products, g.b, g.lb)?;
+    let prefetch = gemv::prefetch_budget(graph, graph.tensor(group[0]).src[1]);
+    gemv::mul_mat_vec_group(r, &g.products, (g.b, g.lb), prefetch)?;
     Ok(true)
 }
 

@@ -7,6 +7,7 @@
 mod attention;
 mod fuse;
 mod fuse_decode;
+mod fuse_moe;
 mod gemm;
 mod gemv;
 mod moe;
@@ -186,7 +187,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 33] = [
+pub const NAMED_KERNELS: [&str; 34] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -220,6 +221,7 @@ pub const NAMED_KERNELS: [&str; 33] = [
     "k_f16_from_f32",
     "k_hold",
     "k_moe_group",
+    "k_moe_weighted_sum",
 ];
 
 /// Every kernel entry point of the program (the list both backends load).

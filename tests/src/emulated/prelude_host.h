@@ -29,6 +29,8 @@ unsigned long long emu_exchange(unsigned long long bits, unsigned src_lane);
 #define __syncthreads() emu_sync_block()
 // Launches run one after another on the host: nothing to wait for.
 #define GRID_DEPENDENCY_SYNC() ((void)0)
+// Nothing to bring into a cache ahead of time.
+#define WEIGHTS_TO_L2(p, bytes) ((void)0)
 #define WARP_SYNC() emu_sync_warp()
 
 template <typename T> inline T emu_shuffle(T v, unsigned src_lane) {
@@ -72,6 +74,9 @@ inline long long clock64() {
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 inline int __float2int_rn(float f) { return (int)nearbyintf(f); }
+// Rounded float arithmetic that is never contracted (no FMA without -march).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     unsigned long long v = ((unsigned long long)y << 32) | x;
     unsigned r = 0;

@@ -2,7 +2,9 @@
 //! one activation with their gated unit in one `k_gemv_glu_<type>` launch (every weight type, long
 //! and short rows, one to four warps per row, odd row lengths, unaligned rows), and the rope of k
 //! with its cache write in one `k_rope_set_rows` (F16 and F32 caches, through the permute view as
-//! the models write K, decode and prefill), alone and with the rope of q and the cache write of v. Every result of a chain is checked: the products
+//! the models write K, decode and prefill), alone and with the rope of q and the cache write of v;
+//! the expert mix of a MoE layer (the router-weighted expert outputs summed) in one
+//! `k_moe_weighted_sum`. Every result of a chain is checked: the products
 //! against the float64 reference, the gated unit against the float64 unit of the products the
 //! launch wrote, the rope and the cache bit-equal to the unfused run and within the reference
 //! bounds. Every input stays alive to the end (an output), as a model's weights and inputs do, so
@@ -280,4 +282,69 @@ fn fusions_run_on_intermediates_as_in_a_model() {
     let stored = round_trip(DType::F16, &rope.permute([0, 2, 1, 3])).unwrap();
     let cache = mx::set_rows(&seen[6], &stored, &seen[7]);
     within("cache", &got[0].1, &cache, weight_bound(DType::F16));
+}
+
+#[test]
+fn expert_mix_in_one_launch() {
+    // As the model builder writes it: the experts' outputs times their router weights, then the
+    // running sums of the k chosen experts' slices (views of the product).
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    for (d, k, t) in [
+        (2049, 8, 1),
+        (64, 2, 3),
+        (768, 4, 1),
+        (33, 10, 5),
+        (128, 17, 2),
+    ] {
+        let specs = [
+            InputSpec::new(DType::F32, [d, k, t, 1]).gen(Gen::Normal(1.0)),
+            InputSpec::new(DType::F32, [1, k, t, 1]).gen(Gen::Uniform(0.0, 1.0)),
+        ];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let build = |g: &mut Graph, x: &[TensorId]| {
+            let m = g.mul(x[0], x[1]).unwrap();
+            let nb = *g.layout(m);
+            let mut out = vec![m];
+            let mut sum = g.view(m, &[d, t], &[nb.nb[2]], 0).unwrap();
+            for e in 1..k {
+                let v = g.view(m, &[d, t], &[nb.nb[2]], e * nb.nb[1]).unwrap();
+                sum = g.add(sum, v).unwrap();
+                out.push(sum);
+            }
+            out
+        };
+        let before = ggml_gpu::dispatch::fusion_counts();
+        let fused = run_chain(&dev, &inputs, &build, false);
+        let after = ggml_gpu::dispatch::fusion_counts();
+        assert!(
+            after.expert_sums > before.expert_sums,
+            "[{d}, {k}, {t}]: {before:?} -> {after:?}"
+        );
+        let unfused = run_chain(&dev, &inputs, &build, true);
+        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            assert_eq!(f.0, u.0, "[{d}, {k}, {t}]: result {e} fused != unfused");
+        }
+        let seen = seen_values(&inputs);
+        let product = ew::binary(BinOp::Mul, &seen[0], &seen[1]);
+        let mut want = vec![0.0; d * t];
+        for (e, got) in fused.iter().enumerate().skip(1) {
+            for (i, w) in want.iter_mut().enumerate() {
+                let (i0, it) = (i % d, i / d);
+                if e == 1 {
+                    *w = product.data[i0 + d * k * it];
+                }
+                *w += product.data[i0 + d * (e + k * it)];
+            }
+            let want = Dense::from_vec([d, t, 1, 1], want.clone());
+            checked += within(
+                &format!("[{d}, {k}, {t}]: sum of {} experts", e + 1),
+                &got.1,
+                &want,
+                float_bound(Class::Math, DType::F32),
+            );
+        }
+    }
+    println!("{checked} running sums of fused expert mixes within the reference bounds");
 }

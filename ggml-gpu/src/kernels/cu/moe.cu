@@ -203,3 +203,29 @@ MOE_KERNEL(q4_k, T_Q4K)
 MOE_KERNEL(q5_k, T_Q5K)
 MOE_KERNEL(q6_k, T_Q6K)
 MOE_KERNEL(mxfp4, T_MXFP4)
+
+// The expert mix of a decode step's MoE layer in one launch: m = o * w (o [d, k, t] the experts'
+// outputs, w [1, k, t] their router weights) and the running sums s_e = m_0 + ... + m_e for
+// e = 1 .. k - 1 (contiguous F32 [d, t], at sums0..sums15), each element by one thread in the
+// order of the unfused mul and adds, rounded as they are (no contraction into fused multiply-adds).
+#define MOE_SUM_MAX 16
+extern "C" __global__ void k_moe_weighted_sum(TD o, TD w, TD m, int k, u64 s0, u64 s1, u64 s2, u64 s3, u64 s4,
+                                              u64 s5, u64 s6, u64 s7, u64 s8, u64 s9, u64 s10, u64 s11, u64 s12,
+                                              u64 s13, u64 s14, u64 s15) { GRID_DEPENDENCY_SYNC();
+    const u64 sums[MOE_SUM_MAX] = {s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15};
+    const i64 d = o.ne[0], n = d * o.ne[2];
+    GRID_LOOP(i, n) {
+        const i64 i0 = i % d, it = i / d;
+        float acc = 0.0f;
+        for (int e = 0; e < k; e++) {
+            const float x = __fmul_rn(load(o, i0, e, it, 0), load(w, 0, e, it, 0));
+            store(m, i0, e, it, 0, x);
+            if (e == 0) {
+                acc = x;
+            } else {
+                acc = __fadd_rn(acc, x);
+                ((float*)sums[e - 1])[i] = acc;
+            }
+        }
+    }
+}
