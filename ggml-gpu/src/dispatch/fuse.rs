@@ -46,7 +46,8 @@ pub fn fusion_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
 /// `GGML_TP_CUDA_STATS` read to see that the fusions run in a model's graph.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FusionCounts {
-    /// Gate and up products with their gated unit (`k_gemv_glu_*`).
+    /// Gate and up products (of a matrix, or of the chosen experts) with their gated unit
+    /// (`k_gemv_glu_*`).
     pub products_glu: u64,
     /// Ropes with their cache writes (`k_rope_set_rows`).
     pub rope_cache: u64,
@@ -131,6 +132,10 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
                 0
             }
         }
+        (&[gate, up, glu], Op::MulMatId) => whole(counted(
+            Fused::ProductsGlu,
+            moe::launch_experts_glu(r, graph, [gate, up, glu])?,
+        )),
         (_, Op::MulMat) => whole(counted(
             Fused::ProductGroup,
             launch_products(r, graph, group)?,
@@ -239,9 +244,9 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
         let products = products_len(graph, nodes);
         return products + usize::from(decode::products_then_glu(graph, products, nodes));
     }
-    if let Some(len) =
-        decode::rope_cache_len(graph, nodes).or_else(|| moe::expert_sum_len(graph, nodes))
-    {
+    let moe_len =
+        || moe::experts_glu_len(graph, nodes).or_else(|| moe::expert_sum_len(graph, nodes));
+    if let Some(len) = decode::rope_cache_len(graph, nodes).or_else(moe_len) {
         return len;
     }
     let norm_at = match nodes {

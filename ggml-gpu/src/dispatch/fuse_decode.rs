@@ -23,7 +23,7 @@ fn fusing() -> bool {
 /// The `G_*` code of `node` when it is the gated unit `glu(gate, up)` that `k_gemv_glu_*` writes:
 /// swiglu, geglu or geglu_erf, not swapped, of `gate` then `up`, into F32 contiguous rows of their
 /// shape.
-fn glu_of(graph: &Graph, node: TensorId, gate: TensorId, up: TensorId) -> Option<i32> {
+pub(super) fn glu_of(graph: &Graph, node: TensorId, gate: TensorId, up: TensorId) -> Option<i32> {
     let t = graph.tensor(node);
     let Op::Glu { op, swapped: false } = t.op else {
         return None;

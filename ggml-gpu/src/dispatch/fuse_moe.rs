@@ -1,4 +1,7 @@
-//! The expert mix of a mixture-of-experts layer, found by [`super::fuse`]'s node loop: the experts'
+//! The decode fusions of a mixture-of-experts layer, found by [`super::fuse`]'s node loop. The
+//! experts' gate and up products of one activation and ids followed by their gated unit run as one
+//! `k_gemv_glu_<type>` launch over the (slot, token) pairs ([`super::moe::mul_mat_id_glu`]). The
+//! expert mix: the experts'
 //! outputs `o [d, k, t]` multiplied by their router weights `w [1, k, t]` (`mul`), then summed over
 //! the `k` chosen experts by `k - 1` adds of views of that product (as the model builder writes
 //! it), run as one `k_moe_weighted_sum` launch instead of `k` (at decode, where every launch costs
@@ -7,9 +10,10 @@
 //! is needed, and a memory overlap falls back to separate launches. Part of the decode fusions
 //! (`GGML_TP_FUSE_DECODE`).
 
-use super::fuse::aliasing_is_safe;
+use super::fuse::{aliasing_is_safe, span, spans_apart};
+use super::fuse_decode::glu_of;
 use super::rows::row_contiguous;
-use super::{args, Launch, Runner};
+use super::{args, gemv, moe as experts, Launch, Runner};
 use ggml_core::{DType, Graph, Layout, Op, Result, TensorId};
 
 /// Most experts per token the fused launch sums (`MOE_SUM_MAX + 1` in moe.cu: one running sum per
@@ -18,6 +22,75 @@ pub(super) const MAX_EXPERTS: usize = 17;
 
 fn f32_contiguous(l: &Layout) -> bool {
     l.dtype == DType::F32 && l.is_contiguous()
+}
+
+/// Whether `[gate, up, glu]` at the start of `nodes` are two mul_mat_id of one activation and one
+/// ids tensor, over experts of one type and shape, for few tokens (the GEMV path), followed by
+/// their gated unit.
+pub(super) fn experts_glu_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize> {
+    let &[gate, up, glu, ..] = nodes else {
+        return None;
+    };
+    let (g, u) = (graph.tensor(gate), graph.tensor(up));
+    let fits = crate::settings::settings().fuse_decode
+        && g.op == Op::MulMatId
+        && u.op == Op::MulMatId
+        && g.src[1..] == u.src[1..]
+        && graph.layout(g.src[0]).dtype == graph.layout(u.src[0]).dtype
+        && graph.layout(g.src[0]).ne == graph.layout(u.src[0]).ne
+        && graph.layout(g.src[1]).dtype == DType::F32
+        && f32_contiguous(&g.layout)
+        && f32_contiguous(&u.layout)
+        && !experts::takes_grouped(graph.layout(g.src[1]).ne[2])
+        && glu_of(graph, glu, gate, up).is_some();
+    fits.then_some(3)
+}
+
+/// Launches `[gate, up, glu]` (from [`experts_glu_len`]) as one launch; `false` (nothing
+/// launched) when a weight needs converting first or a result overlaps another tensor of it.
+pub(super) fn launch_experts_glu(
+    r: &dyn Runner,
+    graph: &Graph,
+    [gate, up, glu]: [TensorId; 3],
+) -> Result<bool> {
+    let code = glu_of(graph, glu, gate, up).expect("experts_glu_len checked the glu");
+    let (g, u) = (graph.tensor(gate), graph.tensor(up));
+    let desc = |id: TensorId| r.desc(graph, id);
+    let (gw, uw, b, ids) = (
+        desc(g.src[0])?,
+        desc(u.src[0])?,
+        desc(g.src[1])?,
+        desc(g.src[2])?,
+    );
+    let (gd, ud, out) = (desc(gate)?, desc(up)?, desc(glu)?);
+    let (lgw, luw, lb, lids) = (
+        graph.layout(g.src[0]),
+        graph.layout(u.src[0]),
+        graph.layout(g.src[1]),
+        graph.layout(g.src[2]),
+    );
+    let [_, b1, n_tok, _] = lb.ne;
+    let shapes_fit = lgw.ne[3] == 1
+        && lids.ne[1] == n_tok
+        && (b1 == 1 || b1 == lids.ne[0])
+        && gemv::rows_readable(&gw, lgw)
+        && gemv::rows_readable(&uw, luw);
+    let written = [span(gd.ptr, &g.layout), span(ud.ptr, &u.layout)];
+    let read = [
+        span(b.ptr, lb),
+        span(gw.ptr, lgw),
+        span(uw.ptr, luw),
+        span(ids.ptr, lids),
+    ];
+    let o = span(out.ptr, graph.layout(glu));
+    let out_fits =
+        spans_apart(&[o], &read) && written.iter().all(|&w| w == o || spans_apart(&[o], &[w]));
+    if !shapes_fit || !spans_apart(&written, &read) || !out_fits {
+        return Ok(false);
+    }
+    let products = [(gw, lgw, gd), (uw, luw, ud)];
+    experts::mul_mat_id_glu(r, products, (b, lb), (ids, lids), (out, code))?;
+    Ok(true)
 }
 
 /// Whether `view` is expert `e`'s `[d, t]` slice of the product `m` (`[d, k, t]`).

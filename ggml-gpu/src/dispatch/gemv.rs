@@ -399,7 +399,7 @@ pub fn mul_mat_vec_glu(
     r: &dyn Runner,
     (gate, up): (GluProduct, GluProduct),
     (b, lb): (TDesc, &Layout),
-    (out, glu_code): (TDesc, i32),
+    out: (TDesc, i32),
     prefetch: usize,
 ) -> Result<()> {
     let wt = gate.1.dtype;
@@ -415,13 +415,57 @@ pub fn mul_mat_vec_glu(
         g.prefetch = prefetch_blocks(wt, &g, rows_per_block, blocks, prefetch / 2);
         g
     };
+    launch_glu(r, wt, [product(gate), product(up)], out)
+}
+
+/// The gate and up products of mul_mat_id and their gated unit `out` in one launch: per product
+/// its arguments with the ids (one column per (slot, token) pair, activations not yet set) and its
+/// weights (readable in place, of one type and row count).
+pub(super) fn mul_mat_id_vec_glu(
+    r: &dyn Runner,
+    [(mut gate, gw), (mut up, uw)]: [(GemvArgs, (TDesc, &Layout)); 2],
+    (b, lb): (TDesc, &Layout),
+    out: (TDesc, i32),
+) -> Result<()> {
+    let wt = gw.1.dtype;
+    activations(r, b, lb, wt, &mut gate)?;
+    let vec = vector_loads(&gw.0, gw.1, gate.x) && vector_loads(&uw.0, uw.1, gate.x);
+    let wpr = warps_per_row(
+        gate.m as usize * gate.nz as usize,
+        row_work(wt, gate.k as usize, vec),
+    );
+    (up.x, up.xd) = (gate.x, gate.xd);
+    for g in [&mut gate, &mut up] {
+        g.vec = i64::from(vec);
+        g.wpr = wpr as i64;
+    }
+    launch_glu(r, wt, [gate, up], out)
+}
+
+/// Launches `k_gemv_glu_<wt>` over the rows of `gate` and `up` (sharing the activations, `vec`
+/// and `wpr`) and, with ids, their `nz` pairs.
+fn launch_glu(
+    r: &dyn Runner,
+    wt: DType,
+    [gate, up]: [GemvArgs; 2],
+    (out, glu_code): (TDesc, i32),
+) -> Result<()> {
+    let rows_per_block = THREADS as usize / 32 / gate.wpr as usize;
+    let pairs = if gate.ids == 0 { 1 } else { gate.nz as usize };
+    if pairs > MAX_GRID_YZ {
+        return Err(fail(r, format!("gated unit of {pairs} pairs")));
+    }
     let name = glu_kernel_name(weight_type_name(r, wt)?);
     r.launch(&Launch {
         kernel: name.into(),
-        grid: [blocks as u32, 1, 1],
+        grid: [
+            (gate.m as usize).div_ceil(rows_per_block) as u32,
+            pairs as u32,
+            1,
+        ],
         threads: THREADS,
         shared_bytes: 0,
-        args: args![product(gate), product(up), out.ptr, glu_code],
+        args: args![gate, up, out.ptr, glu_code],
     })
 }
 

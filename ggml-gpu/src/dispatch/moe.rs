@@ -55,6 +55,49 @@ impl Grouping {
     }
 }
 
+/// Whether a mul_mat_id of `n_tok` tokens over quantized experts takes the grouped path.
+pub(super) fn takes_grouped(n_tok: usize) -> bool {
+    n_tok > GROUPED_MIN_TOKENS
+}
+
+/// The GEMV arguments of the experts `a` (rows the kernels read) with one column per (slot,
+/// token) pair of `ids` over activations of `b1` rows per token, into `d`.
+fn pair_args(
+    (a, la): (&TDesc, &Layout),
+    b1: usize,
+    (ids, lids): (&TDesc, &Layout),
+    d: TDesc,
+) -> GemvArgs {
+    GemvArgs {
+        ids: ids.ptr,
+        ids_nb0: lids.nb[0] as i64,
+        ids_nb1: lids.nb[1] as i64,
+        ncols: 1,
+        n_used: lids.ne[0] as i64,
+        b1: b1 as i64,
+        n_exp: la.ne[2] as i64,
+        nz: (lids.ne[0] * lids.ne[1]) as i64,
+        ..GemvArgs::of_weights(a, la, d.ptr)
+    }
+}
+
+/// The experts' gate and up products over the same activations `b` (`[K, 1, T]`) and ids, with
+/// their gated unit `out` (`glu_code`), as one GEMV launch: decode steps of a MoE layer. The
+/// caller checks the shapes, that both weights have rows the kernels read in place, and that the
+/// tokens are few enough for the GEMV path ([`takes_grouped`] false).
+pub fn mul_mat_id_glu(
+    r: &dyn Runner,
+    [(gw, lgw, gd), (uw, luw, ud)]: [(TDesc, &Layout, TDesc); 2],
+    (b, lb): (TDesc, &Layout),
+    (ids, lids): (TDesc, &Layout),
+    out: (TDesc, i32),
+) -> Result<()> {
+    let b1 = lb.ne[1];
+    let gate = pair_args((&gw, lgw), b1, (&ids, lids), gd);
+    let up = pair_args((&uw, luw), b1, (&ids, lids), ud);
+    gemv::mul_mat_id_vec_glu(r, [(gate, (gw, lgw)), (up, (uw, luw))], (b, lb), out)
+}
+
 /// `dst[:, slot, token] = experts[ids[slot, token]] x b[:, slot % b1, token]`; ids out of range
 /// give NaN columns.
 pub fn mul_mat_id(
@@ -77,24 +120,14 @@ pub fn mul_mat_id(
         ));
     }
     let pairs = n_used * n_tok;
-    let grouped = n_tok > GROUPED_MIN_TOKENS
+    let grouped = takes_grouped(n_tok)
         && la.dtype.is_quantized()
         && gemv::rows_readable(&a, la)
         && i32::try_from(pairs * b1).is_ok()
         && m.div_ceil(TILE_ROWS) <= MAX_GRID_Y
         && n_exp <= MAX_EXPERTS;
     let (a, la) = gemv::weights(r, a, la)?;
-    let mut args = GemvArgs {
-        ids: ids.ptr,
-        ids_nb0: lids.nb[0] as i64,
-        ids_nb1: lids.nb[1] as i64,
-        ncols: 1,
-        n_used: n_used as i64,
-        b1: b1 as i64,
-        n_exp: n_exp as i64,
-        nz: pairs as i64,
-        ..GemvArgs::of_weights(&a, &la, d.ptr)
-    };
+    let mut args = pair_args((&a, &la), b1, (&ids, lids), d);
     gemv::activations(r, b, lb, la.dtype, &mut args)?;
     if !grouped {
         args.vec = i64::from(gemv::vector_loads(&a, &la, args.x));

@@ -348,3 +348,62 @@ fn expert_mix_in_one_launch() {
     }
     println!("{checked} running sums of fused expert mixes within the reference bounds");
 }
+
+#[test]
+fn expert_gate_up_and_gated_unit_in_one_launch() {
+    // A MoE decode step: the chosen experts' gate and up products of one activation and their
+    // gated unit, fused over the (slot, token) pairs; bit-equal to the separate launches.
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    // (weight type, row length, rows, experts, experts per token, tokens)
+    let shapes = [
+        (DType::Q4_0, 2048, 96, 16, 8, 1),
+        (DType::Q8_0, 512, 67, 8, 2, 3),
+        (DType::Q4K, 1024, 40, 6, 4, 2),
+        (DType::F16, 264, 33, 5, 3, 1),
+        (DType::F32, 128, 17, 4, 2, 8),
+    ];
+    for (w, k, m, n_exp, n_used, t) in shapes {
+        let specs = [
+            InputSpec::new(DType::F32, [k, 1, t, 1]).gen(Gen::Normal(1.0)),
+            InputSpec::new(w, [k, m, n_exp, 1]),
+            InputSpec::new(w, [k, m, n_exp, 1]),
+            InputSpec::ids([n_used, t, 1, 1], n_exp, true),
+        ];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let build = |g: &mut Graph, x: &[TensorId]| {
+            x.iter().for_each(|&input| g.output(input));
+            let gate = g.mul_mat_id(x[1], x[0], x[3]).unwrap();
+            let up = g.mul_mat_id(x[2], x[0], x[3]).unwrap();
+            vec![gate, up, g.glu(GluOp::Swiglu, gate, up).unwrap()]
+        };
+        let what = format!("{w} [{k}, {m}] x {n_exp} experts, {n_used} of them, {t} tokens");
+        let before = ggml_gpu::dispatch::fusion_counts();
+        let fused = run_chain(&dev, &inputs, &build, false);
+        let after = ggml_gpu::dispatch::fusion_counts();
+        assert!(
+            after.products_glu > before.products_glu,
+            "{what}: {before:?} -> {after:?}"
+        );
+        let unfused = run_chain(&dev, &inputs, &build, true);
+        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            assert_eq!(f.0, u.0, "{what}: result {e} fused != unfused");
+        }
+        let seen = seen_values(&inputs);
+        let bound = weight_bound(w);
+        let gate = mx::mul_mat_id(&seen[1], &seen[0], &seen[3]);
+        let up = mx::mul_mat_id(&seen[2], &seen[0], &seen[3]);
+        checked += within(&format!("{what}: gate"), &fused[0].1, &gate, bound);
+        checked += within(&format!("{what}: up"), &fused[1].1, &up, bound);
+        checked += within(
+            &format!("{what}: gated unit"),
+            &fused[2].1,
+            &ew::glu(GluOp::Swiglu, &fused[0].1, &fused[1].1),
+            float_bound(Class::Math, DType::F32),
+        );
+    }
+    println!(
+        "{checked} results of fused expert gate, up and gated unit within the reference bounds"
+    );
+}

@@ -307,22 +307,37 @@ __device__ __forceinline__ void gemv_group(const GVGroup& gg) {
 // G_GEGLU or G_GEGLU_ERF of elementwise.cu) in one launch: row group i of the grid takes row i of
 // both weights (two rows sharing each activation load, as the kernels of several columns do) and
 // writes gate[i], up[i], then out[i] (in that order: out may be gate's or up's memory). gate and
-// up share the activations, k, vec and wpr.
+// up share the activations, k, vec, wpr and (mul_mat_id) the ids: then blockIdx.y is the
+// (slot, token) pair z, whose expert's rows and activation column the block takes, writing column
+// z of the results (NaN for an expert id out of range).
 template <int T>
 __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, int op) {
     __shared__ float part[GV_WARPS][2];
     const int tid = threadIdx.x, wpr = (int)gate.wpr, nt = 32 * wpr, grp = tid / nt;
+    const i64 z = blockIdx.y;
+    const u8 *gw = (const u8*)gate.w, *uw = (const u8*)up.w;
+    i64 col0 = 0;
+    bool bad = false;
+    if (gate.ids) {
+        const i64 slot = z % gate.n_used, tok = z / gate.n_used;
+        const int e = *(const int*)((const u8*)gate.ids + slot * gate.ids_nb0 + tok * gate.ids_nb1);
+        bad = e < 0 || e >= gate.n_exp;
+        gw += (bad ? 0 : e) * gate.wnb2;
+        uw += (bad ? 0 : e) * up.wnb2;
+        col0 = slot % gate.b1 + gate.b1 * tok;
+    }
     const i64 row0 = (i64)blockIdx.x * (GV_WARPS / wpr), at = min(row0 + grp, gate.m - 1);
-    const u8* const rows[2] = {(const u8*)gate.w + at * gate.wnb1, (const u8*)up.w + at * up.wnb1};
+    const u8* const rows[2] = {gw + at * gate.wnb1, uw + at * up.wnb1};
     float acc[2][1];
-    gemv_rows<T, 1, 2>(gate, rows, tid % nt, nt, 0, 1, acc);
+    gemv_rows<T, 1, 2>(gate, rows, tid % nt, nt, col0, 1, acc);
     warp_partials<1, 2>(acc, part);
-    const i64 row = row0 + tid;
+    const i64 row = row0 + tid, at_z = z * gate.m + row;
     if (tid < GV_WARPS / wpr && row < gate.m) {
-        const float g = group_total<2>(part, tid, wpr, 0), u = group_total<2>(part, tid, wpr, 1);
-        ((float*)gate.d)[row] = g;
-        ((float*)up.d)[row] = u;
-        ((float*)out)[row] = glu_fn(op, g, u, 0.0f, 0.0f);
+        const float nan = __int_as_float(0x7fc00000);
+        const float g = bad ? nan : group_total<2>(part, tid, wpr, 0), u = bad ? nan : group_total<2>(part, tid, wpr, 1);
+        ((float*)gate.d)[at_z] = g;
+        ((float*)up.d)[at_z] = u;
+        ((float*)out)[at_z] = glu_fn(op, g, u, 0.0f, 0.0f);
     }
 }
 
