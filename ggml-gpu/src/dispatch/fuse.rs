@@ -57,6 +57,8 @@ pub struct FusionCounts {
     pub product_groups: u64,
     /// Expert mixes of MoE layers (`k_moe_weighted_sum`).
     pub expert_sums: u64,
+    /// Routers of MoE layers (`k_moe_router`).
+    pub routers: u64,
     /// Groups computed by separate launches after all (their memory overlaps).
     pub refused: u64,
 }
@@ -69,10 +71,11 @@ enum Fused {
     NormChain,
     ProductGroup,
     ExpertSum,
+    Router,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -83,6 +86,7 @@ pub fn fusion_counts() -> FusionCounts {
         norm_chains: c(Fused::NormChain),
         product_groups: c(Fused::ProductGroup),
         expert_sums: c(Fused::ExpertSum),
+        routers: c(Fused::Router),
         refused: c(Fused::Refused),
     }
 }
@@ -144,6 +148,9 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
             Fused::RopeCache,
             decode::launch_rope_cache(r, graph, group)?,
         )),
+        (_, Op::SoftMax { .. } | Op::TopK { .. }) => {
+            whole(counted(Fused::Router, moe::launch_router(r, graph, group)?))
+        }
         (_, Op::Mul) => whole(counted(
             Fused::ExpertSum,
             moe::launch_expert_sum(r, graph, group)?,
@@ -244,8 +251,11 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
         let products = products_len(graph, nodes);
         return products + usize::from(decode::products_then_glu(graph, products, nodes));
     }
-    let moe_len =
-        || moe::experts_glu_len(graph, nodes).or_else(|| moe::expert_sum_len(graph, nodes));
+    let moe_len = || {
+        moe::experts_glu_len(graph, nodes)
+            .or_else(|| moe::expert_sum_len(graph, nodes))
+            .or_else(|| moe::router_len(graph, nodes))
+    };
     if let Some(len) = decode::rope_cache_len(graph, nodes).or_else(moe_len) {
         return len;
     }

@@ -1,5 +1,7 @@
 //! The decode fusions of a mixture-of-experts layer, found by [`super::fuse`]'s node loop. The
-//! experts' gate and up products of one activation and ids followed by their gated unit run as one
+//! router: soft_max, top_k, get_rows of the chosen probabilities (and their renormalisation,
+//! sum_rows and div), or top_k, get_rows and soft_max of the chosen scores, as one `k_moe_router`
+//! launch (one block per token, each stage the unfused kernel's row function). The experts' gate and up products of one activation and ids followed by their gated unit run as one
 //! `k_gemv_glu_<type>` launch over the (slot, token) pairs ([`super::moe::mul_mat_id_glu`]). The
 //! expert mix: the experts'
 //! outputs `o [d, k, t]` multiplied by their router weights `w [1, k, t]` (`mul`), then summed over
@@ -22,6 +24,172 @@ pub(super) const MAX_EXPERTS: usize = 17;
 
 fn f32_contiguous(l: &Layout) -> bool {
     l.dtype == DType::F32 && l.is_contiguous()
+}
+
+/// Most experts the router's sort takes (`npad * 8` bytes of shared memory).
+const ROUTER_MAX_EXPERTS: usize = 4096;
+
+/// Threads per `k_moe_router` block: the block size of `k_soft_max`, `k_argsort` and `k_sum_rows`,
+/// whose row functions it runs.
+const ROUTER_THREADS: u32 = 256;
+
+/// `id` through reshapes and views to the tensor whose memory it is.
+fn base(graph: &Graph, mut id: TensorId) -> TensorId {
+    while graph.tensor(id).op.is_view() {
+        id = graph.tensor(id).src[0];
+    }
+    id
+}
+
+/// The MoE router at the start of `nodes` (see the module text): its nodes, the soft_max's scale,
+/// whether top_k comes first and whether the weights are renormalised.
+struct Router {
+    softmax: TensorId,
+    top_k: TensorId,
+    get_rows: TensorId,
+    renorm: Option<[TensorId; 2]>,
+    scale: f32,
+    topk_first: bool,
+}
+
+/// Whether `id` is F32, two-dimensional and its rows contiguous (what the fused stages assume of
+/// the soft_max, sum_rows and div operands and results).
+fn f32_matrix(l: &Layout) -> bool {
+    l.dtype == DType::F32 && l.ne[2] == 1 && l.ne[3] == 1 && row_contiguous(l)
+}
+
+/// A soft_max of one F32 matrix without mask: its scale.
+fn plain_softmax(graph: &Graph, id: TensorId) -> Option<f32> {
+    let t = graph.tensor(id);
+    match t.op {
+        Op::SoftMax { scale, .. } if t.src.len() == 1 => {
+            (f32_matrix(&t.layout) && f32_matrix(graph.layout(t.src[0]))).then_some(scale)
+        }
+        _ => None,
+    }
+}
+
+/// The router at the start of `nodes`, if there is one the fused kernel takes.
+fn router(graph: &Graph, nodes: &[TensorId]) -> Option<Router> {
+    if !crate::settings::settings().fuse_decode || nodes.len() < 3 {
+        return None;
+    }
+    let topk_first = matches!(graph.tensor(nodes[0]).op, Op::TopK { .. });
+    let (top_k, get_rows) = if topk_first {
+        (nodes[0], nodes[1])
+    } else {
+        (nodes[1], nodes[2])
+    };
+    let (tk, gr) = (graph.tensor(top_k), graph.tensor(get_rows));
+    let sorted = base(graph, tk.src[0]);
+    let picks_fit = matches!(tk.op, Op::TopK { .. })
+        && gr.op == Op::GetRows
+        && gr.src[1] == top_k
+        && base(graph, gr.src[0]) == sorted
+        && f32_matrix(graph.layout(tk.src[0]))
+        && graph.layout(tk.src[0]).ne[0] <= ROUTER_MAX_EXPERTS
+        && gr.layout.dtype == DType::F32;
+    if !picks_fit {
+        return None;
+    }
+    if topk_first {
+        let softmax = nodes[2];
+        let scale = plain_softmax(graph, softmax)?;
+        let picked = base(graph, graph.tensor(softmax).src[0]) == get_rows;
+        return picked.then_some(Router {
+            softmax,
+            top_k,
+            get_rows,
+            renorm: None,
+            scale,
+            topk_first,
+        });
+    }
+    let softmax = nodes[0];
+    let scale = plain_softmax(graph, softmax)?;
+    if sorted != softmax {
+        return None;
+    }
+    let renorm = match nodes.get(3..5) {
+        Some(&[sum, div]) => {
+            let (st, dt) = (graph.tensor(sum), graph.tensor(div));
+            let fits = st.op == Op::SumRows
+                && base(graph, st.src[0]) == get_rows
+                && dt.op == Op::Div
+                && dt.src[..] == [st.src[0], sum]
+                && f32_matrix(graph.layout(st.src[0]))
+                && f32_matrix(&st.layout)
+                && f32_matrix(&dt.layout);
+            fits.then_some([sum, div])
+        }
+        _ => None,
+    };
+    Some(Router {
+        softmax,
+        top_k,
+        get_rows,
+        renorm,
+        scale,
+        topk_first,
+    })
+}
+
+/// The length of the router at the start of `nodes` (3, or 5 with the renormalisation).
+pub(super) fn router_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize> {
+    router(graph, nodes).map(|r| if r.renorm.is_some() { 5 } else { 3 })
+}
+
+/// Launches the router `group` (from [`router_len`]) as one `k_moe_router`; `false` (nothing
+/// launched) when a result overlaps another tensor of the launch.
+pub(super) fn launch_router(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+    let rt = router(graph, group).expect("router_len checked the router");
+    let desc = |id: TensorId| r.desc(graph, id);
+    let (sm, tk, gr) = (
+        graph.tensor(rt.softmax),
+        graph.tensor(rt.top_k),
+        graph.tensor(rt.get_rows),
+    );
+    let mut written = vec![desc(rt.softmax)?, desc(rt.top_k)?, desc(rt.get_rows)?];
+    let input = desc(if rt.topk_first { tk.src[0] } else { sm.src[0] })?;
+    let (sr_a, dv_b) = match rt.renorm {
+        Some([sum, div]) => {
+            written.extend([desc(sum)?, desc(div)?]);
+            (desc(graph.tensor(sum).src[0])?, desc(sum)?)
+        }
+        None => (written[2], written[2]),
+    };
+    if !aliasing_is_safe(&written, &[input]) {
+        return Ok(false);
+    }
+    let dv_d = written.get(4).copied().unwrap_or(written[2]);
+    let npad = graph.layout(tk.src[0]).ne[0].next_power_of_two().max(1);
+    let a = args![
+        desc(sm.src[0])?,
+        written[0],
+        desc(tk.src[0])?,
+        written[1],
+        desc(gr.src[0])?,
+        written[1],
+        written[2],
+        sr_a,
+        written.get(3).copied().unwrap_or(written[2]),
+        sr_a,
+        dv_b,
+        dv_d,
+        rt.scale,
+        i32::from(rt.topk_first),
+        i32::from(rt.renorm.is_some()),
+        npad as i32
+    ];
+    let tokens = graph.layout(tk.src[0]).ne[1];
+    r.launch(&Launch::rows(
+        "k_moe_router",
+        tokens,
+        ROUTER_THREADS,
+        (npad * 8) as u32,
+        a,
+    ))?;
+    Ok(true)
 }
 
 /// Whether `[gate, up, glu]` at the start of `nodes` are two mul_mat_id of one activation and one

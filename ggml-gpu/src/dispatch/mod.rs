@@ -187,7 +187,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 34] = [
+pub const NAMED_KERNELS: [&str; 35] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -222,6 +222,7 @@ pub const NAMED_KERNELS: [&str; 34] = [
     "k_hold",
     "k_moe_group",
     "k_moe_weighted_sum",
+    "k_moe_router",
 ];
 
 /// Every kernel entry point of the program (the list both backends load).

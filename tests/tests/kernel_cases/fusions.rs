@@ -4,7 +4,8 @@
 //! with its cache write in one `k_rope_set_rows` (F16 and F32 caches, through the permute view as
 //! the models write K, decode and prefill), alone and with the rope of q and the cache write of v;
 //! the expert mix of a MoE layer (the router-weighted expert outputs summed) in one
-//! `k_moe_weighted_sum`. Every result of a chain is checked: the products
+//! `k_moe_weighted_sum`; the experts' gate and up products with their gated unit; the MoE router
+//! (soft_max, top_k, the chosen weights) in one `k_moe_router`. Every result of a chain is checked: the products
 //! against the float64 reference, the gated unit against the float64 unit of the products the
 //! launch wrote, the rope and the cache bit-equal to the unfused run and within the reference
 //! bounds. Every input stays alive to the end (an output), as a model's weights and inputs do, so
@@ -406,4 +407,94 @@ fn expert_gate_up_and_gated_unit_in_one_launch() {
     println!(
         "{checked} results of fused expert gate, up and gated unit within the reference bounds"
     );
+}
+
+#[test]
+fn moe_router_in_one_launch() {
+    // The routers of the MoE models as the model builder writes them: soft_max, top_k and the
+    // chosen probabilities (renormalised or not: Qwen3-style), or top_k, the chosen scores and
+    // their soft_max (gpt-oss-style); bit-equal to the separate launches.
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    // (experts, chosen, tokens, top_k first, renormalised)
+    let shapes = [
+        (128, 8, 1, false, true),
+        (60, 4, 3, false, false),
+        (300, 10, 2, false, true),
+        (32, 4, 1, true, false),
+        (17, 2, 5, true, false),
+    ];
+    for (n_exp, k, t, topk_first, renorm) in shapes {
+        let specs = [InputSpec::new(DType::F32, [n_exp, t, 1, 1]).gen(Gen::Normal(2.0))];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let build = |g: &mut Graph, x: &[TensorId]| {
+            let scores = x[0];
+            if topk_first {
+                let ids = g.top_k(scores, k).unwrap();
+                let s3 = g.reshape(scores, &[1, n_exp, t]).unwrap();
+                let w = g.get_rows(s3, ids).unwrap();
+                let w2 = g.reshape(w, &[k, t]).unwrap();
+                return vec![ids, w, g.soft_max(w2, None, None, 1.0, 0.0).unwrap()];
+            }
+            let probs = g.soft_max(scores, None, None, 1.0, 0.0).unwrap();
+            let ids = g.top_k(probs, k).unwrap();
+            let p3 = g.reshape(probs, &[1, n_exp, t]).unwrap();
+            let w = g.get_rows(p3, ids).unwrap();
+            let mut out = vec![probs, ids, w];
+            if renorm {
+                let w2 = g.reshape(w, &[k, t]).unwrap();
+                let sum = g.sum_rows(w2).unwrap();
+                out.push(sum);
+                out.push(g.div(w2, sum).unwrap());
+            }
+            out
+        };
+        let what = format!(
+            "{n_exp} experts, {k} chosen, {t} tokens, top_k first {topk_first}, renorm {renorm}"
+        );
+        let before = ggml_gpu::dispatch::fusion_counts();
+        let fused = run_chain(&dev, &inputs, &build, false);
+        let after = ggml_gpu::dispatch::fusion_counts();
+        assert!(
+            after.routers > before.routers,
+            "{what}: {before:?} -> {after:?}"
+        );
+        let unfused = run_chain(&dev, &inputs, &build, true);
+        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+            assert_eq!(f.0, u.0, "{what}: result {e} fused != unfused");
+        }
+        let seen = seen_values(&inputs);
+        let bound = float_bound(Class::Math, DType::F32);
+        let sorted = if topk_first {
+            &seen[0]
+        } else {
+            &at::soft_max(&seen[0], None, None, 1.0, 0.0)
+        };
+        let ids = &fused[if topk_first { 0 } else { 1 }].1;
+        assert_eq!(
+            ids.data,
+            mx::top_k(sorted, k).data,
+            "{what}: chosen experts"
+        );
+        if topk_first {
+            let s3 = Dense::from_vec([1, n_exp, t, 1], seen[0].data.clone());
+            let w = mx::get_rows(&s3, ids);
+            let w = Dense::from_vec([k, t, 1, 1], w.data);
+            checked += within(
+                &format!("{what}: weights"),
+                &fused[2].1,
+                &at::soft_max(&w, None, None, 1.0, 0.0),
+                bound,
+            );
+        } else {
+            checked += within(
+                &format!("{what}: probabilities"),
+                &fused[0].1,
+                sorted,
+                bound,
+            );
+        }
+    }
+    println!("{checked} fused MoE routers within the reference bounds");
 }

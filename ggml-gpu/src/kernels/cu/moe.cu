@@ -229,3 +229,39 @@ extern "C" __global__ void k_moe_weighted_sum(TD o, TD w, TD m, int k, u64 s0, u
         }
     }
 }
+
+// The router of a MoE layer for token r = blockIdx.x in one launch (blocks of 256 threads, the
+// block size of the unfused row kernels, and npad * 8 bytes of dynamic shared memory for the
+// sort). topk_first = 0: probs = soft_max(scores) (sm_a -> sm_d), ids = top_k(probs) (tk_a -> tk_d),
+// w = get_rows(probs, ids) (gr_t, gr_ids -> gr_d) and, with renorm, sum = sum_rows(w) (sr_a -> sr_d)
+// and w / sum (dv_a, dv_b -> dv_d); topk_first = 1: ids = top_k(scores), w = get_rows(scores, ids),
+// then soft_max(w). Every stage is its unfused kernel's row function on that node's operands and
+// result, so each result is the one the separate launches write.
+extern "C" __global__ void k_moe_router(TD sm_a, TD sm_d, TD tk_a, TD tk_d, TD gr_t, TD gr_ids, TD gr_d, TD sr_a,
+                                        TD sr_d, TD dv_a, TD dv_b, TD dv_d, float scale, int topk_first,
+                                        int renorm, int npad) { GRID_DEPENDENCY_SYNC();
+    const i64 r = blockIdx.x;
+    if (!topk_first) {
+        soft_max_row(sm_a, sm_a, sm_a, sm_d, scale, 0.0f, 0, 0, r);
+        __syncthreads();
+    }
+    argsort_row(tk_a, tk_d, 1, npad, r);
+    __syncthreads();
+    // The selected rows of token r: get_rows' result is [ne0, k, tokens].
+    for (i64 l = threadIdx.x; l < gr_d.ne[0] * gr_d.ne[1]; l += blockDim.x) {
+        const i64 i[4] = {l % gr_d.ne[0], l / gr_d.ne[0], r, 0};
+        get_rows_at(gr_t, gr_ids, gr_d, i);
+    }
+    __syncthreads();
+    if (topk_first) {
+        soft_max_row(sm_a, sm_a, sm_a, sm_d, scale, 0.0f, 0, 0, r);
+        return;
+    }
+    if (!renorm) return;
+    sum_row(sr_a, sr_d, r);
+    __syncthreads();
+    for (i64 i0 = threadIdx.x; i0 < dv_d.ne[0]; i0 += blockDim.x) {
+        const float x = load(dv_a, i0, r, 0, 0), y = load(dv_b, i0 % dv_b.ne[0], r % dv_b.ne[1], 0, 0);
+        store(dv_d, i0, r, 0, 0, binary_fn(3, x, y));
+    }
+}

@@ -32,8 +32,8 @@ extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) { GRID_DEPENDE
         store(d, k, i1, i2, i3, (load(a, k, i1, i2, i3) - mean) * scale);
 }
 
-extern "C" __global__ void k_sum_rows(TD a, TD d) { GRID_DEPENDENCY_SYNC();
-    i64 r = blockIdx.x;
+// Row r of sum_rows (also the MoE router's renormalisation, k_moe_router).
+__device__ __forceinline__ void sum_row(const TD& a, const TD& d, i64 r) {
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     double s = 0;
     for (i64 k = threadIdx.x; k < a.ne[0]; k += blockDim.x) s += load(a, k, i1, i2, i3);
@@ -41,8 +41,13 @@ extern "C" __global__ void k_sum_rows(TD a, TD d) { GRID_DEPENDENCY_SYNC();
     if (threadIdx.x == 0) store(d, 0, i1, i2, i3, (float)s);
 }
 
-extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, float max_bias, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
-    i64 r = blockIdx.x;
+extern "C" __global__ void k_sum_rows(TD a, TD d) { GRID_DEPENDENCY_SYNC();
+    sum_row(a, d, blockIdx.x);
+}
+
+// Row r of soft_max (also the MoE router's, k_moe_router).
+__device__ __forceinline__ void soft_max_row(const TD& a, const TD& m, const TD& sk, const TD& d, float scale,
+                                             float max_bias, int has_mask, int has_sinks, i64 r) {
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     i64 n = a.ne[0];
     float slope = alibi_slope(max_bias, (int)i2, (int)a.ne[2]);
@@ -66,6 +71,10 @@ extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, floa
     if (has_sinks) s += expf(sink - mx);
     float inv = s > 0 ? (float)(1.0 / s) : 0.0f;
     for (i64 k = threadIdx.x; k < n; k += blockDim.x) store(d, k, i1, i2, i3, load(d, k, i1, i2, i3) * inv);
+}
+
+extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, float max_bias, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
+    soft_max_row(a, m, sk, d, scale, max_bias, has_mask, has_sinks, blockIdx.x);
 }
 
 #define NORM_ADD 1

@@ -77,17 +77,22 @@ extern "C" __global__ void k_cpy_blocks(TD s, TD d, int type_size) { GRID_DEPEND
     }
 }
 
+// Element i of get_rows (also the MoE router's, k_moe_router): NaN for a row id out of range.
+__device__ __forceinline__ void get_rows_at(const TD& t, const TD& ids, const TD& d, const i64 (&i)[4]) {
+    int row = load_i32(ids, i[1], i[2], i[3], 0);
+    if (row < 0 || row >= t.ne[1]) {
+        store(d, i[0], i[1], i[2], i[3], __int_as_float(0x7fc00000));
+        return;
+    }
+    xfer(t, i[0], row, i[2], i[3], d, i[0], i[1], i[2], i[3]);
+}
+
 extern "C" __global__ void k_get_rows(TD t, TD ids, TD d) { GRID_DEPENDENCY_SYNC();
     i64 n = nelem(d);
     GRID_LOOP(l, n) {
         i64 i[4];
         unravel(l, d.ne, i);
-        int row = load_i32(ids, i[1], i[2], i[3], 0);
-        if (row < 0 || row >= t.ne[1]) {
-            store(d, i[0], i[1], i[2], i[3], __int_as_float(0x7fc00000));
-            continue;
-        }
-        xfer(t, i[0], row, i[2], i[3], d, i[0], i[1], i[2], i[3]);
+        get_rows_at(t, ids, d, i);
     }
 }
 

@@ -10,11 +10,12 @@ __device__ __forceinline__ bool after(float va, int ia, float vb, int ib, int n,
     return ia > ib;
 }
 
-extern "C" __global__ void k_argsort(TD a, TD d, int desc, int npad) { GRID_DEPENDENCY_SYNC();
+// Row r of argsort / top_k (also the MoE router's, k_moe_router), in npad * 8 bytes of dynamic
+// shared memory.
+__device__ __forceinline__ void argsort_row(const TD& a, const TD& d, int desc, int npad, i64 r) {
     extern __shared__ unsigned char smem[];
     float* vals = (float*)smem;
     int* idx = (int*)(vals + npad);
-    i64 r = blockIdx.x;
     i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     int n = (int)a.ne[0];
     for (int k = threadIdx.x; k < npad; k += blockDim.x) {
@@ -39,4 +40,8 @@ extern "C" __global__ void k_argsort(TD a, TD d, int desc, int npad) { GRID_DEPE
         }
     }
     for (int k = threadIdx.x; k < d.ne[0]; k += blockDim.x) *(int*)addr(d, k, i1, i2, i3) = idx[k];
+}
+
+extern "C" __global__ void k_argsort(TD a, TD d, int desc, int npad) { GRID_DEPENDENCY_SYNC();
+    argsort_row(a, d, desc, npad, blockIdx.x);
 }
