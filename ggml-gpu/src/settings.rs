@@ -1,12 +1,11 @@
 //! ggml-gpu's settings, read once from the environment through [`ggml_core::env`]; each switch turns
-//! one dispatch path off for A/B measurements, the budget sizes one:
+//! one dispatch path off for A/B measurements:
 //!
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU, rope of k with its cache write (default on) |
-//! | `GGML_TP_PREFETCH_BYTES` | most weight bytes of a GEMV that its first blocks bring into L2 while the kernel before still runs (default 24 MiB; `0` off) |
 
 use std::sync::OnceLock;
 
@@ -19,8 +18,6 @@ pub struct Settings {
     pub group_products: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
     pub fuse_decode: bool,
-    /// `GGML_TP_PREFETCH_BYTES`: the weight prefetch budget of one GEMV launch (0: none).
-    pub prefetch_bytes: usize,
 }
 
 impl Default for Settings {
@@ -30,7 +27,6 @@ impl Default for Settings {
             attn_vec: true,
             group_products: true,
             fuse_decode: true,
-            prefetch_bytes: 24 << 20,
         }
     }
 }
@@ -43,8 +39,6 @@ impl Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
-            prefetch_bytes: ggml_core::env::bytes("GGML_TP_PREFETCH_BYTES")
-                .unwrap_or(d.prefetch_bytes),
         }
     }
 }

@@ -341,8 +341,7 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
     let Some(g) = product_group(r, graph, group)? else {
         return Ok(false);
     };
-    let prefetch = gemv::prefetch_budget(graph, graph.tensor(group[0]).src[1]);
-    gemv::mul_mat_vec_group(r, &g.products, (g.b, g.lb), prefetch)?;
+    gemv::mul_mat_vec_group(r, &g.products, (g.b, g.lb))?;
     Ok(true)
 }
 

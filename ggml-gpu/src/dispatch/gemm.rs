@@ -71,14 +71,12 @@ impl Operand {
     }
 }
 
-/// `dst[m, n] = dot(a row m, b row n)` per batch, a [K, M, A2, A3], b [K, N, B2, B3]; a GEMV
-/// prefetches up to `prefetch` bytes of weights ([`gemv::prefetch_budget`]).
+/// `dst[m, n] = dot(a row m, b row n)` per batch, a [K, M, A2, A3], b [K, N, B2, B3].
 pub(super) fn mul_mat(
     r: &dyn Runner,
     (a, la): (TDesc, &Layout),
     (b, lb): (TDesc, &Layout),
     d: TDesc,
-    prefetch: usize,
 ) -> Result<()> {
     let [_, _, a2, a3] = la.ne;
     let [_, n, b2, b3] = lb.ne;
@@ -89,7 +87,7 @@ pub(super) fn mul_mat(
         ));
     }
     if n <= gemv::MAX_COLUMNS {
-        return gemv::mul_mat_vec(r, (a, la), (b, lb), d, prefetch);
+        return gemv::mul_mat_vec(r, (a, la), (b, lb), d);
     }
     let wa = weights(r, a, la)?;
     let xb = activations(r, b, lb, wa.dtype)?;

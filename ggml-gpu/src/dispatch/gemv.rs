@@ -7,15 +7,9 @@
 //! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
 //! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once; gate and up
 //! with their gated unit too ([`mul_mat_vec_glu`]).
-//!
-//! Weight prefetch: launched as programmatic dependents (CUDA, Hopper), the first row blocks of a
-//! product ask L2 for their weight rows before they wait for the kernel before, up to a budget of
-//! bytes ([`prefetch_budget`]): while a short kernel (a norm, the attention) still runs, the
-//! product's first weights stream in. After another product (its weights still streaming) the
-//! budget is zero, as prefetched rows would be evicted before they are used.
 
 use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc};
-use ggml_core::{DType, Graph, Layout, Op, Result, TensorId};
+use ggml_core::{DType, Layout, Result};
 
 /// Column counts the kernels are built for (a call takes the smallest that holds its columns).
 pub const COLUMN_VARIANTS: [usize; 4] = [1, 2, 4, 8];
@@ -92,7 +86,6 @@ pub struct GemvArgs {
     pub nz: i64,
     pub vec: i64,
     pub wpr: i64,
-    pub prefetch: i64,
 }
 
 impl GemvArgs {
@@ -135,45 +128,6 @@ impl GemvArgs {
             ..GemvArgs::of_weights(a, la, d)
         }
     }
-}
-
-/// Bytes of a product's weights its first row blocks may prefetch into L2 when its activations `x`
-/// come from `graph`: the `GGML_TP_PREFETCH_BYTES` budget, or zero when `x` (through views) is
-/// the result of another product, whose weights are still streaming through L2 when this one's
-/// blocks start.
-pub(super) fn prefetch_budget(graph: &Graph, mut x: TensorId) -> usize {
-    loop {
-        let t = graph.tensor(x);
-        match t.op {
-            Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => x = t.src[0],
-            Op::MulMat | Op::MulMatId => return 0,
-            Op::Glu { .. } if t.src.iter().any(|&s| graph.tensor(s).op == Op::MulMat) => return 0,
-            _ => return crate::settings::settings().prefetch_bytes,
-        }
-    }
-}
-
-/// How many of the first row blocks (of `rows_per_block` rows each, `blocks` in all) of the
-/// product `args` (of weight type `wt`) prefetch their weights within `budget` bytes: none unless
-/// the product is one 2-D matrix of contiguous rows at 16-byte aligned addresses (the bulk
-/// prefetch's alignment) and without expert ids.
-fn prefetch_blocks(
-    wt: DType,
-    args: &GemvArgs,
-    rows_per_block: usize,
-    blocks: usize,
-    budget: usize,
-) -> i64 {
-    let row_bytes = args.k as usize / wt.block_size() * wt.type_size();
-    let fits = args.ids == 0
-        && args.nz == 1
-        && args.wnb1 as usize == row_bytes
-        && (args.w | args.wnb1 as u64).is_multiple_of(16);
-    let block_bytes = rows_per_block * row_bytes;
-    if !fits || block_bytes == 0 {
-        return 0;
-    }
-    (budget / block_bytes).min(blocks) as i64
 }
 
 /// The kernel-name part of weight type `wt`, or an error when no GEMV kernel takes it.
@@ -272,9 +226,8 @@ fn warps_per_row(rows: usize, work: usize) -> usize {
     w
 }
 
-/// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`, its
-/// first row blocks prefetching up to `prefetch` bytes of weights.
-pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs, prefetch: usize) -> Result<()> {
+/// Launches the kernel for weights of type `wt` over `args.nz` column groups of `args.ncols`.
+pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
     let columns = COLUMN_VARIANTS
         .into_iter()
         .find(|&c| c >= args.ncols as usize)
@@ -291,7 +244,6 @@ pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs, prefetch: usize) ->
     let blocks = (args.m as usize).div_ceil(rows_per_block);
     let args = GemvArgs {
         wpr: wpr as i64,
-        prefetch: prefetch_blocks(wt, &args, rows_per_block, blocks, prefetch),
         ..args
     };
     r.launch(&Launch {
@@ -304,13 +256,11 @@ pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs, prefetch: usize) ->
 }
 
 /// `dst[m, n] = dot(a row m, b column n)` per batch, for `b` of at most [`MAX_COLUMNS`] columns
-/// (weights prefetched within `prefetch` bytes).
 pub(super) fn mul_mat_vec(
     r: &dyn Runner,
     (a, la): (TDesc, &Layout),
     (b, lb): (TDesc, &Layout),
     d: TDesc,
-    prefetch: usize,
 ) -> Result<()> {
     let (a, la) = weights(r, a, la)?;
     let [_, _, a2, a3] = la.ne;
@@ -325,7 +275,7 @@ pub(super) fn mul_mat_vec(
     };
     activations(r, b, lb, la.dtype, &mut args)?;
     args.vec = i64::from(vector_loads(&a, &la, args.x));
-    run(r, la.dtype, args, prefetch)
+    run(r, la.dtype, args)
 }
 
 /// Whether the products `(weights, their layout, result)` with the one activation vector `lb` run
@@ -346,13 +296,11 @@ pub fn groupable(products: &[(TDesc, &Layout, TDesc)], lb: &Layout) -> bool {
 }
 
 /// `d_i = a_i b` for the products `(a_i, layout, d_i)` of one activation column `b` in one launch
-/// (the caller checks [`groupable`]); the first row blocks of the grid (the first product's, then
-/// the next's) prefetch their weights within `prefetch` bytes.
+/// (the caller checks [`groupable`]).
 pub fn mul_mat_vec_group(
     r: &dyn Runner,
     products: &[(TDesc, &Layout, TDesc)],
     (b, lb): (TDesc, &Layout),
-    prefetch: usize,
 ) -> Result<()> {
     let wt = products[0].1.dtype;
     let k = lb.ne[0];
@@ -364,18 +312,12 @@ pub fn mul_mat_vec_group(
         ..Default::default()
     };
     let mut blocks = 0usize;
-    let mut budget = prefetch;
     for (i, (a, la, d)) in products.iter().enumerate() {
         let vec = vector_loads(a, la, x.x);
         let wpr = warps_per_row(total_rows, row_work(wt, k, vec));
-        let rows_per_block = THREADS as usize / 32 / wpr;
-        let own = la.ne[1].div_ceil(rows_per_block);
-        let mut g = GemvArgs::single_column(a, la, d.ptr, &x, vec, wpr);
-        g.prefetch = prefetch_blocks(wt, &g, rows_per_block, own, budget);
-        budget = budget.saturating_sub(g.prefetch as usize * rows_per_block * la.nb[1]);
-        group.g[i] = g;
+        group.g[i] = GemvArgs::single_column(a, la, d.ptr, &x, vec, wpr);
         group.first[i] = blocks as i64;
-        blocks += own;
+        blocks += la.ne[1].div_ceil(THREADS as usize / 32 / wpr);
     }
     group.first[products.len()..].fill(blocks as i64);
     let name = group_kernel_name(weight_type_name(r, wt)?);
@@ -393,14 +335,12 @@ pub type GluProduct<'a> = (TDesc, &'a Layout, TDesc);
 
 /// `gate = a_gate b`, `up = a_up b` and `out = glu(gate, up)` (`glu_code`: the `G_*` code of
 /// elementwise.cu) in one launch, for weights of one type and row count (the caller checks
-/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows). The first row
-/// blocks prefetch their gate and up rows within `prefetch` bytes.
+/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows).
 pub fn mul_mat_vec_glu(
     r: &dyn Runner,
     (gate, up): (GluProduct, GluProduct),
     (b, lb): (TDesc, &Layout),
     out: (TDesc, i32),
-    prefetch: usize,
 ) -> Result<()> {
     let wt = gate.1.dtype;
     let [k, m, _, _] = gate.1.ne;
@@ -408,13 +348,7 @@ pub fn mul_mat_vec_glu(
     activations(r, b, lb, wt, &mut x)?;
     let vec = vector_loads(&gate.0, gate.1, x.x) && vector_loads(&up.0, up.1, x.x);
     let wpr = warps_per_row(m, row_work(wt, k, vec));
-    let rows_per_block = THREADS as usize / 32 / wpr;
-    let blocks = m.div_ceil(rows_per_block);
-    let product = |(a, la, d): GluProduct| {
-        let mut g = GemvArgs::single_column(&a, la, d.ptr, &x, vec, wpr);
-        g.prefetch = prefetch_blocks(wt, &g, rows_per_block, blocks, prefetch / 2);
-        g
-    };
+    let product = |(a, la, d): GluProduct| GemvArgs::single_column(&a, la, d.ptr, &x, vec, wpr);
     launch_glu(r, wt, [product(gate), product(up)], out)
 }
 
@@ -475,10 +409,10 @@ mod tests {
 
     #[test]
     fn arguments_match_the_cuda_struct() {
-        assert_eq!(std::mem::size_of::<GemvArgs>(), 23 * 8);
+        assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8);
         assert_eq!(
             std::mem::size_of::<GemvGroupArgs>(),
-            MAX_GROUP * 23 * 8 + (MAX_GROUP + 2) * 8
+            MAX_GROUP * 22 * 8 + (MAX_GROUP + 2) * 8
         );
         let src = crate::kernels::shared_source();
         assert!(src.contains(&format!("#define GV_GROUP {MAX_GROUP}\n")));

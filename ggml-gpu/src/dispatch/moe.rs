@@ -131,7 +131,7 @@ pub fn mul_mat_id(
     gemv::activations(r, b, lb, la.dtype, &mut args)?;
     if !grouped {
         args.vec = i64::from(gemv::vector_loads(&a, &la, args.x));
-        return gemv::run(r, la.dtype, args, 0);
+        return gemv::run(r, la.dtype, args);
     }
     let grouping = Grouping {
         pairs,

@@ -4,7 +4,7 @@
 //! [`super::gemm`] and [`super::moe`].
 
 use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
-use super::{args, attention, gemm, gemv, moe, supports, KernelArg, Launch, Runner, TDesc};
+use super::{args, attention, gemm, moe, supports, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{
     DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
     UnaryOp,
@@ -284,8 +284,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
         } => return attention::flash_attn_ext(r, graph, node, [*scale, *max_bias, *softcap]),
         Op::MulMat => {
             let (la, lb) = (graph.layout(t.src[0]), graph.layout(t.src[1]));
-            let prefetch = gemv::prefetch_budget(graph, t.src[1]);
-            return gemm::mul_mat(r, (src(0)?, la), (src(1)?, lb), d, prefetch);
+            return gemm::mul_mat(r, (src(0)?, la), (src(1)?, lb), d);
         }
         Op::MulMatId => {
             let l = |i: usize| graph.layout(t.src[i]);

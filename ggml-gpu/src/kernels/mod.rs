@@ -12,10 +12,7 @@
 //! - `h2f(u16)`, `f2h(float)`: IEEE half bits to float and back (round to nearest even).
 //! - `GRID_DEPENDENCY_SYNC()`: the first statement of every kernel; on NVIDIA Hopper and later it
 //!   waits for the kernel launched before (launches are programmatic dependents there), elsewhere
-//!   nothing. Only `prefetch_*` calls may come before it.
-//! - `WEIGHTS_TO_L2(p, bytes)`: brings weights (never written by a kernel) into L2 without waiting
-//!   (Hopper's bulk prefetch; elsewhere nothing), so that they stream in while the kernel before
-//!   still runs.
+//!   nothing.
 //!
 //! Both vendors spell the rest the same (`__syncthreads`, `atomicAdd`, `__launch_bounds__`,
 //! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros
@@ -109,33 +106,15 @@ mod tests {
     #[test]
     fn every_kernel_starts_with_the_grid_dependency_sync() {
         // Launched as programmatic dependents on NVIDIA, a kernel that read memory before
-        // GRID_DEPENDENCY_SYNC() could see the previous kernel's results half written. Only the
-        // weight prefetches (`prefetch_*`, which touch nothing but WEIGHTS_TO_L2) may come first.
+        // GRID_DEPENDENCY_SYNC() could see the previous kernel's results half written.
         for (file, src) in SOURCES {
             for (at, _) in src.match_indices("__global__") {
                 let body = at + src[at..].find('{').expect("a kernel has a body") + 1;
-                // Macro-defined kernels continue their lines with backslashes.
-                let blank = |c: char| c.is_whitespace() || c == '\\';
-                let mut rest = src[body..].trim_start_matches(blank);
-                while rest.starts_with("prefetch_") {
-                    let end = rest.find(';').expect("a statement ends") + 1;
-                    rest = rest[end..].trim_start_matches(blank);
-                }
                 assert!(
-                    rest.starts_with("GRID_DEPENDENCY_SYNC();"),
+                    src[body..]
+                        .trim_start()
+                        .starts_with("GRID_DEPENDENCY_SYNC();"),
                     "{file}: the kernel at byte {at} does not start with GRID_DEPENDENCY_SYNC()"
-                );
-            }
-        }
-        let prefetches = shared_source();
-        for (at, _) in prefetches.match_indices("void prefetch_") {
-            let body = &prefetches[at..];
-            let body = &body[..body.find("\n}").expect("a function ends")];
-            // Indexing (`gg.g[i]`) reads the kernel's parameters, not device memory.
-            for load in ["*(", "ld(", "load"] {
-                assert!(
-                    !body.contains(load),
-                    "a prefetch reads memory ({load}): {body}"
                 );
             }
         }

@@ -29,8 +29,6 @@ unsigned long long emu_exchange(unsigned long long bits, unsigned src_lane);
 #define __syncthreads() emu_sync_block()
 // Launches run one after another on the host: nothing to wait for.
 #define GRID_DEPENDENCY_SYNC() ((void)0)
-// Nothing to bring into a cache ahead of time.
-#define WEIGHTS_TO_L2(p, bytes) ((void)0)
 #define WARP_SYNC() emu_sync_warp()
 
 template <typename T> inline T emu_shuffle(T v, unsigned src_lane) {

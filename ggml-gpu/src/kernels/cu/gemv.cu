@@ -32,8 +32,6 @@ struct GV {
     i64 vec;                   // float weights: rows and activations 16-byte aligned, K % 8 == 0;
                                // K-quant weights: rows 16-byte aligned (staged chunks)
     i64 wpr;                   // warps per row group: 1, 2 or 4
-    i64 prefetch;              // leading row blocks whose weights go to L2 before the wait (rows
-                               // contiguous and 16-byte aligned, one 2-D product, no ids)
 };
 
 // Units of 32 weights a warp stages per row at a time: 8 blocks of a K-quant.
@@ -257,22 +255,9 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
     gemv_store<NC, R>(g, acc, rb, dcol0, ncols, bad);
 }
 
-// Before the wait for the kernel before: thread `lane0` of the block asks L2 for the weight rows of
-// row block bx (rows_per_block rows) when bx is among the first g.prefetch blocks. Weights only:
-// no kernel writes them.
-__device__ __forceinline__ void prefetch_rows(const GV& g, i64 bx, i64 rows_per_block, unsigned lane0) {
-    if (threadIdx.x != lane0 || bx >= g.prefetch) return;
-    const i64 r0 = bx * rows_per_block, r1 = min(r0 + rows_per_block, g.m);
-    if (r0 < r1) WEIGHTS_TO_L2((const u8*)g.w + r0 * g.wnb1, (r1 - r0) * g.wnb1);
-}
-
 // Rows per block: one for a single column, two (sharing each activation load) for more.
 #define GEMV_KERNEL(name, T, NC) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { \
-        prefetch_rows(g, blockIdx.x, (GV_WARPS / g.wpr) * (NC > 1 ? 2 : 1), 0); \
-        GRID_DEPENDENCY_SYNC(); \
-        gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); \
-    }
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { GRID_DEPENDENCY_SYNC(); gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); }
 
 // Up to GV_GROUP single-column products of one activation vector (q, k and v; gate and up) in one
 // launch: product i takes the row blocks first[i] .. first[i + 1] of the grid. Mirrors the Rust
@@ -284,22 +269,10 @@ struct GVGroup {
     i64 n;
 };
 
-// The product of the group that block blockIdx.x belongs to.
-__device__ __forceinline__ int group_member(const GVGroup& gg) {
-    int i = 0;
-    while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
-    return i;
-}
-
-// prefetch_rows for the block's product of the group.
-__device__ __forceinline__ void prefetch_group_rows(const GVGroup& gg) {
-    const int i = group_member(gg);
-    prefetch_rows(gg.g[i], (i64)blockIdx.x - gg.first[i], GV_WARPS / gg.g[i].wpr, 0);
-}
-
 template <int T>
 __device__ __forceinline__ void gemv_group(const GVGroup& gg) {
-    const int i = group_member(gg);
+    int i = 0;
+    while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
     gemv<T, 1, 1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
 }
 
@@ -343,15 +316,8 @@ __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, 
 
 #define GEMV_KERNELS(name, T) \
     GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { \
-        prefetch_group_rows(gg); \
-        GRID_DEPENDENCY_SYNC(); \
-        gemv_group<T>(gg); \
-    } \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { \
-        prefetch_rows(gate, blockIdx.x, GV_WARPS / gate.wpr, 0); \
-        prefetch_rows(up, blockIdx.x, GV_WARPS / up.wpr, 32); \
-        GRID_DEPENDENCY_SYNC(); \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { GRID_DEPENDENCY_SYNC(); gemv_group<T>(gg); } \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { GRID_DEPENDENCY_SYNC(); \
         gemv_glu<T>(gate, up, out, op); \
     }
 

@@ -10,16 +10,10 @@
 // 9.0 and later, GGML_TP_CUDA_PDL), a kernel's blocks may start while the kernel before it still
 // runs: this waits until that kernel has finished and its writes are visible, then lets the next
 // launch's blocks start as this one's finish.
-// WEIGHTS_TO_L2(p, bytes) may come before it: it asks for `bytes` (a multiple of 16) at `p` (16-byte
-// aligned, weights that no kernel writes) to be brought into L2 without waiting, so that a product's
-// weights stream in while the kernel before it still runs.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GRID_DEPENDENCY_SYNC() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
-#define WEIGHTS_TO_L2(p, bytes) \
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"((unsigned)(bytes)) : "memory")
 #else
 #define GRID_DEPENDENCY_SYNC() ((void)0)
-#define WEIGHTS_TO_L2(p, bytes) ((void)0)
 #endif
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f;

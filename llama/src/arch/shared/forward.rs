@@ -326,6 +326,9 @@ impl Fwd<'_> {
                 (ids, self.g.reshape(w, &[1, k, t])?)
             }
         };
+        // The router's nodes next to each other in the node order (the expert products would
+        // otherwise come between its choice and its weights), so that a GPU runs it as one launch.
+        self.g.expand(weights);
         if let Some(s) = &m.down_scale {
             // Each chosen expert's output scale, looked up like rows of a `[1, n_expert]` table.
             let s = self.bind(s);
