@@ -19,7 +19,7 @@
 pub mod tools;
 mod vocab;
 
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{SimpleVob, TokEnv};
@@ -134,8 +134,9 @@ type Computed = (Box<Matcher>, anyhow::Result<SimpleVob>);
 enum State {
     /// The matcher and the mask of the tokens allowed next.
     Ready(Box<Matcher>, SimpleVob),
-    /// The mask is being computed on a rayon thread.
-    Pending(mpsc::Receiver<Computed>),
+    /// The mask is being computed on a rayon thread (the receiver in a mutex, so that a
+    /// constraint can be shared between threads: it is `Sync`).
+    Pending(Mutex<mpsc::Receiver<Computed>>),
     /// The grammar is complete: only an end token may follow.
     Complete,
     /// A failure, kept to be reported.
@@ -186,7 +187,10 @@ impl Clone for Constraint {
 impl Constraint {
     /// Waits for the mask being computed (if any); the error of a failed step.
     pub fn ready(&mut self) -> Result<(), ConstraintError> {
-        if let State::Pending(rx) = &self.state {
+        if let State::Pending(rx) = &mut self.state {
+            let rx = rx
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             self.state = match rx.recv() {
                 Ok((matcher, Ok(mask))) => State::Ready(matcher, mask),
                 Ok((_, Err(e))) => State::Failed(ConstraintError::Failed(e.to_string())),
@@ -246,10 +250,17 @@ impl Constraint {
             // The receiver is gone only when the generation was dropped.
             let _ = tx.send((matcher, mask));
         });
-        self.state = State::Pending(rx);
+        self.state = State::Pending(Mutex::new(rx));
         Ok(false)
     }
 }
+
+/// The engine's state is shared by the server's threads; a request's constraint goes with it.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<ConstraintEngine>();
+    shared::<Constraint>();
+};
 
 #[cfg(test)]
 mod tests;
