@@ -1,6 +1,7 @@
 //! The `ggml-tp` binary end to end on the tiny Llama fixture: `devices`, greedy `run` giving the same
 //! tokens with split modes none and tensor (two CPU devices), `logits` equal to what the library
-//! computes, and bad inputs ending with a non-zero status and a one-line error.
+//! computes, bad inputs ending with a non-zero status and a one-line error, and `run NAME` with a
+//! known model found in the model cache.
 //!
 //! Fixtures: `GGML_TP_FIXTURES`, else `<CARGO_MANIFEST_DIR>/../../shared/fixtures`; absent, the
 //! model tests print `skipped: fixtures not found`.
@@ -324,4 +325,88 @@ fn serve_answers_http_until_killed() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"completion_tokens\":4"), "{answer}");
     assert!(bad.unwrap().starts_with("HTTP/1.1 400"));
+}
+
+/// `ggml-tp` with `args` and an environment whose model cache is `cache` (`XDG_CACHE_HOME`) and
+/// whose Python does not exist, so that a fetch could not happen; `stdin` is its input.
+fn ggml_tp_cached(cache: &std::path::Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggml-tp"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .env("PYTHON", "/nonexistent/python3")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the ggml-tp binary runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `ggml-tp run smollm2` finds SmolLM2 by name in the model cache (verified, nothing fetched):
+/// a one-shot prompt gives what `run -m FILE` gives, no `-p` is a chat over stdin, a wrong file
+/// in the cache would be fetched again (and fails here, with no Python), an unknown name lists the
+/// known ones.
+#[test]
+fn run_finds_a_known_model_by_name_in_the_cache() {
+    let file = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    let Some(real) = ggml_core::env::models_cache_dir()
+        .map(|d| d.join(file))
+        .filter(|p| p.is_file())
+    else {
+        println!("skipped: models not found ({file} in the model cache)");
+        return;
+    };
+    let cache = temp_dir("named");
+    let models = cache.join("ggml-tp/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&real, models.join(file)).unwrap();
+    let args = [
+        "-p",
+        "The capital of France is",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "--no-progress",
+    ];
+    let by_name = ggml_tp_cached(&cache, &[&["run", "smollm2"][..], &args].concat(), "");
+    assert!(by_name.status.success(), "{}", text(&by_name.stderr));
+    let path = real.to_str().unwrap();
+    let by_path = ggml_tp_cached(&cache, &[&["run", path][..], &args].concat(), "");
+    assert!(by_path.status.success(), "{}", text(&by_path.stderr));
+    let out = text(&by_name.stdout);
+    assert!(out.starts_with("The capital of France is"), "{out}");
+    assert!(out.len() > "The capital of France is".len(), "{out}");
+    assert_eq!(out, text(&by_path.stdout));
+    assert!(text(&by_name.stderr).contains("already in the cache"));
+
+    let chat_args = ["run", "smollm2", "-n", "8", "--temp", "0", "--no-progress"];
+    let chat = ggml_tp_cached(&cache, &chat_args, "Hi\n\n");
+    assert!(chat.status.success(), "{}", text(&chat.stderr));
+    assert!(!text(&chat.stdout).trim().is_empty());
+
+    let wrong = temp_dir("named-wrong");
+    let wrong_models = wrong.join("ggml-tp/models");
+    std::fs::create_dir_all(&wrong_models).unwrap();
+    std::fs::write(wrong_models.join(file), b"not the model").unwrap();
+    let refetch = ggml_tp_cached(&wrong, &[&["run", "smollm2"][..], &args].concat(), "");
+    assert!(!refetch.status.success());
+    let err = text(&refetch.stderr);
+    assert!(
+        err.contains("fetching it again") && err.contains("python3"),
+        "{err}"
+    );
+
+    let unknown = ggml_tp_cached(&cache, &["run", "no-such-model", "-p", "x"], "");
+    assert_one_line_error(&unknown, "known models: smollm2-135m");
+    for d in [cache, wrong] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

@@ -1,7 +1,8 @@
-//! The official `openai` Python client against `ggml-tp serve` (the tiny llama fixture, tensor
-//! parallel over two CPU devices): the checks of `tests/openai_sdk/checks.py`, one function per
-//! feature (models list, chat, completions, streaming with `include_usage`, stop strings, seeds,
-//! `max_tokens`, 400 errors, concurrent streams with some cancelled).
+//! The official `openai` Python client against `ggml-tp serve` (the tiny llama fixture with a
+//! Hermes-style tool template, tensor parallel over two CPU devices): the checks of
+//! `tests/openai_sdk/checks.py`, one function per feature (models list, chat, completions,
+//! streaming with `include_usage`, stop strings, seeds, `max_tokens`, 400 errors, concurrent
+//! streams with some cancelled, `response_format` json_schema and json_object, a forced tool call).
 //!
 //! The Python is `GGML_TP_OPENAI_PYTHON` when set (`cargo xtask ci` sets it to a venv in the user's
 //! cache with the pinned client, and then a Python without the client fails the test), else
@@ -11,6 +12,7 @@
 
 #[allow(dead_code)] // the server tests' one-device placement is not used here
 mod common;
+mod tool_model;
 
 use common::arch_fixture;
 use std::ffi::OsString;
@@ -18,6 +20,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tool_model::tool_model;
 
 /// The Python to run the checks with, or `None` (after saying why) when the client is missing
 /// and no Python was named.
@@ -89,12 +92,14 @@ fn serve(model: &Path) -> Server {
 
 #[test]
 fn the_openai_python_client_is_answered_as_by_openai() {
-    let Some(model) = arch_fixture("llama") else {
+    let Some(fixture) = arch_fixture("llama") else {
         return;
     };
     let Some(python) = openai_python() else {
         return;
     };
+    // The fixture with a Hermes-style template, for the tool-call checks.
+    let (model, _) = tool_model(&fixture, "openai-sdk");
     let server = serve(&model);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_sdk/checks.py");
     let out = Command::new(&python)
@@ -104,6 +109,7 @@ fn the_openai_python_client_is_answered_as_by_openai() {
         .output()
         .expect("the Python of the checks runs");
     drop(server);
+    let _ = std::fs::remove_file(&model);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");

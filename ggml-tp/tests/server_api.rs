@@ -2,69 +2,22 @@
 //! fixture: prompt log-likelihoods (`echo` + `logprobs`, `max_tokens: 0`) against a log-softmax of
 //! the logits computed through the llama library directly, chat `logprobs` / `top_logprobs`
 //! (streaming too), `logit_bias`, `n` choices sharing one evaluation of the prompt, unknown roles
-//! and fields refused, `/tokenize`, `/detokenize`, `/props`, and `tools` refused by a template
-//! without tool syntax.
+//! and fields refused, `/tokenize`, `/detokenize`, `/props`, `tools` refused by a template
+//! without tool syntax, and forced tool calls constrained to the tool's schema.
 
+mod api;
 mod common;
+mod tool_model;
 
+use api::{post, start, stream_events};
 use common::{arch_fixture, single};
-use futures::StreamExt;
-use ggml_tp::server::{Server, ServerConfig};
 use llama::runtime::{Outputs, Session, SessionOptions};
 use llama::tokenizer::Tokenizer;
 use llama::Model;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-async fn start(model: PathBuf, edit: impl FnOnce(&mut ServerConfig)) -> String {
-    let mut cfg = ServerConfig::new(model, single());
-    cfg.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.n_ctx = 256;
-    cfg.max_tokens = 64;
-    edit(&mut cfg);
-    let server = Server::bind(cfg).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    tokio::spawn(server.run());
-    format!("http://{addr}")
-}
-
-async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
-}
-
-/// The data objects of an SSE answer, checking it ends with `[DONE]`.
-async fn stream_events(base: &str, path: &str, body: &Value) -> Vec<Value> {
-    let r = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let mut text = String::new();
-    let mut s = r.bytes_stream();
-    while let Some(b) = s.next().await {
-        text.push_str(std::str::from_utf8(&b.unwrap()).unwrap());
-    }
-    let data: Vec<&str> = text
-        .split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| e.strip_prefix("data: ").expect("a data line"))
-        .collect();
-    assert_eq!(data.last(), Some(&"[DONE]"));
-    data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
+use tool_model::{tool_model, TOOL_TEMPLATE};
 
 /// A metric's value from `/metrics`.
 async fn metric(base: &str, name: &str) -> u64 {
@@ -460,24 +413,12 @@ async fn tokenize_detokenize_and_props() {
         .contains("im_start"));
 }
 
-/// A small Hermes-style template (tools in the system turn, calls as `<tool_call>` blocks).
-const TOOL_TEMPLATE: &str = "{%- if tools %}<|im_start|>system\nTools:{% for t in tools %}\n\
-{{ t | tojson }}{% endfor %}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>{{ m.role }}\n\
-{{ m.content }}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}\
-</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}\
-<|im_start|>assistant\n{% endif %}";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_and_tool_calls_reach_the_template() {
     let Some(model) = arch_fixture("llama") else {
         return;
     };
-    let file = ggml_core::gguf::GgufFile::open(&model).unwrap();
-    let tok = Tokenizer::from_gguf(&file).unwrap();
-    let mut w = ggml_core::gguf::GgufWriter::from_file(&file).unwrap();
-    w.set("tokenizer.chat_template", TOOL_TEMPLATE);
-    let path = std::env::temp_dir().join(format!("ggml-tp-tools-{}.gguf", std::process::id()));
-    w.write_to_path(&path).unwrap();
+    let (path, tok) = tool_model(&model, "tools");
     let base = start(path.clone(), |_| {}).await;
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
@@ -522,12 +463,70 @@ async fn tools_and_tool_calls_reach_the_template() {
             "{choice}"
         );
     }
-    let named = json!({"messages": messages, "tools": tools,
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
-    let (status, v) = post(&base, chat, &named).await;
+    let unknown = json!({"messages": messages, "tools": tools,
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}}});
+    let (status, v) = post(&base, chat, &unknown).await;
     assert_eq!((status, &v["error"]["param"]), (400, &json!("tool_choice")));
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("get_time"),
+        "{v}"
+    );
     let bad_tools = json!({"messages": messages, "tools": [{"type": "function"}]});
     let (status, v) = post(&base, chat, &bad_tools).await;
     assert_eq!((status, &v["error"]["param"]), (400, &json!("tools[0]")));
+    let _ = std::fs::remove_file(&path);
+}
+
+/// `tool_choice` naming a function (or `required`) constrains even a random-weight model's reply
+/// to a call of that function whose arguments follow its schema, streamed or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_tool_calls_follow_the_schema() {
+    let Some(model) = arch_fixture("llama") else {
+        return;
+    };
+    let (path, _) = tool_model(&model, "forced-tools");
+    let base = start(path.clone(), |c| {
+        c.n_ctx = 1024;
+        c.max_tokens = 200;
+    })
+    .await;
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 8},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+            "properties": {}, "additionalProperties": false}}},
+    ]);
+    let messages = json!([{"role": "user", "content": "Weather in Oslo?"}]);
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    for (seed, choice) in [(1, named.clone()), (2, named), (3, json!("required"))] {
+        let body = json!({"messages": messages, "tools": tools, "tool_choice": choice,
+            "seed": seed, "temperature": 1.0});
+        let (status, v) = post(&base, "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+        let call = &c["message"]["tool_calls"][0]["function"];
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        match call["name"].as_str().unwrap() {
+            "get_weather" => {
+                assert!(args["city"].as_str().unwrap().chars().count() <= 8, "{v}");
+                assert!((1..=7).contains(&args["days"].as_i64().unwrap()), "{v}");
+            }
+            name => {
+                assert_eq!((name, &args), ("get_time", &json!({})), "{v}");
+                assert_eq!(choice, "required");
+            }
+        }
+    }
+    let both = json!({"messages": messages, "tools": tools, "tool_choice": "required",
+        "response_format": {"type": "json_object"}});
+    let (status, v) = post(&base, "/v1/chat/completions", &both).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("response_format")),
+        "{v}"
+    );
     let _ = std::fs::remove_file(&path);
 }

@@ -2,9 +2,14 @@
 //! one batch, then tokens are sampled one at a time and streamed as text through a callback until an
 //! end-of-generation token, the token limit, a stop string or the end of the context.
 //!
+//! With [`GenerateOptions::constraint`] only the tokens its grammar allows are sampled, the next
+//! mask is computed while the next token's forward pass runs, and generation ends when the grammar
+//! is complete ([`StopReason::Complete`]).
+//!
 //! A [`Generator`] owns a [`Session`] and remembers which tokens its KV cache holds, so a prompt
 //! that extends the previous one (the next turn of a chat) only runs its new tokens.
 
+use crate::constraint::{Constraint, ConstraintError};
 use crate::model::{Model, ModelError};
 use crate::runtime::{Outputs, Session, SessionOptions};
 use crate::sampling::{Sampler, SamplingError};
@@ -19,6 +24,8 @@ pub enum GenerateError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Sampling(#[from] SamplingError),
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("the prompt has {n} tokens, the context only {n_ctx}")]
@@ -32,6 +39,8 @@ pub struct GenerateOptions {
     pub max_tokens: usize,
     /// Generation stops when the text contains one of these; the text ends before it.
     pub stop: Vec<String>,
+    /// Only what this grammar allows is generated (each generation follows its own copy).
+    pub constraint: Option<Constraint>,
 }
 
 /// Why generation ended.
@@ -47,6 +56,8 @@ pub enum StopReason {
     ContextFull,
     /// The callback asked to stop.
     Cancelled,
+    /// The constraint's grammar is complete: nothing more may follow.
+    Complete,
 }
 
 /// Counts and times of one generation.
@@ -169,14 +180,26 @@ impl Generator {
         let mut decoder = StreamDecoder::new();
         let mut text = StopText::new(&opts.stop);
         let mut stop = StopReason::MaxTokens;
+        let mut constraint = opts.constraint.clone();
         while tokens.len() < opts.max_tokens {
-            let id = sampler.sample(&logits, &history)?;
+            let id = match constraint.as_mut() {
+                Some(c) => {
+                    c.ready()?;
+                    sampler.sample_allowed(&logits, &history, &|t| c.allows(t))?
+                }
+                None => sampler.sample(&logits, &history)?,
+            };
             tokens.push(id);
             history.push(id);
             if tokenizer.is_eog(id) {
                 stop = StopReason::Eog;
                 break;
             }
+            // The next mask is computed while the next forward pass runs.
+            let complete = match constraint.as_mut() {
+                Some(c) => c.advance(id)?,
+                None => false,
+            };
             let found = text.push(&decoder.push(tokenizer, id));
             let go_on = on_text(text.take_ready());
             if let Some(s) = found {
@@ -185,6 +208,10 @@ impl Generator {
             }
             if !go_on {
                 stop = StopReason::Cancelled;
+                break;
+            }
+            if complete {
+                stop = StopReason::Complete;
                 break;
             }
             if tokens.len() == opts.max_tokens {

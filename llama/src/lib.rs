@@ -4,6 +4,7 @@
 
 pub mod arch;
 pub mod chat;
+pub mod constraint;
 mod error;
 pub mod generate;
 pub mod kv;

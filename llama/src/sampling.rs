@@ -22,6 +22,9 @@
 //! before the chain; a bias of [`BAN_BIAS`] or less removes the token. [`log_probs`] reports the
 //! log-probabilities of the raw logits (a log-softmax in f64, before bias and the chain), as
 //! OpenAI's `logprobs` do.
+//!
+//! [`Sampler::sample_allowed`] samples among the tokens a filter allows (a grammar's mask, see
+//! [`crate::constraint`]): the others get `-inf` right after the bias, before the chain.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -50,6 +53,8 @@ pub enum SamplingError {
     InvalidBias { token: u32, bias: f32 },
     #[error("logit bias of token {token}, outside the vocabulary (n_vocab = {n_vocab})")]
     BiasOutOfRange { token: u32, n_vocab: usize },
+    #[error("the constraint allows none of the {0} tokens that have a finite logit")]
+    NothingAllowed(usize),
 }
 
 /// The largest magnitude of a logit bias (OpenAI's range).
@@ -225,7 +230,26 @@ impl Sampler {
     /// Picks the next token from `logits` (one row, `n_vocab` values) after `history` (the
     /// previous tokens, oldest first).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SamplingError> {
-        self.distribution(logits, history)?;
+        self.draw(logits, history, None)
+    }
+
+    /// [`Sampler::sample`] among the tokens `allowed` accepts (a grammar's mask).
+    pub fn sample_allowed(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: &dyn Fn(u32) -> bool,
+    ) -> Result<u32, SamplingError> {
+        self.draw(logits, history, Some(allowed))
+    }
+
+    fn draw(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&dyn Fn(u32) -> bool>,
+    ) -> Result<u32, SamplingError> {
+        self.filtered(logits, history, allowed)?;
         if self.cands.len() == 1 {
             return Ok(self.cands[0].id);
         }
@@ -250,11 +274,31 @@ impl Sampler {
         logits: &[f32],
         history: &[u32],
     ) -> Result<&[Candidate], SamplingError> {
+        self.filtered(logits, history, None)
+    }
+
+    /// The distribution over the tokens `allowed` accepts (all when `None`).
+    fn filtered(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&dyn Fn(u32) -> bool>,
+    ) -> Result<&[Candidate], SamplingError> {
         if logits.is_empty() {
             return Err(SamplingError::EmptyLogits);
         }
         self.load(logits);
         self.bias()?;
+        if let Some(allowed) = allowed {
+            let finite = self.cands.iter().filter(|c| c.logit > f32::NEG_INFINITY);
+            let n_finite = finite.count();
+            for c in self.cands.iter_mut().filter(|c| !allowed(c.id)) {
+                c.logit = f32::NEG_INFINITY;
+            }
+            if self.cands.iter().all(|c| c.logit == f32::NEG_INFINITY) {
+                return Err(SamplingError::NothingAllowed(n_finite));
+            }
+        }
         self.penalize(history)?;
         let max = self
             .cands

@@ -331,6 +331,7 @@ fn free_running(
         let opts = GenerateOptions {
             max_tokens: n,
             stop: Vec::new(),
+            constraint: None,
         };
         let out = g
             .generate(tok, &mut sampler, &c.tokens, &opts, |_| true)

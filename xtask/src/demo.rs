@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use crate::{models, paths, process};
 
-/// The model key of the demo (see `models::RECIPES`).
+/// The model key of the demo (see `model_cache::RECIPES`).
 pub const DEMO_MODEL: &str = "smollm2-135m";
 
 /// What the demo asks of the model.

@@ -10,9 +10,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::hashing::sha256_file;
 use crate::paths::{fixtures_dir, repo_root};
 use crate::process::{output, run};
+use model_cache::hashing::sha256_file;
 
 /// Most bytes one call carries (working tree and carried folders together).
 pub const TRANSFER_LIMIT: u64 = 64 << 20;

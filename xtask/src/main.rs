@@ -15,8 +15,6 @@ mod ci;
 mod demo;
 mod dequant;
 mod device;
-mod hashing;
-mod lock;
 mod manifest;
 mod models;
 mod paths;

@@ -9,39 +9,16 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::lock::FileLock;
-use crate::{models, paths, process};
+use model_cache::fetch::{ensure_pip, python3};
+use model_cache::lock::FileLock;
+
+use crate::{paths, process};
 
 /// The gguf-py version the cross-check is pinned to.
 pub const GGUF_VERSION: &str = "0.19.0";
 
 /// The `openai` client version the server's SDK test (`ggml-tp/tests/openai_sdk.rs`) is pinned to.
 pub const OPENAI_VERSION: &str = "3.51.0";
-
-/// The Python interpreter to use: `$PYTHON` if set, else `python3`.
-pub fn python3() -> OsString {
-    std::env::var_os("PYTHON")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into())
-}
-
-/// Fails with a clear message unless `python -m pip` works.
-pub fn ensure_pip(python: &OsString) -> Result<()> {
-    if !process::succeeds(Command::new(python).arg("--version")) {
-        bail!(
-            "`{}` not found or not working: install Python 3 (Debian: apt-get install python3 python3-pip), \
-             or point $PYTHON at an interpreter",
-            python.to_string_lossy()
-        );
-    }
-    if !process::succeeds(Command::new(python).args(["-m", "pip", "--version"])) {
-        bail!(
-            "pip is missing for `{}`: install it (Debian: apt-get install python3-pip)",
-            python.to_string_lossy()
-        );
-    }
-    Ok(())
-}
 
 /// True if `python` imports numpy and gguf at the pinned version, with `gguf.quants.dequantize`.
 fn has_dequant_deps(python: &OsString) -> bool {
@@ -135,7 +112,7 @@ pub fn openai_python() -> Result<OsString> {
     }
     let spec = format!("openai=={OPENAI_VERSION}");
     process::retry(
-        models::DOWNLOAD_ATTEMPTS,
+        model_cache::fetch::DOWNLOAD_ATTEMPTS,
         &format!("installing {spec} with pip"),
         || {
             process::run(

@@ -25,17 +25,32 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> CliResult {
-    let setup = args.model.setup()?;
-    let mut sampler = args.sampling.sampler()?;
-    let loaded = load(&args.model, &setup)?;
+    converse(
+        &args.model,
+        &args.sampling,
+        args.system.as_deref(),
+        args.timings,
+    )
+}
+
+/// The conversation over stdin with `model` (`ggml-tp chat`, and `ggml-tp run` without a prompt).
+pub fn converse(
+    model: &ModelArgs,
+    sampling: &SamplingArgs,
+    system: Option<&str>,
+    timings: bool,
+) -> CliResult {
+    let setup = model.setup()?;
+    let mut sampler = sampling.sampler()?;
+    let loaded = load(model, &setup)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.file, tok)?;
     if template.is_fallback() {
         eprintln!("the model has no chat template: using ChatML");
     }
-    let opts = args.model.session_options(4096);
+    let opts = model.session_options(4096);
     let mut generator = Generator::new(loaded.model.clone(), opts)?;
-    let start: Vec<Message> = args.system.iter().map(Message::system).collect();
+    let start: Vec<Message> = system.iter().map(|s| Message::system(*s)).collect();
     let mut messages = start.clone();
     let interactive = std::io::stdin().is_terminal();
     if interactive {
@@ -65,11 +80,11 @@ pub fn run(args: &Args) -> CliResult {
             tok,
             &mut sampler,
             &prompt,
-            &args.sampling.generate_options(),
+            &sampling.generate_options(),
             print_now,
         )?;
         print_now("\n");
-        if args.timings {
+        if timings {
             eprintln!("{}", speed_line(&g));
         }
         if g.stop == StopReason::ContextFull {

@@ -1,12 +1,16 @@
-//! `ggml-tp run`: generates text from a prompt, streaming it to stdout, then prints the speed of
-//! the prompt and of the generation to stderr. Also home of the sampling options that `chat`
-//! shares.
+//! `ggml-tp run [MODEL]`: generates text from a prompt (`-p`), streaming it to stdout, then prints
+//! the speed of the prompt and of the generation to stderr; without `-p` it chats (as `ggml-tp
+//! chat`). MODEL is a GGUF path or the name of a known model (`smollm2`, `qwen2.5-coder`, see
+//! [`model_cache::RECIPES`]), fetched into the user's model cache first when it is missing
+//! (sha256-verified). Also home of the sampling options that `chat` shares.
 
+use super::chat;
 use super::load::{load, ModelArgs};
-use super::CliResult;
+use super::{CliError, CliResult};
 use llama::generate::{GenerateOptions, Generation, Generator};
 use llama::sampling::{Sampler, SamplingParams};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Sampling options (llama.cpp's names and defaults).
 #[derive(clap::Args, Debug, Clone)]
@@ -58,6 +62,7 @@ impl SamplingArgs {
         GenerateOptions {
             max_tokens: self.n_predict,
             stop: self.stop.clone(),
+            constraint: None,
         }
     }
 }
@@ -65,13 +70,20 @@ impl SamplingArgs {
 /// Options of `run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// A GGUF file, or a known model's name (smollm2, gemma3, qwen2.5-coder), fetched into the
+    /// model cache when missing; instead of -m.
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    pub name: Option<String>,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// The prompt.
+    /// The prompt; without it, an interactive chat.
     #[arg(short = 'p', long)]
-    pub prompt: String,
+    pub prompt: Option<String>,
+    /// The chat's system message (without -p).
+    #[arg(short = 's', long)]
+    pub system: Option<String>,
     /// Do not echo the prompt before the generated text.
     #[arg(long)]
     pub no_display_prompt: bool,
@@ -101,16 +113,46 @@ pub fn speed_line(g: &Generation) -> String {
     )
 }
 
+/// The file MODEL names: a path as it is, else a known model in the cache (fetched first when
+/// missing or wrong).
+pub fn resolve(name: &str) -> CliResult<PathBuf> {
+    let path = Path::new(name);
+    if path.is_file() {
+        return Ok(path.to_path_buf());
+    }
+    let recipe = model_cache::find(name).map_err(|e| {
+        let e = CliError::from(e);
+        match path.extension() {
+            Some(_) => e.context(format!("{name} is not a file")),
+            None => e,
+        }
+    })?;
+    let cache = model_cache::models_cache_dir()?;
+    Ok(model_cache::fetch_model(
+        recipe,
+        &recipe.expected(),
+        None,
+        &cache,
+    )?)
+}
+
 pub fn run(args: &Args) -> CliResult {
-    let setup = args.model.setup()?;
+    let mut model = args.model.clone();
+    if let Some(name) = &args.name {
+        model.model = vec![resolve(name)?];
+    }
+    let Some(prompt) = &args.prompt else {
+        return chat::converse(&model, &args.sampling, args.system.as_deref(), false);
+    };
+    let setup = model.setup()?;
     let mut sampler = args.sampling.sampler()?;
-    let loaded = load(&args.model, &setup)?;
-    let tokens = loaded.tokenizer.encode(&args.prompt, true, true);
+    let loaded = load(&model, &setup)?;
+    let tokens = loaded.tokenizer.encode(prompt, true, true);
     let default_ctx = (tokens.len() + args.sampling.n_predict).max(llama::kv::KV_PAD);
-    let opts = args.model.session_options(default_ctx);
+    let opts = model.session_options(default_ctx);
     let mut generator = Generator::new(loaded.model.clone(), opts)?;
     if !args.no_display_prompt {
-        print_now(&args.prompt);
+        print_now(prompt);
     }
     let g = generator.generate(
         &loaded.tokenizer,

@@ -145,6 +145,12 @@ pub struct CommonParams {
     pub store: Option<Value>,
     /// OpenAI's service tier: accepted and ignored.
     pub service_tier: Option<Value>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}` (see [`super::constrain`]).
+    pub response_format: Option<Value>,
+    /// llama-server's grammar, here in llguidance's Lark syntax.
+    pub grammar: Option<String>,
+    /// llama-server's JSON schema field.
+    pub json_schema: Option<Value>,
 }
 
 impl CommonParams {
@@ -259,10 +265,7 @@ pub struct ChatRequest {
 }
 
 /// Fields of OpenAI's API (or llama-server's) this server knows but does not implement.
-const UNSUPPORTED: [&str; 14] = [
-    "response_format",
-    "grammar",
-    "json_schema",
+const UNSUPPORTED: [&str; 11] = [
     "functions",
     "function_call",
     "audio",

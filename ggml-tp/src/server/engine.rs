@@ -17,7 +17,9 @@
 //! freed. When a slot is assigned, the prefix its cache shares with the new prompt is kept. A pass
 //! that fails ends the requests whose slots caused it and the others go on; a panic while a pass is
 //! computed or a slot samples is caught: it ends the requests of those slots with a 500, resets
-//! their caches and counts a recovery. The worker's progress is reported to `/health`
+//! their caches and counts a recovery. A constrained choice samples among the tokens its grammar
+//! allows; the next mask is computed on a rayon thread while the next forward pass runs, and the
+//! choice ends (`stop`) when the grammar is complete. The worker's progress is reported to `/health`
 //! ([`WorkerHealth`]).
 
 use super::api::{ApiError, FinishReason, Usage};
@@ -27,6 +29,7 @@ pub use super::job::{Admission, Event, Fault, GenRequest, SlotAction, SlotDone, 
 use super::metrics::Metrics;
 use super::stop::StopFilter;
 use axum::http::StatusCode;
+use llama::constraint::Constraint;
 use llama::model::ModelError;
 use llama::runtime::{BatchSession, Logits, Outputs, SeqTokens};
 use llama::sampling::{log_probs, Sampler, TokenLogProbs};
@@ -204,6 +207,8 @@ struct Active {
     followers: Vec<usize>,
     /// A follower waiting for its leader's prompt: it has no input of its own until then.
     following: bool,
+    /// The grammar this choice follows.
+    constraint: Option<Constraint>,
 }
 
 /// Slot `i` is sequence `i` of the worker's session.
@@ -439,6 +444,7 @@ impl Worker {
                 prompt_logprobs: Vec::new(),
                 following: index > 0,
                 followers,
+                constraint: job.req.constraint.clone(),
             }
         };
         for (k, &f) in followers.iter().enumerate() {
@@ -634,19 +640,31 @@ impl Worker {
         if a.job.req.max_tokens == 0 {
             return self.finish(i, FinishReason::Length);
         }
-        let tok = match a.sampler.sample(row, &slot.tokens) {
+        let internal = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+        let sampled = match a.constraint.as_mut() {
+            Some(c) => c.ready().map_err(|e| e.to_string()).and_then(|()| {
+                let allowed = |t| c.allows(t);
+                (a.sampler.sample_allowed(row, &slot.tokens, &allowed)).map_err(|e| e.to_string())
+            }),
+            None => a
+                .sampler
+                .sample(row, &slot.tokens)
+                .map_err(|e| e.to_string()),
+        };
+        let tok = match sampled {
             Ok(t) => t,
-            Err(e) => {
-                return self.fail(
-                    i,
-                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-                )
-            }
+            Err(e) => return self.fail(i, internal(e)),
         };
         Metrics::inc(&self.metrics.tokens_generated);
         if self.tokenizer.is_eog(tok) {
             return self.finish(i, FinishReason::Stop);
         }
+        // The next mask is computed while the next forward pass runs.
+        let complete = match a.constraint.as_mut().map(|c| c.advance(tok)) {
+            Some(Err(e)) => return self.fail(i, internal(e.to_string())),
+            Some(Ok(done)) => done,
+            None => false,
+        };
         if let Some(top) = a.job.req.logprobs {
             a.pending.push(log_probs(row, tok, top));
         }
@@ -664,7 +682,7 @@ impl Worker {
                 logprobs: std::mem::take(&mut a.pending),
             });
         }
-        if hit {
+        if hit || complete {
             return self.finish(i, FinishReason::Stop);
         }
         if a.usage.completion_tokens >= a.job.req.max_tokens

@@ -9,6 +9,7 @@ use super::api::{
     Endpoint, Envelope, Prompt,
 };
 use super::config::Limits;
+use super::constrain;
 use super::engine::{Engine, Fault, GenRequest, Ticket};
 use super::metrics::Metrics;
 use super::prepare::{check_stops, check_text_len, off_thread, parse, read_body};
@@ -20,6 +21,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use llama::chat::{ChatTemplate, Message, RenderOptions};
+use llama::constraint::{Constraint, ConstraintEngine, ConstraintError};
 use llama::sampling::{Sampler, BIAS_LIMIT};
 use llama::tokenizer::Tokenizer;
 use llama::tool_calls::ToolFormat;
@@ -62,6 +64,8 @@ pub struct AppState {
     pub prep: Arc<Semaphore>,
     /// Test aid: simulate worker faults ([`super::ServerConfig::test_faults`]).
     pub test_faults: bool,
+    /// The constraint engine of the model's vocabulary, built for the first constrained request.
+    pub constraints: std::sync::OnceLock<Result<ConstraintEngine, ConstraintError>>,
 }
 
 pub type Shared = State<Arc<AppState>>;
@@ -99,7 +103,9 @@ pub async fn completions(State(s): Shared, headers: HeaderMap, body: Body) -> Re
             let req: CompletionRequest = parse(&bytes)?;
             check_extra(&req.extra)?;
             let logprobs = check_top(req.logprobs, "logprobs")?;
+            let requested = constrain::requested(&req.common)?;
             let mut p = check_params(&st, req.common, logprobs, req.echo)?;
+            p.constraint = constrain::constraint(&st, requested, None)?;
             let ticket = st.engine.admit()?;
             let prompt = match req.prompt {
                 Prompt::Text(text) => {
@@ -158,7 +164,9 @@ pub async fn chat(State(s): Shared, headers: HeaderMap, body: Body) -> Response 
                 (true, top) => check_top(Some(top.unwrap_or(0)), "top_logprobs")?,
             };
             let tools = tools::setup(&req, st.template.source())?;
+            let requested = constrain::requested(&req.common)?;
             let mut p = check_params(&st, req.common.clone(), logprobs, false)?;
+            p.constraint = constrain::constraint(&st, requested, tools.grammar.clone())?;
             let ticket = st.engine.admit()?;
             let messages = req
                 .messages
@@ -245,6 +253,8 @@ struct Params {
     echo: Option<Echo>,
     /// The tool-call syntax parsed from the reply (chat with tools).
     tools: Option<ToolFormat>,
+    /// The grammar the reply follows.
+    constraint: Option<Constraint>,
 }
 
 /// Checks the parameters against the server's limits (before any expensive work). `echo` allows
@@ -300,6 +310,7 @@ fn check_params(
         logprobs,
         echo: None,
         tools: None,
+        constraint: None,
     })
 }
 
@@ -407,6 +418,7 @@ async fn generate(
             prompt_logprobs: p.echo.is_some() && p.logprobs.is_some(),
             n: p.n,
             special_text: p.tools.is_some(),
+            constraint: p.constraint,
         },
         ticket,
     )?;

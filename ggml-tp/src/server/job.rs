@@ -3,6 +3,7 @@
 //! submitted request ([`Job`], shared by the slots of its choices) and the slot operations.
 
 use super::api::{ApiError, FinishReason, Usage};
+use llama::constraint::Constraint;
 use llama::sampling::{Sampler, TokenLogProbs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct GenRequest {
     pub n: usize,
     /// Decode control tokens as their text (replies whose tool-call markers are control tokens).
     pub special_text: bool,
+    /// The grammar the reply follows (each choice follows its own copy).
+    pub constraint: Option<Constraint>,
 }
 
 /// Faults the worker simulates for tests of the server's failure handling.

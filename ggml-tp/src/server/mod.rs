@@ -38,6 +38,7 @@
 
 pub mod api;
 pub mod config;
+pub mod constrain;
 pub mod engine;
 pub mod guard;
 pub mod handlers;
@@ -147,6 +148,7 @@ impl Server {
             limits: config.limits.clone(),
             prep: Arc::new(tokio::sync::Semaphore::new(config.limits.prepare_threads)),
             test_faults: config.test_faults,
+            constraints: std::sync::OnceLock::new(),
         });
         let listener = tokio::net::TcpListener::bind(config.addr).await?;
         let guard = Guard::new(&config.access, listener.local_addr()?);

@@ -1,8 +1,13 @@
 //! Tool calling on the server side: checking `tools` / `tool_choice`, turning the OpenAI messages'
 //! tool calls into what chat templates expect (arguments as objects), and the calls parsed from a
 //! reply ([`llama::tool_calls`]) into `message.tool_calls` and streamed `delta.tool_calls`.
+//! `tool_choice: "required"` or a named function constrains the reply to a call whose arguments
+//! follow the tool's `parameters` schema ([`llama::constraint::tools`]) where the template's call
+//! syntax is JSON (Hermes / Qwen, Llama 3).
 
 use super::api::{ApiError, ChatRequest};
+use llama::constraint::tools::{call_grammar, can_constrain, ToolSpec};
+use llama::constraint::Grammar;
 use llama::tool_calls::{ParsedReply, ToolCall, ToolFormat};
 use serde_json::{json, Value};
 
@@ -73,11 +78,43 @@ pub struct ToolSetup {
     pub tools: Option<Value>,
     /// The family whose calls are parsed from the reply.
     pub format: Option<ToolFormat>,
+    /// The grammar of a forced call (`required` or a named function).
+    pub grammar: Option<Grammar>,
+}
+
+/// What `tool_choice` asks for.
+enum Choice {
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// Parses `tool_choice`; `None` for `"none"`.
+fn choice(v: Option<&Value>) -> Result<Option<Choice>, ApiError> {
+    let bad = |other: &Value| {
+        ApiError::bad_request(format!(
+            "tool_choice {other} is not supported (\"none\", \"auto\", \"required\" or \
+             {{\"type\": \"function\", \"function\": {{\"name\": ...}}}})"
+        ))
+        .with_param("tool_choice")
+    };
+    match v {
+        None | Some(Value::Null) => Ok(Some(Choice::Auto)),
+        Some(Value::String(s)) if s == "auto" => Ok(Some(Choice::Auto)),
+        Some(Value::String(s)) if s == "required" => Ok(Some(Choice::Required)),
+        Some(Value::String(s)) if s == "none" => Ok(None),
+        Some(v @ Value::Object(_)) if v["type"] == "function" => {
+            let name = v["function"]["name"].as_str().ok_or_else(|| bad(v))?;
+            Ok(Some(Choice::Named(name.to_string())))
+        }
+        Some(other) => Err(bad(other)),
+    }
 }
 
 /// Checks `tools` and `tool_choice` against the template (`source`): tools need a template that
-/// reads them and whose call syntax is known; `tool_choice` may be `none`, `auto` or `required`
-/// (a named function is refused: without constrained decoding it cannot be enforced).
+/// reads them and whose call syntax is known; `tool_choice` may be `none`, `auto`, `required` or
+/// a named function. `required` and a named function constrain the reply to a call where the
+/// call syntax is JSON; elsewhere `required` is left to the model and a named function refused.
 pub fn setup(req: &ChatRequest, source: &str) -> Result<ToolSetup, ApiError> {
     let Some(tools) = req.tools.as_ref().filter(|t| !t.is_null()) else {
         return Ok(ToolSetup::default());
@@ -94,17 +131,9 @@ pub fn setup(req: &ChatRequest, source: &str) -> Result<ToolSetup, ApiError> {
             .with_param(format!("tools[{i}]")));
         }
     }
-    match req.tool_choice.as_ref() {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s == "auto" || s == "required" => {}
-        Some(Value::String(s)) if s == "none" => return Ok(ToolSetup::default()),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "tool_choice {other} is not supported (\"none\", \"auto\" or \"required\")"
-            ))
-            .with_param("tool_choice"))
-        }
-    }
+    let Some(choice) = choice(req.tool_choice.as_ref())? else {
+        return Ok(ToolSetup::default());
+    };
     if list.is_empty() {
         return Ok(ToolSetup::default());
     }
@@ -117,9 +146,38 @@ pub fn setup(req: &ChatRequest, source: &str) -> Result<ToolSetup, ApiError> {
             )
             .with_param("tools")
         })?;
+    let specs = list.iter().map(|t| ToolSpec {
+        name: t["function"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        parameters: t["function"].get("parameters").cloned(),
+    });
+    let grammar = match choice {
+        Choice::Auto => None,
+        Choice::Required => call_grammar(format, &specs.collect::<Vec<_>>(), true),
+        Choice::Named(name) => {
+            let named: Vec<ToolSpec> = specs.filter(|t| t.name == name).collect();
+            if named.is_empty() {
+                return Err(ApiError::bad_request(format!(
+                    "tool_choice names the function {name:?}, which is not in tools"
+                ))
+                .with_param("tool_choice"));
+            }
+            if !can_constrain(format) {
+                return Err(ApiError::bad_request(format!(
+                    "tool_choice naming a function is enforced only for JSON tool calls (Qwen \
+                     <tool_call>, Llama 3); this template's calls are {format:?}"
+                ))
+                .with_param("tool_choice"));
+            }
+            call_grammar(format, &named, false)
+        }
+    };
     Ok(ToolSetup {
         tools: Some(tools.clone()),
         format: Some(format),
+        grammar,
     })
 }
 

@@ -4,6 +4,7 @@ Run by `ggml-tp/tests/openai_sdk.rs` (which starts the server on the tiny llama 
 `python checks.py --base-url http://127.0.0.1:PORT/v1`. Every check is one function taking a
 `Context`, registered with `@check` in `CHECKS` and run in that order; a feature gets its own
 function (logprobs, logit_bias, n, roles, tools, constrained output, ... are added the same way).
+The server's model has a Hermes-style template, so tool calls can be forced.
 Each check prints `ok NAME` or `FAILED NAME` with the traceback; the last line is
 `openai sdk checks: P ok, F failed`, and the exit status is 1 when any check failed.
 """
@@ -177,6 +178,90 @@ def errors(ctx):
     assert status == 400 and answer["error"]["message"], (status, answer)
     # Still answering after the errors.
     assert ctx.chat(max_tokens=2).choices[0].message.role == "assistant"
+
+
+SMALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        "tag": {"enum": ["a", "b"]},
+    },
+    "required": ["ok", "n", "tag"],
+    "additionalProperties": False,
+}
+
+
+def check_small(value):
+    """`value` (parsed) follows SMALL_SCHEMA."""
+    assert set(value) == {"ok", "n", "tag"}, value
+    assert isinstance(value["ok"], bool) and value["tag"] in ("a", "b"), value
+    assert isinstance(value["n"], int) and 0 <= value["n"] <= 9, value
+
+
+@check
+def response_format_json_schema(ctx):
+    fmt = {"type": "json_schema", "json_schema": {"name": "small", "schema": SMALL_SCHEMA, "strict": True}}
+    for seed in (1, 2):
+        r = ctx.chat(max_tokens=64, temperature=1.0, seed=seed, response_format=fmt)
+        assert r.choices[0].finish_reason == "stop", r
+        check_small(json.loads(r.choices[0].message.content))
+    # The SDK's typed helper sends the class's strict schema and parses the answer into it.
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Small(BaseModel):
+        ok: bool
+        n: int = Field(ge=0, le=9)
+        tag: Literal["a", "b"]
+
+    completions = getattr(ctx.client.chat.completions, "parse", None) or ctx.client.beta.chat.completions.parse
+    parsed = completions(model=ctx.model, messages=ctx.messages, max_tokens=64, response_format=Small, seed=3)
+    small = parsed.choices[0].message.parsed
+    assert isinstance(small, Small), parsed
+    check_small(small.model_dump())
+    # A schema that is not one is refused.
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}
+    expect_400(lambda: ctx.chat(max_tokens=4, response_format=bad), "JSON schema")
+
+
+@check
+def response_format_json_object(ctx):
+    # A bias towards "}" acts within the grammar: the object closes as soon as it may.
+    status, tokens = raw_request(ctx.base_url.removesuffix("/v1") + "/tokenize", b'{"content": "}"}')
+    assert status == 200 and len(tokens["tokens"]) == 1, tokens
+    close = tokens["tokens"][0]
+    r = ctx.chat(max_tokens=64, response_format={"type": "json_object"}, logit_bias={str(close): 100})
+    assert r.choices[0].finish_reason == "stop", r
+    assert json.loads(r.choices[0].message.content) == {}, r
+    stream = ctx.chat(max_tokens=64, temperature=1.0, seed=4, stream=True,
+                      response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": SMALL_SCHEMA}})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    check_small(json.loads(text))
+
+
+@check
+def forced_tool_call(ctx):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 6}, "days": {"type": "integer", "minimum": 1, "maximum": 3}},
+        "required": ["city", "days"], "additionalProperties": False}}}]
+    r = ctx.chat(max_tokens=64, temperature=1.0, seed=5, tools=tools, tool_choice="required")
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", r
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id and call.function.name == "get_weather", call
+    args = json.loads(call.function.arguments)
+    assert isinstance(args["city"], str) and len(args["city"]) <= 6, args
+    assert args["days"] in (1, 2, 3), args
+    # The call and its result go back; the answer that follows is plain text.
+    messages = ctx.messages + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temp": 3}'},
+    ]
+    final = ctx.chat(max_tokens=8, tools=tools, messages=messages)
+    assert isinstance(final.choices[0].message.content, str), final
 
 
 async def concurrent_streams(ctx, n_streams, n_cancelled, max_tokens):

@@ -8,7 +8,7 @@ use ggml_core::gguf::{GgufFile, TensorInfo};
 use ggml_core::{quant, DType};
 use sha2::{Digest, Sha256};
 
-use crate::hashing::hex;
+use model_cache::hashing::hex;
 
 /// One tensor as ggml-core sees it, with its hash or the reason it could not be dequantized.
 pub struct NativeTensor {

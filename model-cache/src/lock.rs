@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::CacheError;
 
 /// A held lock; dropping it releases the lock.
 pub struct FileLock {
@@ -27,37 +27,44 @@ fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn open(path: &Path) -> Result<File> {
+fn open(path: &Path) -> Result<File, CacheError> {
     OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)
-        .with_context(|| format!("opening the lock file {}", path.display()))
+        .map_err(CacheError::io(format!(
+            "opening the lock file {}",
+            path.display()
+        )))
+}
+
+fn locking(path: &Path) -> impl FnOnce(io::Error) -> CacheError {
+    CacheError::io(format!("locking {}", path.display()))
 }
 
 impl FileLock {
     /// The lock on `path` (created if missing) if no one holds it now, else `None`.
-    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>> {
+    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>, CacheError> {
         let file = open(path)?;
         match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
             Ok(()) => Ok(Some(FileLock { _file: file })),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("locking {}", path.display())),
+            Err(e) => Err(locking(path)(e)),
         }
     }
 
     /// The lock on `path`, waiting for its holder (after saying so on stderr) when there is one.
-    pub fn acquire(path: &Path, what: &str) -> Result<FileLock> {
+    pub fn acquire(path: &Path, what: &str) -> Result<FileLock, CacheError> {
         if let Some(lock) = FileLock::try_acquire(path)? {
             return Ok(lock);
         }
         eprintln!(
-            "xtask: another process is fetching {what}; waiting for it ({})",
+            "another process is fetching {what}; waiting for it ({})",
             path.display()
         );
         let file = open(path)?;
-        flock(&file, libc::LOCK_EX).with_context(|| format!("locking {}", path.display()))?;
+        flock(&file, libc::LOCK_EX).map_err(locking(path))?;
         Ok(FileLock { _file: file })
     }
 }
@@ -68,7 +75,7 @@ mod tests {
 
     #[test]
     fn a_held_lock_keeps_others_out_until_dropped() {
-        let dir = std::env::temp_dir().join(format!("xtask-lock-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("model-cache-lock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("model.lock");
         let first = FileLock::try_acquire(&path).unwrap().expect("a free lock");

@@ -4,8 +4,9 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
+
+use crate::CacheError;
 
 /// Lower-case hex of a digest.
 pub fn hex(bytes: &[u8]) -> String {
@@ -13,11 +14,12 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// The sha256 (hex) and size of a file.
-pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+pub fn sha256_file(path: &Path) -> Result<(String, u64), CacheError> {
+    let mut file =
+        File::open(path).map_err(CacheError::io(format!("opening {}", path.display())))?;
     let mut hasher = Sha256::new();
     let size = copy_hashed(&mut file, &mut io::sink(), &mut hasher)
-        .with_context(|| format!("reading {}", path.display()))?;
+        .map_err(CacheError::io(format!("reading {}", path.display())))?;
     Ok((hex(&hasher.finalize()), size))
 }
 
