@@ -235,7 +235,10 @@ fn column_results_do_not_depend_on_the_batch() {
                 let alone = to_f32(&obuf);
                 let batched = &all[j * m..(j + 1) * m];
                 assert!(
-                    alone.iter().zip(batched).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    alone
+                        .iter()
+                        .zip(batched)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
                     "{wt} at {} column {j}: alone {alone:?} batched {batched:?}",
                     level.name()
                 );
