@@ -206,6 +206,47 @@ fn simd_levels_agree_with_scalar() {
     }
 }
 
+/// For quantized weights a column's result does not depend on the other columns of the call (a
+/// token's logits must not depend on its batch; float weights switch to the blocked GEMM from
+/// [`GEMM_MIN_COLS`] columns): every column of an N = 11 product (tiles of 2 x 4, 1 x 4, 4 x 1, 1 x 1)
+/// equals, bit for bit, the same column multiplied alone (4 x 1 and 1 x 1 tiles), for M = 13 rows
+/// and an odd block count, at every level.
+#[test]
+fn column_results_do_not_depend_on_the_batch() {
+    let (m, n) = (13, 11);
+    for level in SimdLevel::available() {
+        for wt in TYPES.into_iter().filter(|t| t.is_quantized()) {
+            let k = wt.block_size() * 3;
+            let (mut abuf, _) = weights(wt, k, m);
+            let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
+            let bvals = rand_vec(k * n);
+            let mut bbuf: Vec<u8> = bytemuck::cast_slice(&bvals).to_vec();
+            let b = TView::of_slice(&mut bbuf, DType::F32, [k, n, 1, 1]);
+            let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * n]).to_vec();
+            let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n, 1, 1]);
+            mul_mat_with(level, &a, &b, &dst).unwrap();
+            let all = to_f32(&dbuf);
+            for j in 0..n {
+                let mut cbuf: Vec<u8> = bytemuck::cast_slice(&bvals[j * k..(j + 1) * k]).to_vec();
+                let col = TView::of_slice(&mut cbuf, DType::F32, [k, 1, 1, 1]);
+                let mut obuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m]).to_vec();
+                let out = TView::of_slice(&mut obuf, DType::F32, [m, 1, 1, 1]);
+                mul_mat_with(level, &a, &col, &out).unwrap();
+                let alone = to_f32(&obuf);
+                let batched = &all[j * m..(j + 1) * m];
+                assert!(
+                    alone
+                        .iter()
+                        .zip(batched)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{wt} at {} column {j}: alone {alone:?} batched {batched:?}",
+                    level.name()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn mul_mat_id_routing() {
     let mut rng = rand::thread_rng();

@@ -72,7 +72,7 @@ pub struct ModelArgs {
     #[arg(short = 'm', long = "model")]
     pub model: Vec<PathBuf>,
     /// A random-weight model with published shapes instead of a file, e.g. llama3-8b-q4_0
-    /// (SHAPE-TYPE; SHAPE: llama3-8b, qwen3-30b-a3b, gpt-oss-20b, tiny-llama, tiny-qwen3moe,
+    /// (SHAPE-TYPE; SHAPE: llama3-8b, qwen3-30b-a3b, gpt-oss-20b, tiny-llama, tiny-qwen3moe, small-qwen3moe,
     /// tiny-gpt-oss; TYPE: f16, bf16, q8_0, q4_0, mxfp4).
     #[arg(long, value_name = "PRESET")]
     pub synthetic: Vec<String>,

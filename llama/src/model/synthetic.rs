@@ -4,7 +4,8 @@
 //! writes it out for other programs such as llama.cpp.
 //!
 //! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, or the tiny
-//! `tiny-llama`, `tiny-qwen3moe`, `tiny-gpt-oss` with the fixtures' hyper-parameters) and the type of
+//! `tiny-llama`, `tiny-qwen3moe`, `tiny-gpt-oss` with the fixtures' hyper-parameters, and
+//! `small-qwen3moe`, qwen3-30b-a3b's layout scaled to a 2-core CPU benchmark) and the type of
 //! the matrices (`f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert
 //! matrices F16 whatever the type, like the released files). `q4_k` lays the types out as
 //! llama-quantize's Q4_K_M does: Q6_K for the output matrix and for `attn_v` and `ffn_down` of the
@@ -134,6 +135,27 @@ const SHAPES: &[Shape] = &[
         n_expert: 8,
         n_expert_used: 2,
         expert_ff: 128,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        n_ctx_train: 4096,
+        swa: 0,
+        tied: true,
+    },
+    // qwen3-30b-a3b's layout at a size a 2-core CPU runs a 512-token prompt of in seconds (about
+    // 120 M parameters, 16 M of them active per token): MoE prompt benchmarks of the CPU backend.
+    Shape {
+        name: "small-qwen3moe",
+        arch: "qwen3moe",
+        n_embd: 512,
+        n_layer: 8,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 1536,
+        n_vocab: 32000,
+        n_expert: 32,
+        n_expert_used: 4,
+        expert_ff: 256,
         rope_base: 1e6,
         rms_eps: 1e-6,
         n_ctx_train: 4096,
