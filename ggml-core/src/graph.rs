@@ -457,8 +457,8 @@ impl Graph {
     pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
         self.op(Op::SumRows, &[a], None)
     }
-    /// The gated delta rule ([`Op::GatedDeltaNet`]): `[q, k, v, g, beta, state]` in that order.
-    pub fn gated_delta_net(&mut self, srcs: [TensorId; 6], heads: HeadShare) -> Result<TensorId> {
+    /// The gated delta rule ([`Op::GatedDeltaNet`]): `[q, k, v, gates, state]` in that order.
+    pub fn gated_delta_net(&mut self, srcs: [TensorId; 5], heads: HeadShare) -> Result<TensorId> {
         self.op(Op::GatedDeltaNet { heads }, &srcs, None)
     }
     /// Copies `src` into `dst` (converting the type); the result aliases `dst`.

@@ -162,8 +162,8 @@ pub struct DeltaNetSources<'a> {
     pub q: &'a TView,
     pub k: &'a TView,
     pub v: &'a TView,
-    pub g: &'a TView,
-    pub beta: &'a TView,
+    /// `[H, T, 2]`: the log decays, then the βs.
+    pub gates: &'a TView,
     pub state: &'a TView,
 }
 
@@ -188,8 +188,8 @@ unsafe fn gather(src: &DeltaNetSources, h: usize, kh: usize) -> Result<HeadInput
         load_row_into(src.q, [kh, i, 0], &mut x.q[i * dk..(i + 1) * dk])?;
         load_row_into(src.k, [kh, i, 0], &mut x.k[i * dk..(i + 1) * dk])?;
         load_row_into(src.v, [h, i, 0], &mut x.v[i * dv..(i + 1) * dv])?;
-        x.g.push(one(src.g, [h, i, 0, 0]));
-        x.beta.push(one(src.beta, [h, i, 0, 0]));
+        x.g.push(one(src.gates, [h, i, 0, 0]));
+        x.beta.push(one(src.gates, [h, i, 1, 0]));
     }
     Ok(x)
 }

@@ -150,14 +150,13 @@ pub fn run_op(op: &Op, src: &[TView], dst: &TView) -> Result<()> {
             sort::top_k(&src[0], dst, *k)
         }
         Op::GatedDeltaNet { heads } => {
-            need(op, src, 6)?;
+            need(op, src, 5)?;
             let s = delta_net::DeltaNetSources {
                 q: &src[0],
                 k: &src[1],
                 v: &src[2],
-                g: &src[3],
-                beta: &src[4],
-                state: &src[5],
+                gates: &src[3],
+                state: &src[4],
             };
             delta_net::gated_delta_net(&s, dst, *heads)
         }

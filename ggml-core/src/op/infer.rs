@@ -404,21 +404,20 @@ fn top_k(name: &'static str, srcs: &[&Layout], k: usize) -> Inferred {
     Ok((DType::I32, [k, a.ne[1], a.ne[2], a.ne[3]]))
 }
 
-/// `gated_delta_net`: `[q, k, v, g, beta, state]` F32 with q, k `[Dk, Hk, T]`, v `[Dv, H, T]`
-/// (`H % Hk == 0`), g, beta `[H, T]`, state `[Dk, Dv, H]`; result `[Dv, H, T + Dk]`.
+/// `gated_delta_net`: `[q, k, v, gates, state]` F32 with q, k `[Dk, Hk, T]`, v `[Dv, H, T]`
+/// (`H % Hk == 0`), gates `[H, T, 2]`, state `[Dk, Dv, H]`; result `[Dv, H, T + Dk]`.
 fn gated_delta_net(name: &'static str, srcs: &[&Layout]) -> Inferred {
-    expect_srcs(name, srcs, 6, 6)?;
-    for (l, what) in srcs.iter().zip(["q", "k", "v", "g", "beta", "state"]) {
+    expect_srcs(name, srcs, 5, 5)?;
+    for (l, what) in srcs.iter().zip(["q", "k", "v", "gates", "state"]) {
         expect_type(name, what, l.dtype, &[DType::F32])?;
     }
-    let [q, k, v, g, beta, s] = [srcs[0], srcs[1], srcs[2], srcs[3], srcs[4], srcs[5]];
+    let [q, k, v, gates, s] = [srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]];
     let [dk, hk, t, _] = k.ne;
     let [dv, h, _, _] = v.ne;
     let fits = q.ne == k.ne
         && q.ne[3] == 1
         && v.ne == [dv, h, t, 1]
-        && g.ne == [h, t, 1, 1]
-        && beta.ne == g.ne
+        && gates.ne == [h, t, 2, 1]
         && s.ne == [dk, dv, h, 1]
         && hk > 0
         && h.is_multiple_of(hk);
@@ -426,8 +425,8 @@ fn gated_delta_net(name: &'static str, srcs: &[&Layout]) -> Inferred {
         return Err(shape_err(
             name,
             format!(
-                "q {:?} k {:?} v {:?} g {:?} beta {:?} state {:?} do not fit",
-                q.ne, k.ne, v.ne, g.ne, beta.ne, s.ne
+                "q {:?} k {:?} v {:?} gates {:?} state {:?} do not fit",
+                q.ne, k.ne, v.ne, gates.ne, s.ne
             ),
         ));
     }

@@ -182,10 +182,10 @@ pub enum Op {
     },
     /// `[a]`: sum of each row, result [1, ne1, ne2, ne3].
     SumRows,
-    /// `[q, k, v, g, beta, state]`, all F32: the gated delta rule over `T` tokens, per value head,
+    /// `[q, k, v, gates, state]`, all F32: the gated delta rule over `T` tokens, per value head,
     /// on the state `S[key, value]`: `S ← e^g S`, `S ← S + β k (v - Sᵀk)ᵀ`, `o = Sᵀq`. q and k
-    /// `[Dk, Hk, T]`, v `[Dv, H, T]` (H a multiple of Hk, key heads shared as `heads` says), g (the
-    /// log decay) and beta `[H, T]`, state `[Dk, Dv, H]`. Result `[Dv, H, T + Dk]`: the outputs
+    /// `[Dk, Hk, T]`, v `[Dv, H, T]` (H a multiple of Hk, key heads shared as `heads` says), gates
+    /// `[H, T, 2]` (the log decay g, then β), state `[Dk, Dv, H]`. Result `[Dv, H, T + Dk]`: the outputs
     /// `o` `[Dv, H, T]`, then the final state (its `Dk·Dv·H` elements in the layout of `state`).
     GatedDeltaNet {
         heads: HeadShare,

@@ -5,6 +5,7 @@
 //! implements by launching on its stream.
 
 mod attention;
+mod delta_net;
 mod fuse;
 mod fuse_decode;
 mod gemm;
@@ -186,7 +187,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 33] = [
+pub const NAMED_KERNELS: [&str; 34] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -220,6 +221,7 @@ pub const NAMED_KERNELS: [&str; 33] = [
     "k_f16_from_f32",
     "k_hold",
     "k_moe_group",
+    "k_gated_delta_net",
 ];
 
 /// Every kernel entry point of the program (the list both backends load).

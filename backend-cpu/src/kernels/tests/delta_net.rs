@@ -131,8 +131,11 @@ fn op_matches(heads: HeadShare, t: usize) {
         Host::new(DType::F32, [dk, hk, t, 1], &q),
         Host::new(DType::F32, [dk, hk, t, 1], &k),
         Host::new(DType::F32, [dv, h, t, 1], &v),
-        Host::new(DType::F32, [h, t, 1, 1], &g),
-        Host::new(DType::F32, [h, t, 1, 1], &beta),
+        Host::new(
+            DType::F32,
+            [h, t, 2, 1],
+            &[g.clone(), beta.clone()].concat(),
+        ),
         Host::new(DType::F32, [dk, dv, h, 1], &s0),
     ];
     let mut out = Host::new(
@@ -145,9 +148,8 @@ fn op_matches(heads: HeadShare, t: usize) {
         q: &views[0],
         k: &views[1],
         v: &views[2],
-        g: &views[3],
-        beta: &views[4],
-        state: &views[5],
+        gates: &views[3],
+        state: &views[4],
     };
     gated_delta_net(&src, &out.view(), heads).unwrap();
     let got: &[f32] = bytemuck::cast_slice(&out.bytes);
