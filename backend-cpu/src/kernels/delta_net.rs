@@ -13,6 +13,7 @@
 //! the recurrence token by token.
 
 use super::rows::{load_row_into, par_rows};
+use super::vector::row_ops;
 use crate::view::TView;
 use ggml_core::{Error, HeadShare, Result};
 
@@ -46,42 +47,35 @@ impl HeadInputs {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
-}
-
 /// The recurrence over tokens `range` of `x`, from and into `s`; outputs into `o` (`[T][Dv]`).
 fn recurrent(x: &HeadInputs, s: &mut [f32], o: &mut [f32], range: std::ops::Range<usize>) {
-    let (dk, dv) = (x.dk, x.dv);
+    let (dk, dv, ops) = (x.dk, x.dv, row_ops());
     for t in range {
         let (q, k, v) = (x.q(t), x.k(t), x.v(t));
         let decay = x.g[t].exp();
         let out = &mut o[t * dv..(t + 1) * dv];
         for (j, col) in s.chunks_exact_mut(dk).enumerate() {
-            col.iter_mut().for_each(|c| *c *= decay);
-            let u = x.beta[t] * (v[j] - dot(col, k));
-            axpy(col, u, k);
-            out[j] = dot(col, q);
+            ops.scale(decay, col);
+            let u = x.beta[t] * (v[j] - ops.dot(col, k));
+            ops.axpy(u, k, col);
+            out[j] = ops.dot(col, q);
         }
     }
 }
 
-/// Scratch of one chunk: the cumulative decays, `A`, and the solved rows `[Ũ | W]`.
+/// Scratch of one chunk: the cumulative decays, their differences `e^{G_j - G_m}` (`m ≤ j`), and
+/// the solved rows `[Ũ | W]` and updates `U`.
 #[derive(Default)]
 struct ChunkScratch {
     cum: Vec<f32>,
-    a: Vec<f32>,
+    gam: Vec<f32>,
     x: Vec<f32>,
     u: Vec<f32>,
 }
 
 /// One chunk `t0..t0 + n` of `x` in the chunked form, from and into `s`; outputs into `o`.
 fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &mut ChunkScratch) {
-    let (dk, dv) = (x.dk, x.dv);
+    let (dk, dv, ops) = (x.dk, x.dv, row_ops());
     let width = dv + dk;
     w.cum.clear();
     let mut acc = 0f32;
@@ -89,16 +83,19 @@ fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &
         acc += x.g[t];
         w.cum.push(acc);
     }
-    // A (strictly lower) and the right-hand sides [β v | β e^G k], solved in place row by row.
-    w.a.clear();
-    w.a.resize(n * n, 0.0);
+    w.gam.clear();
+    w.gam.resize(n * n, 0.0);
+    for j in 0..n {
+        for m in 0..=j {
+            w.gam[j * n + m] = (w.cum[j] - w.cum[m]).exp();
+        }
+    }
+    // The right-hand sides [β v | β e^G k], solved in place row by row against
+    // A[j, m] = β_j e^{G_j - G_m} k_j·k_m.
     w.x.clear();
     w.x.resize(n * width, 0.0);
     for j in 0..n {
         let (kj, bj) = (x.k(t0 + j), x.beta[t0 + j]);
-        for m in 0..j {
-            w.a[j * n + m] = bj * (w.cum[j] - w.cum[m]).exp() * dot(kj, x.k(t0 + m));
-        }
         let (done, row) = w.x.split_at_mut(j * width);
         let row = &mut row[..width];
         let eg = bj * w.cum[j].exp();
@@ -108,7 +105,8 @@ fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &
             .for_each(|(r, v)| *r = bj * v);
         row[dv..].iter_mut().zip(kj).for_each(|(r, k)| *r = eg * k);
         for m in 0..j {
-            axpy(row, -w.a[j * n + m], &done[m * width..(m + 1) * width]);
+            let a = bj * w.gam[j * n + m] * ops.dot(kj, x.k(t0 + m));
+            ops.axpy(-a, &done[m * width..(m + 1) * width], row);
         }
     }
     // U = Ũ - W S₀, then the outputs.
@@ -119,7 +117,7 @@ fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &
         let (ut, wj) = row.split_at(dv);
         let u = &mut w.u[j * dv..(j + 1) * dv];
         for (c, col) in s.chunks_exact(dk).enumerate() {
-            u[c] = ut[c] - dot(wj, col);
+            u[c] = ut[c] - ops.dot(wj, col);
         }
     }
     for j in 0..n {
@@ -127,20 +125,20 @@ fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &
         let out = &mut o[(t0 + j) * dv..(t0 + j + 1) * dv];
         let eg = w.cum[j].exp();
         for (c, col) in s.chunks_exact(dk).enumerate() {
-            out[c] = eg * dot(q, col);
+            out[c] = eg * ops.dot(q, col);
         }
         for m in 0..=j {
-            let coef = (w.cum[j] - w.cum[m]).exp() * dot(q, x.k(t0 + m));
-            axpy(out, coef, &w.u[m * dv..(m + 1) * dv]);
+            let coef = w.gam[j * n + m] * ops.dot(q, x.k(t0 + m));
+            ops.axpy(coef, &w.u[m * dv..(m + 1) * dv], out);
         }
     }
     // The state at the chunk's end.
-    let last = w.cum[n - 1];
-    let el = last.exp();
+    let el = w.cum[n - 1].exp();
+    let tail = &w.gam[(n - 1) * n..];
     for (c, col) in s.chunks_exact_mut(dk).enumerate() {
-        col.iter_mut().for_each(|v| *v *= el);
+        ops.scale(el, col);
         for m in 0..n {
-            axpy(col, (last - w.cum[m]).exp() * w.u[m * dv + c], x.k(t0 + m));
+            ops.axpy(tail[m] * w.u[m * dv + c], x.k(t0 + m), col);
         }
     }
 }
