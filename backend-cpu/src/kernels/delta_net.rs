@@ -137,8 +137,8 @@ fn chunk(x: &HeadInputs, s: &mut [f32], o: &mut [f32], t0: usize, n: usize, w: &
     let tail = &w.gam[(n - 1) * n..];
     for (c, col) in s.chunks_exact_mut(dk).enumerate() {
         ops.scale(el, col);
-        for m in 0..n {
-            ops.axpy(tail[m] * w.u[m * dv + c], x.k(t0 + m), col);
+        for (m, &decay) in tail.iter().enumerate() {
+            ops.axpy(decay * w.u[m * dv + c], x.k(t0 + m), col);
         }
     }
 }
