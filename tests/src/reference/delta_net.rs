@@ -5,8 +5,8 @@ use crate::dense::Dense;
 use ggml_core::HeadShare;
 
 /// `[q, k, v, gates, state]` to `[Dv, H, T + Dk]`: the outputs, then the final state.
-pub fn gated_delta_net(x: &[&Dense], heads: HeadShare) -> Dense {
-    let (q, k, v, gates, s0) = (x[0], x[1], x[2], x[3], x[4]);
+pub fn gated_delta_net(x: &[Dense], heads: HeadShare) -> Dense {
+    let (q, k, v, gates, s0) = (&x[0], &x[1], &x[2], &x[3], &x[4]);
     let [dk, hk, t, _] = k.ne;
     let [dv, h, _, _] = v.ne;
     let mut out = Dense::zeros([dv, h, t + dk, 1]);
