@@ -136,6 +136,8 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
         Op::SetRows => set_rows(graph, node, s)?,
         Op::Cpy => cpy(graph, node, s)?,
         Op::Concat { dim } => concat(s, *dim),
+        // The delta-net layers run mirrored (their weights and states are whole on every device).
+        Op::GatedDeltaNet { .. } => mirrored_rule(s.len()),
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
             return Err(err(
                 graph,

@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::op::{GluOp, Op, RopeParams, SortOrder, UnaryOp};
+use crate::op::{GluOp, HeadShare, Op, RopeParams, SortOrder, UnaryOp};
 use crate::tensor::{DataRef, Layout, Tensor, TensorFlags, TensorId, ViewOf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -456,6 +456,10 @@ impl Graph {
     }
     pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
         self.op(Op::SumRows, &[a], None)
+    }
+    /// The gated delta rule ([`Op::GatedDeltaNet`]): `[q, k, v, gates, state]` in that order.
+    pub fn gated_delta_net(&mut self, srcs: [TensorId; 5], heads: HeadShare) -> Result<TensorId> {
+        self.op(Op::GatedDeltaNet { heads }, &srcs, None)
     }
     /// Copies `src` into `dst` (converting the type); the result aliases `dst`.
     pub fn cpy(&mut self, src: TensorId, dst: TensorId) -> Result<TensorId> {

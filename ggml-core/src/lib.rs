@@ -22,5 +22,5 @@ pub use backend::{
 pub use dtype::{DType, QK_K};
 pub use error::{Error, Result};
 pub use graph::{Graph, GraphStamp};
-pub use op::{GluOp, Op, RopeMode, RopeParams, SortOrder, UnaryOp};
+pub use op::{GluOp, HeadShare, Op, RopeMode, RopeParams, SortOrder, UnaryOp};
 pub use tensor::{DataRef, Layout, Tensor, TensorFlags, TensorId, ViewOf};

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod copy;
+pub mod delta_net;
 pub mod elementwise;
 pub mod norm;
 pub mod rope;
@@ -148,6 +149,17 @@ pub fn run_op(op: &Op, src: &[TView], dst: &TView) -> Result<()> {
             need(op, src, 1)?;
             sort::top_k(&src[0], dst, *k)
         }
+        Op::GatedDeltaNet { heads } => {
+            need(op, src, 5)?;
+            let s = delta_net::DeltaNetSources {
+                q: &src[0],
+                k: &src[1],
+                v: &src[2],
+                gates: &src[3],
+                state: &src[4],
+            };
+            delta_net::gated_delta_net(&s, dst, *heads)
+        }
     }
 }
 
@@ -244,6 +256,11 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         }
         Op::Concat { .. } => a.is_some_and(|a| !a.is_quantized() && Some(a) == b && a == dst.dtype),
         Op::Argsort { .. } | Op::TopK { .. } => a.is_some_and(is_float) && dst.dtype == DType::I32,
+        Op::GatedDeltaNet { .. } => {
+            src.iter().all(|l| l.dtype == DType::F32)
+                && dst.dtype == DType::F32
+                && dst.is_contiguous()
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! parameters, workgroup count). The per-family rules live in the submodules.
 
 mod attention;
+mod delta_net;
 mod elementwise;
 mod matrix;
 mod rows;
@@ -131,6 +132,7 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
                 && src[1..].iter().all(|l| float(l.dtype))
         }
         Op::Argsort { .. } | Op::TopK { .. } => rows::supports_sort(src, dst),
+        Op::GatedDeltaNet { .. } => delta_net::supports(src, dst),
         _ => elementwise::supports(op, src, dst),
     }
 }
@@ -165,6 +167,7 @@ pub fn encode(graph: &Graph, node: TensorId, target: &Target) -> Result<Dispatch
     let (shader, op, groups) = match &t.op {
         Op::MulMat | Op::MulMatId => matrix::encode(&t.op, &slots, target),
         Op::Rope(_) | Op::FlashAttnExt { .. } => attention::encode(&t.op, &slots),
+        Op::GatedDeltaNet { .. } => delta_net::encode(&t.op, &slots),
         Op::RmsNorm { .. }
         | Op::Norm { .. }
         | Op::SumRows

@@ -55,6 +55,7 @@ impl Op {
             Op::Concat { dim } => concat(name, srcs, *dim),
             Op::Argsort { .. } => argsort(name, srcs),
             Op::TopK { k } => top_k(name, srcs, *k),
+            Op::GatedDeltaNet { .. } => gated_delta_net(name, srcs),
         }
     }
 }
@@ -401,4 +402,33 @@ fn top_k(name: &'static str, srcs: &[&Layout], k: usize) -> Inferred {
         return Err(shape_err(name, format!("k = {k} for rows of {}", a.ne[0])));
     }
     Ok((DType::I32, [k, a.ne[1], a.ne[2], a.ne[3]]))
+}
+
+/// `gated_delta_net`: `[q, k, v, gates, state]` F32 with q, k `[Dk, Hk, T]`, v `[Dv, H, T]`
+/// (`H % Hk == 0`), gates `[H, T, 2]`, state `[Dk, Dv, H]`; result `[Dv, H, T + Dk]`.
+fn gated_delta_net(name: &'static str, srcs: &[&Layout]) -> Inferred {
+    expect_srcs(name, srcs, 5, 5)?;
+    for (l, what) in srcs.iter().zip(["q", "k", "v", "gates", "state"]) {
+        expect_type(name, what, l.dtype, &[DType::F32])?;
+    }
+    let [q, k, v, gates, s] = [srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]];
+    let [dk, hk, t, _] = k.ne;
+    let [dv, h, _, _] = v.ne;
+    let fits = q.ne == k.ne
+        && q.ne[3] == 1
+        && v.ne == [dv, h, t, 1]
+        && gates.ne == [h, t, 2, 1]
+        && s.ne == [dk, dv, h, 1]
+        && hk > 0
+        && h.is_multiple_of(hk);
+    if !fits {
+        return Err(shape_err(
+            name,
+            format!(
+                "q {:?} k {:?} v {:?} gates {:?} state {:?} do not fit",
+                q.ne, k.ne, v.ne, gates.ne, s.ne
+            ),
+        ));
+    }
+    Ok((DType::F32, [dv, h, t + dk, 1]))
 }

@@ -82,6 +82,16 @@ pub enum SortOrder {
     Desc,
 }
 
+/// How the key heads of [`Op::GatedDeltaNet`] are shared by its value heads (`ratio` value heads
+/// per key head).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeadShare {
+    /// Value head `h` reads key head `h / ratio` (each key head's value heads side by side).
+    Grouped,
+    /// Value head `h` reads key head `h % n_key_heads` (whole copies of the key heads in turn).
+    Tiled,
+}
+
 /// An operation and its parameters. Sources are stored on the tensor, in the order documented per variant.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -172,6 +182,14 @@ pub enum Op {
     },
     /// `[a]`: sum of each row, result [1, ne1, ne2, ne3].
     SumRows,
+    /// `[q, k, v, gates, state]`, all F32: the gated delta rule over `T` tokens, per value head,
+    /// on the state `S[key, value]`: `S ← e^g S`, `S ← S + β k (v - Sᵀk)ᵀ`, `o = Sᵀq`. q and k
+    /// `[Dk, Hk, T]`, v `[Dv, H, T]` (H a multiple of Hk, key heads shared as `heads` says), gates
+    /// `[H, T, 2]` (the log decay g, then β), state `[Dk, Dv, H]`. Result `[Dv, H, T + Dk]`: the outputs
+    /// `o` `[Dv, H, T]`, then the final state (its `Dk·Dv·H` elements in the layout of `state`).
+    GatedDeltaNet {
+        heads: HeadShare,
+    },
 }
 
 impl Op {
@@ -223,6 +241,7 @@ impl Op {
             Op::Argsort { .. } => "argsort",
             Op::TopK { .. } => "top_k",
             Op::SumRows => "sum_rows",
+            Op::GatedDeltaNet { .. } => "gated_delta_net",
         }
     }
 
@@ -282,6 +301,7 @@ impl std::hash::Hash for Op {
             Op::Concat { dim } => dim.hash(h),
             Op::Argsort { order } => order.hash(h),
             Op::TopK { k } => k.hash(h),
+            Op::GatedDeltaNet { heads } => heads.hash(h),
             Op::None
             | Op::Reshape
             | Op::Transpose

@@ -5,6 +5,7 @@
 //! implements by launching on its stream.
 
 mod attention;
+mod delta_net;
 mod fuse;
 mod fuse_decode;
 mod fuse_moe;
@@ -187,7 +188,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 35] = [
+pub const NAMED_KERNELS: [&str; 36] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -223,6 +224,7 @@ pub const NAMED_KERNELS: [&str; 35] = [
     "k_moe_group",
     "k_moe_weighted_sum",
     "k_moe_router",
+    "k_gated_delta_net",
 ];
 
 /// Every kernel entry point of the program (the list both backends load).

@@ -4,7 +4,7 @@
 //! [`super::gemm`] and [`super::moe`].
 
 use super::rows::{all_rows, broadcasts_rows, chunked, norm_launch, vec_width};
-use super::{args, attention, gemm, moe, supports, KernelArg, Launch, Runner, TDesc};
+use super::{args, attention, delta_net, gemm, moe, supports, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{
     DType, Error, GluOp, Graph, Layout, Op, Result, RopeMode, RopeParams, SortOrder, TensorId,
     UnaryOp,
@@ -282,6 +282,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             max_bias,
             softcap,
         } => return attention::flash_attn_ext(r, graph, node, [*scale, *max_bias, *softcap]),
+        Op::GatedDeltaNet { heads } => return delta_net::gated_delta_net(r, graph, node, *heads),
         Op::MulMat => {
             let (la, lb) = (graph.layout(t.src[0]), graph.layout(t.src[1]));
             return gemm::mul_mat(r, (src(0)?, la), (src(1)?, lb), d);

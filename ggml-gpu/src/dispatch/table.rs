@@ -193,6 +193,7 @@ pub fn supports(op: &Op, src: &[&Layout], dst: &Layout) -> bool {
         Op::Argsort { .. } | Op::TopK { .. } => {
             a.is_some_and(float) && dst.dtype == DType::I32 && src[0].ne[0] <= MAX_SORT
         }
+        Op::GatedDeltaNet { .. } => super::delta_net::supports(src, dst),
     }
 }
 

@@ -20,7 +20,7 @@
 
 /// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`,
 /// `gemv.cu` before `moe.cu`).
-pub const SOURCES: [(&str, &str); 10] = [
+pub const SOURCES: [(&str, &str); 11] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -31,6 +31,7 @@ pub const SOURCES: [(&str, &str); 10] = [
     ("decode.cu", include_str!("cu/decode.cu")),
     ("gemv.cu", include_str!("cu/gemv.cu")),
     ("moe.cu", include_str!("cu/moe.cu")),
+    ("delta_net.cu", include_str!("cu/delta_net.cu")),
 ];
 
 /// The vendor prelude of NVRTC: what the shared sources spell vendor-neutrally (`WARP_SHFL_XOR`,

@@ -2,10 +2,12 @@
 //! non-contiguous inputs. Shapes and values are drawn from one seed, so a run is reproducible.
 
 mod attention;
+mod delta_net;
 mod elementwise;
 mod matrix;
 
 pub use attention::push_flash_attn;
+pub use delta_net::{push_delta_net, DeltaNetShape};
 
 use crate::case::{Case, Check, InputSpec, ViewKind};
 use crate::dense::Dense;
@@ -126,6 +128,7 @@ pub fn all_cases(seed: u64) -> Vec<Case> {
         elementwise::add_cases(&mut set);
         matrix::add_cases(&mut set);
         attention::add_cases(&mut set);
+        delta_net::add_cases(&mut set);
     }
     set.cases
 }

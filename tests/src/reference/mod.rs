@@ -2,5 +2,6 @@
 //! ggml's semantics (ne[0] innermost, broadcast by repetition).
 
 pub mod attention;
+pub mod delta_net;
 pub mod elementwise;
 pub mod matrix;

@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 #[path = "attention.rs"]
 mod attention;
+#[path = "delta_net.rs"]
+mod delta_net;
 #[path = "fusions.rs"]
 mod fusions;
 #[path = "moe.rs"]

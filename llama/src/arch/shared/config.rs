@@ -18,14 +18,9 @@ pub struct MoeConfig {
     pub n_ff_shexp: usize,
 }
 
-/// How the value heads of a gated delta net share the key heads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyHeadMap {
-    /// Value head `h` uses key head `h mod n_k_heads` (Qwen3.5).
-    Tiled,
-    /// Value head `h` uses key head `h / (n_v_heads / n_k_heads)` (Qwen3-Next).
-    Grouped,
-}
+/// How the value heads of a gated delta net share the key heads: `Tiled`, value head `h` uses key
+/// head `h mod n_k_heads` (Qwen3.5); `Grouped`, key head `h / (n_v_heads / n_k_heads)` (Qwen3-Next).
+pub use ggml_core::HeadShare as KeyHeadMap;
 
 /// Sizes of the gated delta net (linear attention) layers of hybrid models.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,17 +1,17 @@
 //! The gated delta net (linear attention) of the hybrid Qwen3.5 / Qwen3-Next layers: its weights, how
-//! they load, and its graph, composed of ordinary ops only so that every backend runs it unchanged.
+//! they load, and its graph.
 //!
 //! Per token `t` and value head `h` (key head `kh` shared by several value heads):
 //! a causal convolution of kernel `K` (with the previous `K - 1` tokens kept in the recurrent state)
 //! and SiLU over the Q/K/V projections, L2-normalised queries and keys (queries also scaled by
-//! `1/√head_dim`), `β = σ(b)`, the decay `exp(softplus(a + dt_bias) · ssm_a)` (`ssm_a = -exp(A_log)`),
+//! `1/√head_dim`), `β = σ(b)`, the log decay `g = softplus(a + dt_bias) · ssm_a` (`ssm_a = -exp(A_log)`),
 //! then the delta rule on the state `S[key, value]` of the head:
-//! `S ← S·decay`, `S ← S + k ⊗ β (v - Sᵀk)`, `o = Sᵀq`. The output is RMS-normalised per head,
+//! `S ← S·e^g`, `S ← S + k ⊗ β (v - Sᵀk)`, `o = Sᵀq`. The output is RMS-normalised per head,
 //! gated by `silu(z)` and projected back to the model width.
 //!
-//! The recurrence runs one token after the other inside the graph (a handful of small ops per token),
-//! which is exact and simple; the final state and the last `K - 1` convolution inputs are copied back
-//! into the persistent tensors of [`crate::state`].
+//! The rule over the whole batch is one op, [`ggml_core::Op::GatedDeltaNet`] (chunked for prompts,
+//! token by token for decode, in the backends' kernels); its final state and the last `K - 1`
+//! convolution inputs are copied back into the persistent tensors of [`crate::state`].
 //!
 //! Tensor parallelism: every delta-net weight is mirrored (whole on every device, computed whole on
 //! each), as is the recurrent state. Splitting by value heads would need Qwen3.5's value heads (which
@@ -19,7 +19,7 @@
 //! full-attention and FFN/MoE layers of these models split as usual.
 
 use super::blocks::blk;
-use super::config::{DeltaNetConfig, KeyHeadMap, ModelConfig};
+use super::config::{DeltaNetConfig, ModelConfig};
 use super::forward::Fwd;
 use crate::error::ModelError;
 use crate::load::{Home, Loader, Weight};
@@ -112,35 +112,6 @@ pub(crate) fn softplus(g: &mut Graph, x: TensorId) -> Result<TensorId, ggml_core
     g.add(pos, z)
 }
 
-/// Concatenates `parts` along `dim` in order, pairing neighbours so that each element is copied about
-/// `log2(parts.len())` times.
-fn concat_all(g: &mut Graph, mut parts: Vec<TensorId>, dim: usize) -> Result<TensorId, ModelError> {
-    while parts.len() > 1 {
-        let mut pairs = parts.into_iter();
-        let mut joined = Vec::new();
-        while let Some(a) = pairs.next() {
-            joined.push(match pairs.next() {
-                Some(b) => g.concat(a, b, dim)?,
-                None => a,
-            });
-        }
-        parts = joined;
-    }
-    parts
-        .pop()
-        .ok_or_else(|| ModelError::Input("an empty batch".into()))
-}
-
-/// One batch's inputs of the delta rule: `q`, `k`, `v` `[head_dim, n_v_heads, n_tokens]`
-/// contiguous, `beta` and `decay` `[n_v_heads, n_tokens]`.
-struct RuleInputs {
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    beta: TensorId,
-    decay: TensorId,
-}
-
 impl Fwd<'_> {
     /// The delta-net mixer of layer `l` on the normalised input `x` `[n_embd, n_tokens]` (the tokens
     /// of sequence `seq` alone); reads and updates the layer's recurrent state of that sequence.
@@ -163,33 +134,31 @@ impl Fwd<'_> {
         let z = self.linear(&dn.gate, x, None)?;
         let (b, alpha) = self.beta_alpha(&dn.beta_alpha, c, x)?;
         let beta = self.g.unary(b, UnaryOp::Sigmoid)?;
-        let decay = self.decay(dn, alpha)?;
+        let gate = self.log_decay(dn, alpha)?;
         let conv = self.short_conv(&dn.conv, qkv, &state.conv, c.conv_kernel)?;
 
         let eps = cfg.rms_eps;
         let q = self.g.view(conv, &[hd, nk, t], &[hd * F32, ch * F32], 0)?;
         // The L2 norm with the attention scale 1/√head_dim folded in.
         let q = self.l2_normalize(q, hd, eps, 1.0 / (hd as f32).sqrt())?;
-        let q = self.value_heads(q, c)?;
         let k = self
             .g
             .view(conv, &[hd, nk, t], &[hd * F32, ch * F32], kd * F32)?;
         let k = self.l2_normalize(k, hd, eps, 1.0)?;
-        let k = self.value_heads(k, c)?;
         let v = self
             .g
             .view(conv, &[hd, nv, t], &[hd * F32, ch * F32], 2 * kd * F32)?;
-        let v = self.g.cont(v)?;
 
+        let gate = self.g.reshape(gate, &[nv, t, 1])?;
+        let beta = self.g.reshape(beta, &[nv, t, 1])?;
+        let gates = self.g.concat(gate, beta, 2)?;
         let s0 = self.bind(&state.ssm);
-        let inputs = RuleInputs {
-            q,
-            k,
-            v,
-            beta,
-            decay,
-        };
-        let (o, s) = self.recurrence(&inputs, s0, hd, nv)?;
+        let rule = self.g.gated_delta_net([q, k, v, gates, s0], c.key_heads)?;
+        let (row, head) = (hd * F32, hd * nv * F32);
+        let o = self.g.view(rule, &[hd, nv, t], &[row, head], 0)?;
+        let s = self
+            .g
+            .view(rule, &[hd, hd, nv], &[row, hd * row], t * head)?;
         let written = self.g.cpy(s, s0)?;
         self.g.expand(written);
 
@@ -230,14 +199,13 @@ impl Fwd<'_> {
         }
     }
 
-    /// `exp(softplus(α + dt_bias) · ssm_a)` `[n_v_heads, n_tokens]`: the per-token state decay.
-    fn decay(&mut self, dn: &DeltaNet, alpha: TensorId) -> Result<TensorId, ModelError> {
+    /// `softplus(α + dt_bias) · ssm_a` `[n_v_heads, n_tokens]`: the per-token log decay of the state.
+    fn log_decay(&mut self, dn: &DeltaNet, alpha: TensorId) -> Result<TensorId, ModelError> {
         let dt = self.bind(&dn.dt_bias);
         let biased = self.g.add(alpha, dt)?;
         let sp = softplus(self.g, biased)?;
         let a = self.bind(&dn.a);
-        let gate = self.g.mul(sp, a)?;
-        Ok(self.g.unary(gate, UnaryOp::Exp)?)
+        Ok(self.g.mul(sp, a)?)
     }
 
     /// SiLU of the causal convolution of `qkv` `[channels, n_tokens]` over the stored inputs of the
@@ -285,61 +253,6 @@ impl Fwd<'_> {
     ) -> Result<TensorId, ModelError> {
         let n = self.g.rms_norm(x, eps * eps / hd as f32)?;
         Ok(self.g.scale(n, scale / (hd as f32).sqrt())?)
-    }
-
-    /// Query or key heads `[head_dim, n_k_heads, n_tokens]` repeated for every value head
-    /// `[head_dim, n_v_heads, n_tokens]` as the model maps value heads to key heads.
-    fn value_heads(&mut self, x: TensorId, c: &DeltaNetConfig) -> Result<TensorId, ModelError> {
-        let (hd, nk, t) = (c.head_dim, c.n_k_heads, self.n_tokens);
-        let per_key = c.n_v_heads / nk;
-        if per_key == 1 {
-            return Ok(x);
-        }
-        let unit = match c.key_heads {
-            // Value head h = i·n_k + kh: whole copies of the key heads side by side.
-            KeyHeadMap::Tiled => x,
-            // Value head h = kh·per_key + i: each key head repeated in place.
-            KeyHeadMap::Grouped => self.g.reshape(x, &[hd, 1, nk, t])?,
-        };
-        let all = concat_all(self.g, vec![unit; per_key], 1)?;
-        Ok(self.g.reshape(all, &[hd, c.n_v_heads, t])?)
-    }
-
-    /// The delta rule over the batch, token after token, from state `s0` `[head_dim, head_dim, n_v]`
-    /// (`S[key, value]` per value head). Returns the outputs `[head_dim, n_v, n_tokens]` and the
-    /// final state.
-    fn recurrence(
-        &mut self,
-        x: &RuleInputs,
-        s0: TensorId,
-        hd: usize,
-        nv: usize,
-    ) -> Result<(TensorId, TensorId), ModelError> {
-        let g = &mut *self.g;
-        let head = hd * F32;
-        let mut s = s0;
-        let mut outs = Vec::with_capacity(self.n_tokens);
-        for i in 0..self.n_tokens {
-            let tok = i * head * nv;
-            // One token's heads as columns `[head_dim, 1, n_v]` (and the key as rows `[1, head_dim, n_v]`).
-            let col = |g: &mut Graph, x: TensorId| g.view(x, &[hd, 1, nv], &[head, head], tok);
-            let per_head =
-                |g: &mut Graph, x: TensorId| g.view(x, &[1, 1, nv], &[F32, F32], i * nv * F32);
-            let (q_i, k_i, v_i) = (col(g, x.q)?, col(g, x.k)?, col(g, x.v)?);
-            let k_row = g.view(x.k, &[1, hd, nv], &[F32, head], tok)?;
-            let (beta_i, decay_i) = (per_head(g, x.beta)?, per_head(g, x.decay)?);
-            s = g.mul(s, decay_i)?;
-            let recalled = g.mul_mat(s, k_i)?;
-            let delta = g.sub(v_i, recalled)?;
-            let delta = g.mul(delta, beta_i)?;
-            let delta = g.reshape(delta, &[1, hd, nv])?;
-            let update = g.mul_mat(k_row, delta)?;
-            s = g.add(s, update)?;
-            outs.push(g.mul_mat(s, q_i)?);
-        }
-        let o = concat_all(g, outs, 1)?;
-        let o = g.permute(o, [0, 2, 1, 3])?;
-        Ok((o, s))
     }
 }
 
