@@ -19,25 +19,25 @@ pub async fn start(model: PathBuf, edit: impl FnOnce(&mut ServerConfig)) -> Stri
     format!("http://{addr}")
 }
 
-pub async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
+/// The answer to a JSON POST of `body` to `path`.
+async fn send(base: &str, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
         .post(format!("{base}{path}"))
         .json(body)
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+pub async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let r = send(base, path, body).await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
 
 /// The data objects of an SSE answer, checking it ends with `[DONE]`.
 pub async fn stream_events(base: &str, path: &str, body: &Value) -> Vec<Value> {
-    let r = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(base, path, body).await;
     assert_eq!(r.status().as_u16(), 200);
     let mut text = String::new();
     let mut s = r.bytes_stream();
