@@ -253,6 +253,40 @@ fn fused_graphs() -> Vec<(String, Graph)> {
         g.output(w);
         graphs.push((format!("rope of k into a {cache_type} cache"), g));
     }
+    let (d, n_exp, k) = (256, 16, 4);
+    let mut g = Graph::new();
+    let x = g.new_input(DType::F32, &[d, 1, 1]).unwrap();
+    let scores = g.new_input(DType::F32, &[n_exp, 1]).unwrap();
+    let probs = g.soft_max(scores, None, None, 1.0, 0.0).unwrap();
+    let ids = g.top_k(probs, k).unwrap();
+    let p3 = g.reshape(probs, &[1, n_exp, 1]).unwrap();
+    let w = g.get_rows(p3, ids).unwrap();
+    let w2 = g.reshape(w, &[k, 1]).unwrap();
+    let sum = g.sum_rows(w2).unwrap();
+    let w2 = g.div(w2, sum).unwrap();
+    let weights = g.reshape(w2, &[1, k, 1]).unwrap();
+    g.expand(weights);
+    let wg = g.new_input(DType::Q4_0, &[d, 64, n_exp]).unwrap();
+    let wu = g.new_input(DType::Q4_0, &[d, 64, n_exp]).unwrap();
+    let (gate, up) = (
+        g.mul_mat_id(wg, x, ids).unwrap(),
+        g.mul_mat_id(wu, x, ids).unwrap(),
+    );
+    g.expand(gate);
+    g.expand(up);
+    let h = g.glu(GluOp::Swiglu, gate, up).unwrap();
+    let out = g.mul(h, weights).unwrap();
+    let nb = *g.layout(out);
+    let mut mix = g.view(out, &[64, 1], &[nb.nb[2]], 0).unwrap();
+    for e in 1..k {
+        let v = g.view(out, &[64, 1], &[nb.nb[2]], e * nb.nb[1]).unwrap();
+        mix = g.add(mix, v).unwrap();
+    }
+    g.output(mix);
+    graphs.push((
+        "a MoE router, expert gate/up/swiglu and expert mix".into(),
+        g,
+    ));
     graphs
 }
 
