@@ -52,7 +52,7 @@ struct Router {
     topk_first: bool,
 }
 
-/// Whether `id` is F32, two-dimensional and its rows contiguous (what the fused stages assume of
+/// Whether `l` is F32, two-dimensional and its rows contiguous (what the fused stages assume of
 /// the soft_max, sum_rows and div operands and results).
 fn f32_matrix(l: &Layout) -> bool {
     l.dtype == DType::F32 && l.ne[2] == 1 && l.ne[3] == 1 && row_contiguous(l)
@@ -149,33 +149,35 @@ pub(super) fn launch_router(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -
         graph.tensor(rt.top_k),
         graph.tensor(rt.get_rows),
     );
-    let mut written = vec![desc(rt.softmax)?, desc(rt.top_k)?, desc(rt.get_rows)?];
+    let (probs, ids, picked) = (desc(rt.softmax)?, desc(rt.top_k)?, desc(rt.get_rows)?);
     let input = desc(if rt.topk_first { tk.src[0] } else { sm.src[0] })?;
-    let (sr_a, dv_b) = match rt.renorm {
-        Some([sum, div]) => {
-            written.extend([desc(sum)?, desc(div)?]);
-            (desc(graph.tensor(sum).src[0])?, desc(sum)?)
-        }
-        None => (written[2], written[2]),
+    // The renormalisation's operand (the picked weights' matrix view), sum and quotient; without
+    // one, the picked weights stand in (the kernel does not touch them then).
+    let (w2, sum, quotient) = match rt.renorm {
+        Some([sum, div]) => (desc(graph.tensor(sum).src[0])?, desc(sum)?, desc(div)?),
+        None => (picked, picked, picked),
     };
+    let mut written = vec![probs, ids, picked];
+    if rt.renorm.is_some() {
+        written.extend([sum, quotient]);
+    }
     if !aliasing_is_safe(&written, &[input]) {
         return Ok(false);
     }
-    let dv_d = written.get(4).copied().unwrap_or(written[2]);
     let npad = graph.layout(tk.src[0]).ne[0].next_power_of_two().max(1);
     let a = args![
         desc(sm.src[0])?,
-        written[0],
+        probs,
         desc(tk.src[0])?,
-        written[1],
+        ids,
         desc(gr.src[0])?,
-        written[1],
-        written[2],
-        sr_a,
-        written.get(3).copied().unwrap_or(written[2]),
-        sr_a,
-        dv_b,
-        dv_d,
+        ids,
+        picked,
+        w2,
+        sum,
+        w2,
+        sum,
+        quotient,
         rt.scale,
         i32::from(rt.topk_first),
         i32::from(rt.renorm.is_some()),
