@@ -5,14 +5,16 @@
 //! scratch memory reaches its size), the second is captured into a CUDA graph and launched, later
 //! ones replay it. A captured graph keeps the scratch buffers it uses alive; a capture that fails
 //! (a launch that cannot be captured) marks the key eager for good. `GGML_TP_CUDA_GRAPHS=0` turns
-//! capture off. Keys are remembered per graph state ([`GraphStamp`]) and node list, so a graph
-//! computed again unchanged is not hashed again.
+//! capture off. Keys are remembered per graph state ([`GraphStamp`]) and node list, and so are the
+//! runs a call is cut into ([`GraphCache::runs_of`]), so a graph computed again unchanged (every
+//! decode step of one cache-length step) is neither hashed nor matched for fusions again.
 
 use crate::memory::CudaBuffer;
 use cudarc::driver::CudaGraph;
 use ggml_core::{Graph, GraphStamp, TensorId};
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Most keys remembered (captured or not); the least recently used is forgotten beyond.
@@ -62,6 +64,8 @@ pub struct GraphCache {
     entries: HashMap<u64, Entry>,
     /// [`key`] of a graph state and a node list (by the hash of its ids).
     memo: HashMap<(GraphStamp, u64), Option<(u64, usize)>>,
+    /// [`runs`] of a graph state and a node list, as index ranges of the list.
+    runs_memo: HashMap<(GraphStamp, u64), Vec<Range<usize>>>,
     tick: u64,
     stats: GraphStats,
 }
@@ -75,6 +79,7 @@ impl GraphCache {
             enabled,
             entries: HashMap::new(),
             memo: HashMap::new(),
+            runs_memo: HashMap::new(),
             tick: 0,
             stats: GraphStats::default(),
         }
@@ -98,9 +103,7 @@ impl GraphCache {
 
     /// [`key`] of computing `nodes` of `graph`, remembered for the graph's current state.
     pub fn key_of(&mut self, graph: &Graph, nodes: &[TensorId]) -> Option<(u64, usize)> {
-        let mut h = WordHasher(0xcbf2_9ce4_8422_2325);
-        nodes.iter().for_each(|n| h.write_u32(n.0));
-        let memo_key = (graph.stamp(), h.finish());
+        let memo_key = state_key(graph, nodes);
         if let Some(&k) = self.memo.get(&memo_key) {
             return k;
         }
@@ -110,6 +113,33 @@ impl GraphCache {
         let k = key(graph, nodes);
         self.memo.insert(memo_key, k);
         k
+    }
+
+    /// [`runs`] of `nodes` of `graph` (of at most `per_graph` launches each) as index ranges of
+    /// `nodes`, remembered for the graph's current state.
+    pub fn runs_of(
+        &mut self,
+        graph: &Graph,
+        nodes: &[TensorId],
+        per_graph: usize,
+    ) -> Vec<Range<usize>> {
+        let memo_key = state_key(graph, nodes);
+        if let Some(r) = self.runs_memo.get(&memo_key) {
+            return r.clone();
+        }
+        if self.runs_memo.len() >= MAX_MEMO {
+            self.runs_memo.clear();
+        }
+        let mut start = 0;
+        let ranges: Vec<Range<usize>> = runs(graph, nodes, per_graph)
+            .iter()
+            .map(|r| {
+                start += r.len();
+                start - r.len()..start
+            })
+            .collect();
+        self.runs_memo.insert(memo_key, ranges.clone());
+        ranges
     }
 
     /// Decides how to run the call of `key` and counts a sighting of it.
@@ -188,6 +218,13 @@ impl GraphCache {
             e.state = State::Uncapturable;
         }
     }
+}
+
+/// What the memos of a graph's per-state work are keyed on: its stamp and the hash of the node ids.
+fn state_key(graph: &Graph, nodes: &[TensorId]) -> (GraphStamp, u64) {
+    let mut h = WordHasher(0xcbf2_9ce4_8422_2325);
+    nodes.iter().for_each(|n| h.write_u32(n.0));
+    (graph.stamp(), h.finish())
 }
 
 /// FNV-1a over 64-bit words: fast enough to key every `compute` call.
@@ -372,6 +409,31 @@ mod tests {
         assert_eq!(c.memo.len(), 2, "a changed graph is keyed again");
         assert_eq!(c.key_of(&g, &[a, s]), None, "unbound node");
         assert_eq!(c.memo.len(), 3);
+    }
+
+    #[test]
+    fn runs_are_remembered_per_graph_state() {
+        use ggml_core::DType;
+        let mut c = GraphCache::new(true);
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[8]).unwrap();
+        let mut nodes = vec![a];
+        for _ in 0..5 {
+            let x = g.silu(*nodes.last().unwrap()).unwrap();
+            nodes.push(x);
+        }
+        let ranges = c.runs_of(&g, &nodes, 2);
+        let direct: Vec<&[TensorId]> = runs(&g, &nodes, 2);
+        let from_ranges: Vec<&[TensorId]> = ranges.iter().map(|r| &nodes[r.clone()]).collect();
+        assert_eq!(from_ranges, direct);
+        assert_eq!(c.runs_memo.len(), 1);
+        assert_eq!(c.runs_of(&g, &nodes, 2), ranges);
+        assert_eq!(c.runs_memo.len(), 1, "same state, same nodes: remembered");
+        let before = g.stamp();
+        g.silu(a).unwrap();
+        assert_ne!(g.stamp(), before);
+        assert_eq!(c.runs_of(&g, &nodes, 2), ranges);
+        assert_eq!(c.runs_memo.len(), 2, "a changed graph is cut again");
     }
 
     #[test]

@@ -183,9 +183,9 @@ impl CudaBackend {
     /// Queues `nodes` through the graph cache, a graph per run of
     /// [`graph_cache::NODES_PER_GRAPH`] launched nodes.
     fn compute_in_runs(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        graph_cache::runs(graph, nodes, graph_cache::NODES_PER_GRAPH)
-            .into_iter()
-            .try_for_each(|run| self.compute_through_graphs(graph, run))
+        let runs = (self.graphs.lock()).runs_of(graph, nodes, graph_cache::NODES_PER_GRAPH);
+        runs.into_iter()
+            .try_for_each(|run| self.compute_through_graphs(graph, &nodes[run]))
     }
 
     /// Queues `nodes` through the graph cache.
