@@ -64,25 +64,14 @@ pub(super) fn folded_chain(graph: &Graph, group: &[TensorId]) -> Option<usize> {
     folded.then_some(chain)
 }
 
-/// First and one-past-last byte of a tensor.
-type Span = (u64, u64);
-
-/// The chain's operands and results as the kernels take them, with the byte spans it writes and
-/// reads.
-struct FoldedChain {
-    nm: NormIn,
-    written: Vec<Span>,
-    read: Vec<Span>,
-}
-
-/// The [`FoldedChain`] of the first `chain` nodes of `group`; `None` when a row cannot take
-/// 16-byte loads.
+/// The chain's operands and results as the kernels take them, with the byte spans it reads and
+/// writes; `None` when a row cannot take 16-byte loads.
 fn norm_in(
     r: &dyn Runner,
     graph: &Graph,
     group: &[TensorId],
     chain: usize,
-) -> Result<Option<FoldedChain>> {
+) -> Result<Option<(NormIn, Vec<(u64, u64)>, Vec<(u64, u64)>)>> {
     let (norm, mul) = (group[chain - 2], group[chain - 1]);
     let Op::RmsNorm { eps } = graph.tensor(norm).op else {
         unreachable!("folded_chain checked the norm");
@@ -117,7 +106,7 @@ fn norm_in(
     read.extend([sa, sg]);
     written.extend([sn, sm]);
     let aligned = [nm.a, nm.b, nm.g].iter().all(|p| p.is_multiple_of(16));
-    Ok((rows_fit && aligned).then_some(FoldedChain { nm, written, read }))
+    Ok((rows_fit && aligned).then_some((nm, written, read)))
 }
 
 /// Launches `group` (a norm chain of `chain` nodes and the products of its result, from
@@ -129,12 +118,7 @@ pub(super) fn launch_norm_products(
     group: &[TensorId],
     chain: usize,
 ) -> Result<bool> {
-    let Some(FoldedChain {
-        nm,
-        mut written,
-        mut read,
-    }) = norm_in(r, graph, group, chain)?
-    else {
+    let Some((nm, mut written, mut read)) = norm_in(r, graph, group, chain)? else {
         return Ok(false);
     };
     let mul = group[chain - 1];
@@ -175,7 +159,7 @@ fn glu_launch(
     r: &dyn Runner,
     graph: &Graph,
     (products, glu): (&[GluProduct], TensorId),
-    (written, read): (&[Span], &[Span]),
+    (written, read): (&[(u64, u64)], &[(u64, u64)]),
     m: (TDesc, &Layout),
     nm: &NormIn,
 ) -> Result<bool> {
