@@ -87,7 +87,6 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
                 Some("u64") => "u64",
                 Some("GV") => "gemv",
                 Some("GVGroup") => "gemv group",
-                Some("GN") => "norm",
                 other => panic!("{decl}: parameter type {other:?} unknown to KernelArg"),
             })
             .collect()
@@ -95,11 +94,7 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
     kernel_names()
         .into_iter()
         .map(|name| {
-            let decl = if name.starts_with("k_gemv_group_norm_") {
-                "k_gemv_group_norm_##name(".to_string()
-            } else if name.starts_with("k_gemv_glu_norm_") {
-                "k_gemv_glu_norm_##name(".to_string()
-            } else if name.starts_with("k_gemv_group_") {
+            let decl = if name.starts_with("k_gemv_group_") {
                 "k_gemv_group_##name(".to_string()
             } else if name.starts_with("k_gemv_glu_") {
                 "k_gemv_glu_##name(".to_string()
@@ -126,7 +121,6 @@ fn kind(a: &KernelArg) -> &'static str {
         KernelArg::U64(_) => "u64",
         KernelArg::Gemv(_) => "gemv",
         KernelArg::GemvGroup(_) => "gemv group",
-        KernelArg::Norm(_) => "norm",
     }
 }
 
@@ -244,37 +238,6 @@ fn fused_graphs() -> Vec<(String, Graph)> {
         g.output(h);
         graphs.push((format!("gate, up and swiglu of {t}"), g));
     }
-    for t in [DType::F32, DType::F16, DType::BF16] {
-        for gated in [false, true] {
-            let mut g = Graph::new();
-            let x = g.new_input(DType::F32, &[512, 1]).unwrap();
-            let r = g.new_input(DType::F32, &[512, 1]).unwrap();
-            let nw = g.new_input(DType::F32, &[512]).unwrap();
-            let s = g.add(x, r).unwrap();
-            let n = g.rms_norm(s, 1e-6).unwrap();
-            let m = g.mul(n, nw).unwrap();
-            let rows: &[usize] = if gated { &[96, 96] } else { &[128, 32, 32] };
-            let products: Vec<_> = rows
-                .iter()
-                .map(|&rows| {
-                    let w = g.new_input(t, &[512, rows]).unwrap();
-                    g.mul_mat(w, m).unwrap()
-                })
-                .collect();
-            products.iter().for_each(|&p| g.expand(p));
-            if gated {
-                let h = g.glu(GluOp::Swiglu, products[0], products[1]).unwrap();
-                g.output(h);
-            }
-            g.output(s);
-            let what = if gated {
-                "gate, up and swiglu"
-            } else {
-                "q, k and v"
-            };
-            graphs.push((format!("an rms_norm chain folded into {what} of {t}"), g));
-        }
-    }
     for cache_type in [DType::F16, DType::F32] {
         let (d, heads, tokens) = (128, 8, 1);
         let mut g = Graph::new();
@@ -350,12 +313,6 @@ fn every_conformance_node_matches_its_kernel_signature() {
     for t in DType::WEIGHTS {
         let glu = format!("k_gemv_glu_{}", type_name(t).unwrap());
         assert!(used.contains(&glu), "{glu} never launched");
-        if !t.is_quantized() {
-            for family in ["group", "glu"] {
-                let folded = format!("k_gemv_{family}_norm_{}", type_name(t).unwrap());
-                assert!(used.contains(&folded), "{folded} never launched");
-            }
-        }
     }
     // k_hold is the profiler's, not the dispatch's.
     let unused: Vec<_> = ggml_gpu::dispatch::NAMED_KERNELS

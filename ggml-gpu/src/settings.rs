@@ -6,7 +6,6 @@
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
-//! | `GGML_TP_FUSE_NORM` | an rms_norm chain folded into the float-weight products of its result (default on; needs the decode fusions) |
 
 use std::sync::OnceLock;
 
@@ -19,8 +18,6 @@ pub struct Settings {
     pub group_products: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
     pub fuse_decode: bool,
-    /// `GGML_TP_FUSE_NORM`: rms_norm chains fold into the products of their result.
-    pub fuse_norm: bool,
 }
 
 impl Default for Settings {
@@ -30,7 +27,6 @@ impl Default for Settings {
             attn_vec: true,
             group_products: true,
             fuse_decode: true,
-            fuse_norm: true,
         }
     }
 }
@@ -43,7 +39,6 @@ impl Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
-            fuse_norm: ggml_core::env::flag("GGML_TP_FUSE_NORM", d.fuse_norm),
         }
     }
 }

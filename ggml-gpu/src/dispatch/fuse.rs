@@ -7,12 +7,10 @@
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
 //! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`], the expert
-//! mix of a mixture-of-experts layer in [`super::fuse_moe`], a norm chain folded into the
-//! float-weight products of its result in [`super::fuse_norm`].
+//! mix of a mixture-of-experts layer in [`super::fuse_moe`].
 
 use super::fuse_decode as decode;
 use super::fuse_moe as moe;
-use super::fuse_norm as norm;
 use super::gemv::{self, MAX_GROUP};
 use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
 use super::{args, compute_node, Runner, TDesc};
@@ -61,8 +59,6 @@ pub struct FusionCounts {
     pub expert_sums: u64,
     /// Routers of MoE layers (`k_moe_router`).
     pub routers: u64,
-    /// Norm chains folded into the products of their result (`k_gemv_{group,glu}_norm_*`).
-    pub norm_products: u64,
     /// Groups computed by separate launches after all (their memory overlaps).
     pub refused: u64,
 }
@@ -76,11 +72,10 @@ enum Fused {
     ProductGroup,
     ExpertSum,
     Router,
-    NormProducts,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -92,7 +87,6 @@ pub fn fusion_counts() -> FusionCounts {
         product_groups: c(Fused::ProductGroup),
         expert_sums: c(Fused::ExpertSum),
         routers: c(Fused::Router),
-        norm_products: c(Fused::NormProducts),
         refused: c(Fused::Refused),
     }
 }
@@ -161,21 +155,7 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
             Fused::ExpertSum,
             moe::launch_expert_sum(r, graph, group)?,
         )),
-        _ => match norm::folded_chain(graph, group) {
-            Some(chain) => {
-                if counted(
-                    Fused::NormProducts,
-                    norm::launch_norm_products(r, graph, group, chain)?,
-                ) {
-                    group.len()
-                } else if counted(Fused::NormChain, launch_chain(r, graph, &group[..chain])?) {
-                    chain
-                } else {
-                    0
-                }
-            }
-            None => whole(counted(Fused::NormChain, launch_chain(r, graph, group)?)),
-        },
+        _ => whole(counted(Fused::NormChain, launch_chain(r, graph, group)?)),
     })
 }
 
@@ -220,7 +200,7 @@ fn fusable_add(graph: &Graph, node: TensorId, norm: TensorId) -> bool {
 }
 
 /// The weight of `node` when it multiplies `norm`'s result by F32 rows broadcast over it.
-pub(super) fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorId> {
+fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorId> {
     let t = graph.tensor(node);
     let w = match t.src[..] {
         [x, w] if x == norm => w,
@@ -243,7 +223,7 @@ fn grouping_products() -> bool {
 
 /// Number of adjacent single-column products at the start of `nodes` that share their
 /// activation and weight type (at most [`MAX_GROUP`]; 1 when there is no such run).
-pub(super) fn products_len(graph: &Graph, nodes: &[TensorId]) -> usize {
+fn products_len(graph: &Graph, nodes: &[TensorId]) -> usize {
     let single_product = |n: TensorId| {
         let t = graph.tensor(n);
         t.op == Op::MulMat && graph.layout(t.src[1]).ne[1..] == [1, 1, 1]
@@ -288,12 +268,7 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
     let with_mul = nodes
         .get(norm_at + 1)
         .is_some_and(|&m| fused_weight(graph, m, norm).is_some());
-    let chain = norm_at + 1 + usize::from(with_mul);
-    let folded = match with_mul {
-        true => norm::products_after(graph, &nodes[chain..], norm, nodes[chain - 1]),
-        false => None,
-    };
-    chain + folded.unwrap_or(0)
+    norm_at + 1 + usize::from(with_mul)
 }
 
 /// First and one-past-last byte an F32 tensor spans.
@@ -366,7 +341,7 @@ fn launch_products(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<
     let Some(g) = product_group(r, graph, group)? else {
         return Ok(false);
     };
-    gemv::mul_mat_vec_group(r, &g.products, (g.b, g.lb), None)?;
+    gemv::mul_mat_vec_group(r, &g.products, (g.b, g.lb))?;
     Ok(true)
 }
 

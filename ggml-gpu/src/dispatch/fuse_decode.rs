@@ -158,7 +158,7 @@ pub(super) fn launch_products_glu(
     if pg.1.ne[1] != pu.1.ne[1] || !out_fits {
         return Ok(false);
     }
-    gemv::mul_mat_vec_glu(r, (pg, pu), (g.b, g.lb), (out, code), None)?;
+    gemv::mul_mat_vec_glu(r, (pg, pu), (g.b, g.lb), (out, code))?;
     Ok(true)
 }
 

@@ -6,10 +6,9 @@
 //! directly (not contiguous along the row, or not aligned as their loads need) are converted to F32
 //! first. Up to [`MAX_GROUP`] single-column products of one activation vector (q, k and v; gate and
 //! up) can run as one launch ([`mul_mat_vec_group`]), the activations prepared once; gate and up
-//! with their gated unit too ([`mul_mat_vec_glu`]). For float weights both can take the rms_norm
-//! chain that produced their activation instead ([`NormIn`]: the `_norm` kernels).
+//! with their gated unit too ([`mul_mat_vec_glu`]).
 
-use super::{args, contiguous_copy, fail, type_name, KernelArg, Launch, Runner, TDesc};
+use super::{args, contiguous_copy, fail, type_name, Launch, Runner, TDesc};
 use ggml_core::{DType, Layout, Result};
 
 /// Column counts the kernels are built for (a call takes the smallest that holds its columns).
@@ -46,37 +45,6 @@ pub(super) fn group_kernel_name(type_name: &str) -> String {
 
 pub(super) fn glu_kernel_name(type_name: &str) -> String {
     format!("k_gemv_glu_{type_name}")
-}
-
-/// The grouped or gated-unit kernel of `type_name`, with the folded norm chain or without.
-fn family_kernel_name(family: &str, type_name: &str, norm: bool) -> String {
-    let folded = if norm { "norm_" } else { "" };
-    format!("k_gemv_{family}_{folded}{type_name}")
-}
-
-pub(super) fn group_norm_kernel_name(type_name: &str) -> String {
-    family_kernel_name("group", type_name, true)
-}
-
-pub(super) fn glu_norm_kernel_name(type_name: &str) -> String {
-    family_kernel_name("glu", type_name, true)
-}
-
-/// An rms_norm chain folded into the products of its result; mirrors `struct GN` in gemv.cu: the
-/// chain's input `a`, the residual `b` added first (0 without the add), the norm's weight row `g`,
-/// and where block 0 writes the chain's results (the sum `s`, 0 without the add; the normalized
-/// row `n`; `m = n * g`), all F32 rows of the products' row length, 16-byte aligned.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct NormIn {
-    pub a: u64,
-    pub b: u64,
-    pub g: u64,
-    pub s: u64,
-    pub n: u64,
-    pub m: u64,
-    pub eps: f32,
-    pub has_add: i32,
 }
 
 /// Most products of one grouped launch (`GV_GROUP`).
@@ -329,22 +297,15 @@ pub fn groupable(products: &[(TDesc, &Layout, TDesc)], lb: &Layout) -> bool {
 
 /// `d_i = a_i b` for the products `(a_i, layout, d_i)` of one activation column `b` in one launch
 /// (the caller checks [`groupable`]).
-///
-/// With `norm` (float weights whose rows and the chain's rows take vector loads) the activation
-/// is the folded norm chain's instead of `b`.
 pub fn mul_mat_vec_group(
     r: &dyn Runner,
     products: &[(TDesc, &Layout, TDesc)],
     (b, lb): (TDesc, &Layout),
-    norm: Option<&NormIn>,
 ) -> Result<()> {
     let wt = products[0].1.dtype;
     let k = lb.ne[0];
     let mut x = GemvArgs::default();
-    match norm {
-        Some(nm) => x.x = nm.a,
-        None => activations(r, b, lb, wt, &mut x)?,
-    }
+    activations(r, b, lb, wt, &mut x)?;
     let total_rows: usize = products.iter().map(|(_, la, _)| la.ne[1]).sum();
     let mut group = GemvGroupArgs {
         n: products.len() as i64,
@@ -359,15 +320,13 @@ pub fn mul_mat_vec_group(
         blocks += la.ne[1].div_ceil(THREADS as usize / 32 / wpr);
     }
     group.first[products.len()..].fill(blocks as i64);
-    let name = family_kernel_name("group", weight_type_name(r, wt)?, norm.is_some());
-    let mut args = args![group];
-    args.extend(norm.map(|nm| KernelArg::Norm(*nm)));
+    let name = group_kernel_name(weight_type_name(r, wt)?);
     r.launch(&Launch {
         kernel: name.into(),
         grid: [blocks as u32, 1, 1],
         threads: THREADS,
         shared_bytes: 0,
-        args,
+        args: args![group],
     })
 }
 
@@ -376,26 +335,21 @@ pub type GluProduct<'a> = (TDesc, &'a Layout, TDesc);
 
 /// `gate = a_gate b`, `up = a_up b` and `out = glu(gate, up)` (`glu_code`: the `G_*` code of
 /// elementwise.cu) in one launch, for weights of one type and row count (the caller checks
-/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows). With `norm`,
-/// as for [`mul_mat_vec_group`].
+/// [`groupable`] and the row counts; `out` holds as many F32 as a weight has rows).
 pub fn mul_mat_vec_glu(
     r: &dyn Runner,
     (gate, up): (GluProduct, GluProduct),
     (b, lb): (TDesc, &Layout),
     out: (TDesc, i32),
-    norm: Option<&NormIn>,
 ) -> Result<()> {
     let wt = gate.1.dtype;
     let [k, m, _, _] = gate.1.ne;
     let mut x = GemvArgs::default();
-    match norm {
-        Some(nm) => x.x = nm.a,
-        None => activations(r, b, lb, wt, &mut x)?,
-    }
+    activations(r, b, lb, wt, &mut x)?;
     let vec = vector_loads(&gate.0, gate.1, x.x) && vector_loads(&up.0, up.1, x.x);
     let wpr = warps_per_row(m, row_work(wt, k, vec));
     let product = |(a, la, d): GluProduct| GemvArgs::single_column(&a, la, d.ptr, &x, vec, wpr);
-    launch_glu(r, wt, [product(gate), product(up)], out, norm)
+    launch_glu(r, wt, [product(gate), product(up)], out)
 }
 
 /// The gate and up products of mul_mat_id and their gated unit `out` in one launch: per product
@@ -419,26 +373,23 @@ pub(super) fn mul_mat_id_vec_glu(
         g.vec = i64::from(vec);
         g.wpr = wpr as i64;
     }
-    launch_glu(r, wt, [gate, up], out, None)
+    launch_glu(r, wt, [gate, up], out)
 }
 
-/// Launches `k_gemv_glu_<wt>` (`k_gemv_glu_norm_<wt>` with `norm`) over the rows of `gate` and
-/// `up` (sharing the activations, `vec` and `wpr`) and, with ids, their `nz` pairs.
+/// Launches `k_gemv_glu_<wt>` over the rows of `gate` and `up` (sharing the activations, `vec`
+/// and `wpr`) and, with ids, their `nz` pairs.
 fn launch_glu(
     r: &dyn Runner,
     wt: DType,
     [gate, up]: [GemvArgs; 2],
     (out, glu_code): (TDesc, i32),
-    norm: Option<&NormIn>,
 ) -> Result<()> {
     let rows_per_block = THREADS as usize / 32 / gate.wpr as usize;
     let pairs = if gate.ids == 0 { 1 } else { gate.nz as usize };
     if pairs > MAX_GRID_YZ {
         return Err(fail(r, format!("gated unit of {pairs} pairs")));
     }
-    let name = family_kernel_name("glu", weight_type_name(r, wt)?, norm.is_some());
-    let mut args = args![gate, up, out.ptr, glu_code];
-    args.extend(norm.map(|nm| KernelArg::Norm(*nm)));
+    let name = glu_kernel_name(weight_type_name(r, wt)?);
     r.launch(&Launch {
         kernel: name.into(),
         grid: [
@@ -448,7 +399,7 @@ fn launch_glu(
         ],
         threads: THREADS,
         shared_bytes: 0,
-        args,
+        args: args![gate, up, out.ptr, glu_code],
     })
 }
 
@@ -459,7 +410,6 @@ mod tests {
     #[test]
     fn arguments_match_the_cuda_struct() {
         assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8);
-        assert_eq!(std::mem::size_of::<NormIn>(), 7 * 8);
         assert_eq!(
             std::mem::size_of::<GemvGroupArgs>(),
             MAX_GROUP * 22 * 8 + (MAX_GROUP + 2) * 8
@@ -535,13 +485,6 @@ mod tests {
             }
             assert!(names.contains(&group_kernel_name(type_name(t).unwrap())));
             assert!(names.contains(&glu_kernel_name(type_name(t).unwrap())));
-            let folded = names.contains(&glu_norm_kernel_name(type_name(t).unwrap()))
-                && names.contains(&group_norm_kernel_name(type_name(t).unwrap()));
-            assert_eq!(
-                folded,
-                !t.is_quantized(),
-                "{t}: norm kernels for float weights"
-            );
         }
         assert!(COLUMN_VARIANTS.contains(&MAX_COLUMNS));
     }

@@ -9,7 +9,6 @@ mod delta_net;
 mod fuse;
 mod fuse_decode;
 mod fuse_moe;
-mod fuse_norm;
 mod gemm;
 mod gemv;
 mod moe;
@@ -22,7 +21,7 @@ pub use fuse::{
     compute_nodes, fusion_counts, fusion_groups, is_skipped, launch_groups, FusionCounts,
 };
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
-pub use gemv::{GemvArgs, GemvGroupArgs, NormIn, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP};
+pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP};
 pub use ops::compute_node;
 pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
 
@@ -98,7 +97,6 @@ pub enum KernelArg {
     Gemv(GemvArgs),
     /// Boxed: it is several times the size of the others.
     GemvGroup(Box<GemvGroupArgs>),
-    Norm(NormIn),
 }
 
 macro_rules! kernel_arg_from {
@@ -123,7 +121,6 @@ impl KernelArg {
             KernelArg::U64(v) => (v as *const u64).cast(),
             KernelArg::Gemv(v) => (v as *const GemvArgs).cast(),
             KernelArg::GemvGroup(v) => (v.as_ref() as *const GemvGroupArgs).cast(),
-            KernelArg::Norm(v) => (v as *const NormIn).cast(),
         };
         p.cast_mut()
     }
@@ -243,9 +240,6 @@ pub fn kernel_names() -> Vec<String> {
         if t.is_quantized() {
             names.push(dequant_kernel(tn));
             names.push(moe::grouped_kernel_name(tn));
-        } else {
-            names.push(gemv::group_norm_kernel_name(tn));
-            names.push(gemv::glu_norm_kernel_name(tn));
         }
     }
     names

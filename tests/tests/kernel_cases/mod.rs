@@ -34,8 +34,6 @@ mod delta_net;
 mod fusions;
 #[path = "moe.rs"]
 mod moe;
-#[path = "norm_fold.rs"]
-mod norm_fold;
 
 use super::kernel_device;
 

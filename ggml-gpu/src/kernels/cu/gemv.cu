@@ -10,8 +10,7 @@
 // quantized types are decoded from global memory directly. mul_mat_id uses the same kernels with one column per (expert slot,
 // token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
 // single-column products of one activation vector in one launch; k_gemv_glu_<type> runs the gate
-// and up products of one activation vector and writes the gated unit too. For float weights the
-// _norm variants of both take the rms_norm chain before them as well (struct GN).
+// and up products of one activation vector and writes the gated unit too.
 
 #define GV_THREADS 128
 #define GV_WARPS (GV_THREADS / 32)
@@ -33,18 +32,6 @@ struct GV {
     i64 vec;                   // float weights: rows and activations 16-byte aligned, K % 8 == 0;
                                // K-quant weights: rows 16-byte aligned (staged chunks)
     i64 wpr;                   // warps per row group: 1, 2 or 4
-};
-
-// Mirrors the Rust `NormIn`: an rms_norm chain folded into the products of its result (float
-// weights, one column). The products take x = (a + b) * g (x = a * g without the add) and scale
-// their results by f = 1 / sqrt(mean((a + b)^2) + eps), which every row group finds from the squares
-// of the activations it loads anyway (each group reads the whole row); block 0 also writes the
-// chain's results s = a + b (with the add), n = s * f and m = n * g for their other readers.
-struct GN {
-    u64 a, b, g;  // F32 [K]: the chain's input, the residual added to it (or 0), the norm's weights
-    u64 s, n, m;  // F32 [K] results: the sum (0 without the add), the normalized row, n * g
-    float eps;
-    int has_add;
 };
 
 // Units of 32 weights a warp stages per row at a time: 8 blocks of a K-quant.
@@ -173,30 +160,9 @@ __device__ __forceinline__ void gemv_store(const GV& g, float (&acc)[R][NC], i64
 
 // acc[r][c] = dot(row r, column col0 + c) over the share of thread t of the nt threads (wpr warps)
 // of its row group.
-// Activation unit s (8 floats at 8 s) of a folded norm chain: (a + b) * g, the squares of a + b added
-// to ss.
-__device__ __forceinline__ void norm_unit(const GN& nm, int s, float4& lo, float4& hi, float& ss) {
-    const float4* a = (const float4*)nm.a + 2 * s;
-    lo = a[0];
-    hi = a[1];
-    if (nm.has_add) {
-        const float4* b = (const float4*)nm.b + 2 * s;
-        const float4 b0 = b[0], b1 = b[1];
-        lo = make_float4(lo.x + b0.x, lo.y + b0.y, lo.z + b0.z, lo.w + b0.w);
-        hi = make_float4(hi.x + b1.x, hi.y + b1.y, hi.z + b1.z, hi.w + b1.w);
-    }
-    ss += lo.x * lo.x + lo.y * lo.y + lo.z * lo.z + lo.w * lo.w + hi.x * hi.x + hi.y * hi.y + hi.z * hi.z + hi.w * hi.w;
-    const float4* g = (const float4*)nm.g + 2 * s;
-    const float4 g0 = g[0], g1 = g[1];
-    lo = make_float4(lo.x * g0.x, lo.y * g0.y, lo.z * g0.z, lo.w * g0.w);
-    hi = make_float4(hi.x * g1.x, hi.y * g1.y, hi.z * g1.z, hi.w * g1.w);
-}
-
-// With NORM (float weights, one column, vector loads: the host checks) the activations come from
-// the folded norm chain nm and the squares of its sum go to ss.
-template <int T, int NC, int R, bool NORM = false>
+template <int T, int NC, int R>
 __device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R], int t, int nt, i64 col0, int ncols,
-                                          float (&acc)[R][NC], const GN* nm = nullptr, float* ss = nullptr) {
+                                          float (&acc)[R][NC]) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -226,14 +192,8 @@ __device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R
 #pragma unroll
             for (int c = 0; c < NC; c++) {
                 if (c >= ncols) break;
-                float4 a, b;
-                if (NORM) {
-                    norm_unit(*nm, s, a, b, *ss);
-                } else {
-                    const float4* xp = (const float4*)(xf + (col0 + c) * g.k + 8 * s);
-                    a = xp[0];
-                    b = xp[1];
-                }
+                const float4* xp = (const float4*)(xf + (col0 + c) * g.k + 8 * s);
+                const float4 a = xp[0], b = xp[1];
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float v = acc[r][c];
@@ -261,41 +221,8 @@ __device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R
 // Block bx of the row blocks of g (blockIdx.x for a single product). Inlined into each kernel (as
 // every function holding shared memory): on AMD GPUs the shared memory of a function that is not
 // gets reserved in every kernel of the program.
-// Sum of v over the threads of each row group of wpr warps, in every thread (all threads of the
-// block take part).
-__device__ __forceinline__ float row_group_sum(float v, int wpr) {
-    __shared__ float ps[GV_WARPS];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int o = 16; o > 0; o >>= 1) v += WARP_SHFL_XOR(v, o);
-    if (lane == 0) ps[warp] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int w = warp / wpr * wpr; w < (warp / wpr + 1) * wpr; w++) s += ps[w];
-    return s;
-}
-
-// The rms factor of a folded norm chain from the squares ss of this thread's share (row groups of
-// wpr warps over K); block 0 writes the chain's results s, n and m.
-__device__ __forceinline__ float norm_factor(const GN& nm, float ss, int wpr, i64 k) {
-    const float f = 1.0f / sqrtf(row_group_sum(ss, wpr) / (float)k + nm.eps);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
-        const float *a = (const float*)nm.a, *b = (const float*)nm.b, *g = (const float*)nm.g;
-        for (i64 i = threadIdx.x; i < k; i += blockDim.x) {
-            float v = a[i];
-            if (nm.has_add) {
-                v += b[i];
-                ((float*)nm.s)[i] = v;
-            }
-            v *= f;
-            ((float*)nm.n)[i] = v;
-            ((float*)nm.m)[i] = v * g[i];
-        }
-    }
-    return f;
-}
-
-template <int T, int NC, int R, bool NORM = false>
-__device__ __forceinline__ void gemv(const GV& g, i64 bx, const GN* nm = nullptr) {
+template <int T, int NC, int R>
+__device__ __forceinline__ void gemv(const GV& g, i64 bx) {
     const i64 z = blockIdx.y + (i64)gridDim.y * blockIdx.z;
     if (z >= g.nz) return;
     const int tid = threadIdx.x;
@@ -323,15 +250,8 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx, const GN* nm = nullptr
     const u8* rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = wb + min(r0 + r, g.m - 1) * g.wnb1;
-    float acc[R][NC], ss = 0.0f;
-    gemv_rows<T, NC, R, NORM>(g, rows, t, nt, col0, ncols, acc, nm, &ss);
-    if (NORM) {
-        const float f = norm_factor(*nm, ss, wpr, g.k);
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int c = 0; c < NC; c++) acc[r][c] *= f;
-    }
+    float acc[R][NC];
+    gemv_rows<T, NC, R>(g, rows, t, nt, col0, ncols, acc);
     gemv_store<NC, R>(g, acc, rb, dcol0, ncols, bad);
 }
 
@@ -349,11 +269,11 @@ struct GVGroup {
     i64 n;
 };
 
-template <int T, bool NORM = false>
-__device__ __forceinline__ void gemv_group(const GVGroup& gg, const GN* nm = nullptr) {
+template <int T>
+__device__ __forceinline__ void gemv_group(const GVGroup& gg) {
     int i = 0;
     while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
-    gemv<T, 1, 1, NORM>(gg.g[i], (i64)blockIdx.x - gg.first[i], nm);
+    gemv<T, 1, 1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
 }
 
 // The gate and up products of one activation vector and the gated unit glu(gate, up) (op: G_SWIGLU,
@@ -363,8 +283,8 @@ __device__ __forceinline__ void gemv_group(const GVGroup& gg, const GN* nm = nul
 // up share the activations, k, vec, wpr and (mul_mat_id) the ids: then blockIdx.y is the
 // (slot, token) pair z, whose expert's rows and activation column the block takes, writing column
 // z of the results (NaN for an expert id out of range).
-template <int T, bool NORM = false>
-__device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, int op, const GN* nm = nullptr) {
+template <int T>
+__device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, int op) {
     __shared__ float part[GV_WARPS][2];
     const int tid = threadIdx.x, wpr = (int)gate.wpr, nt = 32 * wpr, grp = tid / nt;
     const i64 z = blockIdx.y;
@@ -381,13 +301,8 @@ __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, 
     }
     const i64 row0 = (i64)blockIdx.x * (GV_WARPS / wpr), at = min(row0 + grp, gate.m - 1);
     const u8* const rows[2] = {gw + at * gate.wnb1, uw + at * up.wnb1};
-    float acc[2][1], ss = 0.0f;
-    gemv_rows<T, 1, 2, NORM>(gate, rows, tid % nt, nt, col0, 1, acc, nm, &ss);
-    if (NORM) {
-        const float f = norm_factor(*nm, ss, wpr, gate.k);
-        acc[0][0] *= f;
-        acc[1][0] *= f;
-    }
+    float acc[2][1];
+    gemv_rows<T, 1, 2>(gate, rows, tid % nt, nt, col0, 1, acc);
     warp_partials<1, 2>(acc, part);
     const i64 row = row0 + tid, at_z = z * gate.m + row;
     if (tid < GV_WARPS / wpr && row < gate.m) {
@@ -406,22 +321,9 @@ __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, 
         gemv_glu<T>(gate, up, out, op); \
     }
 
-// The grouped and gated-unit products with the rms_norm chain before them folded in (float weights).
-#define GEMV_NORM_KERNELS(name, T) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_norm_##name(GVGroup gg, GN nm) { GRID_DEPENDENCY_SYNC(); \
-        gemv_group<T, true>(gg, &nm); \
-    } \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_norm_##name(GV gate, GV up, u64 out, int op, GN nm) { \
-        GRID_DEPENDENCY_SYNC(); \
-        gemv_glu<T, true>(gate, up, out, op, &nm); \
-    }
-
 GEMV_KERNELS(f32, T_F32)
 GEMV_KERNELS(f16, T_F16)
 GEMV_KERNELS(bf16, T_BF16)
-GEMV_NORM_KERNELS(f32, T_F32)
-GEMV_NORM_KERNELS(f16, T_F16)
-GEMV_NORM_KERNELS(bf16, T_BF16)
 GEMV_KERNELS(q4_0, T_Q4_0)
 GEMV_KERNELS(q4_1, T_Q4_1)
 GEMV_KERNELS(q5_0, T_Q5_0)
