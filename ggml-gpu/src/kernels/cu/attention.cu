@@ -212,192 +212,239 @@ __device__ __forceinline__ uint4 row_chunk(const TD& t, bool on, i64 j, i64 hk, 
     return on ? *(const uint4*)(kv_row(t, j, hk, s) + off) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
-// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
-// first); block y: the split.
-extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
-                                            int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
-    __shared__ float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
-    __shared__ float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
-    __shared__ float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
-    __shared__ float ws[FAV_MAX_HEADS][FAV_TILE];
-    __shared__ float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
-    const int group = (int)(q.ne[2] / k.ne[2]);
-    const int head_blocks = (group + heads_per_block - 1) / heads_per_block;
-    i64 b = blockIdx.x;
-    const int hblk = (int)(b % head_blocks);
-    b /= head_blocks;
-    const i64 hk = b % k.ne[2];
-    b /= k.ne[2];
-    const i64 iq = b % q.ne[1], s = b / q.ne[1];
-    const int h0 = (int)hk * group + hblk * heads_per_block;
-    const int nh = min(heads_per_block, group - hblk * heads_per_block);
-    const int D = (int)q.ne[0], DV = (int)v.ne[0], n_kv = (int)k.ne[1];
-    const int kv0 = blockIdx.y * kv_per_split, kv1 = min(n_kv, kv0 + kv_per_split);
-    const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16, warp = tid / 32, lane = tid % 32;
-    const int kes = k.type == T_F32 ? 4 : 2, ves = v.type == T_F32 ? 4 : 2;
-    const int k_bytes = D * kes, v_bytes = DV * ves, v_chunk = 16 / ves, v_pass = FAV_PASS_BYTES / ves;
-    const float sc = softcap != 0.0f ? scale / softcap : scale;
-    for (int i = tid; i < nh * D; i += FAV_THREADS) qs[i / D][i % D] = load_float(q, i % D, iq, h0 + i / D, s);
-    for (int i = tid; i < nh * DV; i += FAV_THREADS) out[i / DV][i % DV] = 0.0f;
-    if (tid < FAV_MAX_HEADS) {
-        mx[tid] = NEG_INF;
-        sum[tid] = 0.0f;
+// The shared memory of a k_flash_attn_vec block, laid out for FAV_MAX_HEADS heads.
+struct FavShared {
+    float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
+    float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
+    float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
+    float ws[FAV_MAX_HEADS][FAV_TILE];
+    float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
+};
+
+// Where a k_flash_attn_vec block works: its first query head h0 and head count nh (of one GQA
+// group), KV head hk, query iq, sequence s and keys kv0 .. kv1.
+struct FavPlace {
+    int h0, nh, hk, iq, s, kv0, kv1;
+};
+
+// The scores of the keys of tile t0 for the nh <= NH heads into sh.ws (scaled, soft-capped,
+// masked; NEG_INF past kv1).
+template <int NH>
+__device__ __forceinline__ void fav_scores(const TD& q, const TD& k, const TD& m, float sc, float softcap,
+                                           float max_bias, int has_mask, const FavPlace& p, int t0, FavShared& sh) {
+    const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16;
+    const int kes = k.type == T_F32 ? 4 : 2, k_bytes = (int)q.ne[0] * kes;
+    float dot[NH][FAV_KEYS];
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++)
+#pragma unroll
+        for (int u = 0; u < FAV_KEYS; u++) dot[hh][u] = 0.0f;
+    for (int off = 16 * l16; off - 16 * l16 < k_bytes; off += FAV_PASS_BYTES) {
+        const bool on = off < k_bytes;
+        uint4 raw[FAV_KEYS];
+#pragma unroll
+        for (int u = 0; u < FAV_KEYS; u++) {
+            const int j = t0 + half + FAV_HALVES * u;
+            raw[u] = row_chunk(k, on && j < p.kv1, j, p.hk, p.s, off);
+        }
+        if (!on) continue;
+        float f[FAV_KEYS][8];
+#pragma unroll
+        for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], k.type, f[u]);
+        const int c0 = off / kes;
+#pragma unroll
+        for (int hh = 0; hh < NH; hh++) {
+            if (hh >= p.nh) break;
+            float qv[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) qv[e] = e < 16 / kes ? sh.qs[hh][c0 + e] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < FAV_KEYS; u++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) dot[hh][u] += f[u][e] * qv[e];
+        }
     }
-    __syncthreads();
-    for (int t0 = kv0; t0 < kv1; t0 += FAV_TILE) {
-        float dot[FAV_MAX_HEADS][FAV_KEYS];
 #pragma unroll
-        for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
+    for (int hh = 0; hh < NH; hh++)
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) dot[hh][u] = 0.0f;
-        for (int off = 16 * l16; off - 16 * l16 < k_bytes; off += FAV_PASS_BYTES) {
-            const bool on = off < k_bytes;
-            uint4 raw[FAV_KEYS];
+        for (int u = 0; u < FAV_KEYS; u++)
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-                const int j = t0 + half + FAV_HALVES * u;
-                raw[u] = row_chunk(k, on && j < kv1, j, hk, s, off);
+            for (int o = 8; o > 0; o >>= 1) dot[hh][u] += WARP_SHFL_XOR(dot[hh][u], o);
+    // Lane u < FAV_KEYS of each half-warp turns the dots of its key u into logits.
+    if (l16 >= FAV_KEYS) return;
+    const int kk = half + FAV_HALVES * l16, j = t0 + kk;
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        if (hh >= p.nh) break;
+        float mine = 0.0f;
+#pragma unroll
+        for (int u = 0; u < FAV_KEYS; u++)
+            if (l16 == u) mine = dot[hh][u];
+        float x = NEG_INF;
+        if (j < p.kv1) {
+            x = mine * sc;
+            if (softcap != 0.0f) x = softcap * tanhf(x);
+            if (has_mask) {
+                const int h = p.h0 + hh;
+                const float mv = load_float(m, j, p.iq, h % m.ne[2], p.s % m.ne[3]);
+                x = mv == NEG_INF ? NEG_INF : x + alibi_slope(max_bias, h, (int)q.ne[2]) * mv;
             }
-            if (!on) continue;
-            float f[FAV_KEYS][8];
+        }
+        sh.ws[hh][kk] = x;
+    }
+}
+
+// Warp hh < nh: head hh's tile maximum, its weights in sh.ws and the running sum and rescale.
+__device__ __forceinline__ void fav_softmax(int nh, FavShared& sh) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp >= nh) return;
+    const float x0 = sh.ws[warp][lane], x1 = sh.ws[warp][lane + 32];
+    float tmax = fmaxf(x0, x1);
+    for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, WARP_SHFL_XOR(tmax, o));
+    const float old = sh.mx[warp], nm = fmaxf(old, tmax);
+    const float p0 = x0 == NEG_INF ? 0.0f : expf(x0 - nm), p1 = x1 == NEG_INF ? 0.0f : expf(x1 - nm);
+    sh.ws[warp][lane] = p0;
+    sh.ws[warp][lane + 32] = p1;
+    float ts = p0 + p1;
+    for (int o = 16; o > 0; o >>= 1) ts += WARP_SHFL_XOR(ts, o);
+    if (lane == 0) {
+        const float a = old == NEG_INF ? 0.0f : expf(old - nm);
+        sh.alpha[warp] = a;
+        sh.sum[warp] = sh.sum[warp] * a + ts;
+        sh.mx[warp] = nm;
+    }
+}
+
+// The tile's weighted V rows added to sh.out (rescaled by sh.alpha first), one pass of
+// FAV_PASS_BYTES of the rows at a time.
+template <int NH>
+__device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t0, FavShared& sh) {
+    const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16;
+    const int DV = (int)v.ne[0], ves = v.type == T_F32 ? 4 : 2, v_bytes = DV * ves, v_pass = FAV_PASS_BYTES / ves;
+    for (int p0 = 0; p0 < v_bytes; p0 += FAV_PASS_BYTES) {
+        const int off = p0 + 16 * l16;
+        uint4 raw[FAV_KEYS];
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], k.type, f[u]);
-            const int c0 = off / kes;
+        for (int u = 0; u < FAV_KEYS; u++) {
+            const int kk = half + FAV_HALVES * u;
+            bool used = false;
 #pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-                if (hh >= nh) continue;
-                float qv[8];
+            for (int hh = 0; hh < NH; hh++) used |= hh < p.nh && sh.ws[hh][kk] != 0.0f;
+            raw[u] = row_chunk(v, off < v_bytes && used, t0 + kk, p.hk, p.s, off);
+        }
+        float acc[NH][8];
 #pragma unroll
-                for (int e = 0; e < 8; e++) qv[e] = e < 16 / kes ? qs[hh][c0 + e] : 0.0f;
+        for (int hh = 0; hh < NH; hh++)
 #pragma unroll
-                for (int u = 0; u < FAV_KEYS; u++)
+            for (int e = 0; e < 8; e++) acc[hh][e] = 0.0f;
 #pragma unroll
-                    for (int e = 0; e < 8; e++) dot[hh][u] += f[u][e] * qv[e];
+        for (int u = 0; u < FAV_KEYS; u++) {
+            float f[8];
+            chunk_floats(raw[u], v.type, f);
+#pragma unroll
+            for (int hh = 0; hh < NH; hh++) {
+                const float wv = hh < p.nh ? sh.ws[hh][half + FAV_HALVES * u] : 0.0f;
+                if (wv != 0.0f)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[hh][e] += wv * f[e];
             }
         }
 #pragma unroll
-        for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
+        for (int hh = 0; hh < NH; hh++)
+            if (hh < p.nh)
 #pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++)
-                if (hh < nh)
-#pragma unroll
-                    for (int o = 8; o > 0; o >>= 1) dot[hh][u] += WARP_SHFL_XOR(dot[hh][u], o);
-        // Lane u < FAV_KEYS of each half-warp turns the dots of its key u into logits.
-        float mine[FAV_MAX_HEADS];
-#pragma unroll
-        for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-            mine[hh] = 0.0f;
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++)
-                if (l16 == u) mine[hh] = dot[hh][u];
-        }
-        if (l16 < FAV_KEYS) {
-            const int kk = half + FAV_HALVES * l16, j = t0 + kk;
-#pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-                if (hh >= nh) continue;
-                float x = NEG_INF;
-                if (j < kv1) {
-                    x = mine[hh] * sc;
-                    if (softcap != 0.0f) x = softcap * tanhf(x);
-                    if (has_mask) {
-                        const int h = h0 + hh;
-                        const float mv = load_float(m, j, iq, h % m.ne[2], s % m.ne[3]);
-                        x = mv == NEG_INF ? NEG_INF : x + alibi_slope(max_bias, h, (int)q.ne[2]) * mv;
-                    }
-                }
-                ws[hh][kk] = x;
-            }
-        }
+                for (int e = 0; e < 8; e++) sh.red[half][hh][8 * l16 + e] = acc[hh][e];
         __syncthreads();
-        // Warp hh: head hh's tile maximum, weights and sum.
-        if (warp < nh) {
-            const float x0 = ws[warp][lane], x1 = ws[warp][lane + 32];
-            float tmax = fmaxf(x0, x1);
-            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, WARP_SHFL_XOR(tmax, o));
-            const float old = mx[warp], nm = fmaxf(old, tmax);
-            const float p0 = x0 == NEG_INF ? 0.0f : expf(x0 - nm), p1 = x1 == NEG_INF ? 0.0f : expf(x1 - nm);
-            ws[warp][lane] = p0;
-            ws[warp][lane + 32] = p1;
-            float ts = p0 + p1;
-            for (int o = 16; o > 0; o >>= 1) ts += WARP_SHFL_XOR(ts, o);
-            if (lane == 0) {
-                const float a = old == NEG_INF ? 0.0f : expf(old - nm);
-                alpha[warp] = a;
-                sum[warp] = sum[warp] * a + ts;
-                mx[warp] = nm;
-            }
-        }
-        __syncthreads();
-        for (int p0 = 0; p0 < v_bytes; p0 += FAV_PASS_BYTES) {
-            const int off = p0 + 16 * l16;
-            uint4 raw[FAV_KEYS];
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-                const int kk = half + FAV_HALVES * u;
-                bool used = false;
-#pragma unroll
-                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) used |= hh < nh && ws[hh][kk] != 0.0f;
-                raw[u] = row_chunk(v, off < v_bytes && used, t0 + kk, hk, s, off);
-            }
-            float acc[FAV_MAX_HEADS][8];
-#pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[hh][e] = 0.0f;
-#pragma unroll
-            for (int u = 0; u < FAV_KEYS; u++) {
-                float f[8];
-                chunk_floats(raw[u], v.type, f);
-#pragma unroll
-                for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
-                    const float wv = hh < nh ? ws[hh][half + FAV_HALVES * u] : 0.0f;
-                    if (wv != 0.0f)
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[hh][e] += wv * f[e];
-                }
-            }
-#pragma unroll
-            for (int hh = 0; hh < FAV_MAX_HEADS; hh++)
-                if (hh < nh)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) red[half][hh][8 * l16 + e] = acc[hh][e];
-            __syncthreads();
-            for (int i = tid; i < nh * v_pass; i += FAV_THREADS) {
-                const int hh = i / v_pass, c = i % v_pass, dv = p0 / ves + c;
-                if (dv >= DV) continue;
-                const int at = 8 * (c / v_chunk) + c % v_chunk;
+        // Element c of the pass sits at 8 (c / chunk) + c % chunk of the reduction rows (a chunk of
+        // 16 bytes holds 8 halves or 4 floats).
+        for (int hh = 0; hh < p.nh; hh++) {
+            for (int c = tid; c < v_pass; c += FAV_THREADS) {
+                const int dv = p0 / ves + c;
+                if (dv >= DV) break;
+                const int at = ves == 4 ? ((c >> 2) << 3) + (c & 3) : c;
                 float a = 0.0f;
 #pragma unroll
-                for (int hw = 0; hw < FAV_HALVES; hw++) a += red[hw][hh][at];
-                out[hh][dv] = out[hh][dv] * alpha[hh] + a;
+                for (int hw = 0; hw < FAV_HALVES; hw++) a += sh.red[hw][hh][at];
+                sh.out[hh][dv] = sh.out[hh][dv] * sh.alpha[hh] + a;
             }
-            __syncthreads();
         }
+        __syncthreads();
+    }
+}
+
+// The body of k_flash_attn_vec for blocks of at most NH heads.
+template <int NH>
+__device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
+                                          float scale, float max_bias, float softcap, int has_mask, int has_sinks,
+                                          const FavPlace& p, u64 part, FavShared& sh) {
+    const int tid = threadIdx.x, D = (int)q.ne[0], DV = (int)v.ne[0];
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    for (int hh = 0; hh < p.nh; hh++) {
+        for (int c = tid; c < D; c += FAV_THREADS) sh.qs[hh][c] = load_float(q, c, p.iq, p.h0 + hh, p.s);
+        for (int c = tid; c < DV; c += FAV_THREADS) sh.out[hh][c] = 0.0f;
+    }
+    if (tid < FAV_MAX_HEADS) {
+        sh.mx[tid] = NEG_INF;
+        sh.sum[tid] = 0.0f;
+    }
+    __syncthreads();
+    for (int t0 = p.kv0; t0 < p.kv1; t0 += FAV_TILE) {
+        fav_scores<NH>(q, k, m, sc, softcap, max_bias, has_mask, p, t0, sh);
+        __syncthreads();
+        fav_softmax(p.nh, sh);
+        __syncthreads();
+        fav_values<NH>(v, p, t0, sh);
     }
     if (part) {
-        for (int i = tid; i < nh * (DV + 2); i += FAV_THREADS) {
-            const int hh = i / (DV + 2), c = i % (DV + 2);
-            const i64 r = h0 + hh + d.ne[1] * (iq + d.ne[2] * s);
-            float* p = (float*)part + (r * gridDim.y + blockIdx.y) * (DV + 2);
-            p[c] = c == 0 ? mx[hh] : (c == 1 ? sum[hh] : out[hh][c - 2]);
+        const i64 row0 = p.h0 + d.ne[1] * (p.iq + d.ne[2] * p.s);
+        for (int hh = 0; hh < p.nh; hh++) {
+            float* out = (float*)part + ((row0 + hh) * gridDim.y + blockIdx.y) * (DV + 2);
+            for (int c = tid; c < DV + 2; c += FAV_THREADS) out[c] = c == 0 ? sh.mx[hh] : (c == 1 ? sh.sum[hh] : sh.out[hh][c - 2]);
         }
         return;
     }
-    for (int i = tid; i < nh * DV; i += FAV_THREADS) {
-        const int hh = i / DV, dv = i % DV, h = h0 + hh;
-        float total = sum[hh], scale_out = 1.0f;
+    for (int hh = 0; hh < p.nh; hh++) {
+        const int h = p.h0 + hh;
+        float total = sh.sum[hh], scale_out = 1.0f;
         if (has_sinks) {
             const float sink = load_float(sk, h, 0, 0, 0);
-            const float nm = fmaxf(mx[hh], sink);
-            scale_out = mx[hh] == NEG_INF ? 0.0f : expf(mx[hh] - nm);
+            const float nm = fmaxf(sh.mx[hh], sink);
+            scale_out = sh.mx[hh] == NEG_INF ? 0.0f : expf(sh.mx[hh] - nm);
             total = total * scale_out + expf(sink - nm);
         }
         const float inv = total == 0.0f ? 0.0f : scale_out / total;
-        store(d, dv, h, iq, s, out[hh][dv] * inv);
+        for (int dv = tid; dv < DV; dv += FAV_THREADS) store(d, dv, h, p.iq, p.s, sh.out[hh][dv] * inv);
     }
+}
+
+// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
+// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
+// first); block y: the split. Blocks of one head run the one-head body, of two the two-head one
+// (the code of a block of fewer heads is smaller and skips the others' checks).
+extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
+                                            int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
+    __shared__ FavShared sh;
+    const u32 kv_heads = (u32)k.ne[2], group = (u32)(q.ne[2] / k.ne[2]);
+    const u32 head_blocks = (group + heads_per_block - 1) / heads_per_block;
+    u32 b = blockIdx.x;
+    const u32 hblk = b % head_blocks;
+    b /= head_blocks;
+    FavPlace p;
+    p.hk = (int)(b % kv_heads);
+    b /= kv_heads;
+    p.iq = (int)(b % (u32)q.ne[1]);
+    p.s = (int)(b / (u32)q.ne[1]);
+    p.h0 = p.hk * (int)group + (int)hblk * heads_per_block;
+    p.nh = min(heads_per_block, (int)group - (int)hblk * heads_per_block);
+    p.kv0 = blockIdx.y * kv_per_split;
+    p.kv1 = min((int)k.ne[1], p.kv0 + kv_per_split);
+    if (heads_per_block == 1)
+        fav_block<1>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
+    else if (heads_per_block == 2)
+        fav_block<2>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
+    else
+        fav_block<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
 }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
