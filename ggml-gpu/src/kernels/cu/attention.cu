@@ -447,28 +447,48 @@ extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
         fav_block<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
 }
 
-// Merges the `splits` partials of each row (one block per row), adds the sink, normalizes.
+// Most splits whose weights k_flash_attn_combine keeps in shared memory (more are recomputed).
+#define FA_COMBINE_SPLITS 1024
+
+// Merges the `splits` partials of each row (one block per row), adds the sink, normalizes. The
+// threads take the splits' maxima and sums in parallel (block reductions), keep each split's
+// weight in shared memory, then sum the accumulators of every split per dimension with several
+// loads in flight.
 extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) { GRID_DEPENDENCY_SYNC();
-    i64 r = blockIdx.x;
-    i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
-    int DV = (int)d.ne[0];
-    const float* p = (const float*)part + r * splits * (DV + 2);
-    float mx = has_sinks ? load(sk, h, 0, 0, 0) : NEG_INF;
-    for (int i = 0; i < splits; i++) mx = fmaxf(mx, p[i * (DV + 2)]);
-    float sum = 0.0f;
+    __shared__ float weight[FA_COMBINE_SPLITS];
+    const i64 r = blockIdx.x;
+    const i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
+    const int DV = (int)d.ne[0], stride = DV + 2;
+    const float* p = (const float*)part + r * splits * stride;
+    const float sink = has_sinks ? load(sk, h, 0, 0, 0) : NEG_INF;
+    float mx = NEG_INF;
+    for (int i = threadIdx.x; i < splits; i += blockDim.x) mx = fmaxf(mx, p[i * stride]);
+    mx = fmaxf(block_max(mx), sink);
+    double sum = 0.0;
     if (mx != NEG_INF) {
-        for (int i = 0; i < splits; i++) {
-            float mi = p[i * (DV + 2)];
-            if (mi != NEG_INF) sum += expf(mi - mx) * p[i * (DV + 2) + 1];
+        for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+            const float mi = p[i * stride], w = mi == NEG_INF ? 0.0f : expf(mi - mx);
+            if (i < FA_COMBINE_SPLITS) weight[i] = w;
+            sum += (double)(w * p[i * stride + 1]);
         }
-        if (has_sinks) sum += expf(load(sk, h, 0, 0, 0) - mx);
     }
-    float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    float total = (float)block_sum(sum);
+    if (has_sinks && mx != NEG_INF) total += expf(sink - mx);
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
     for (int dv = threadIdx.x; dv < DV; dv += blockDim.x) {
         float a = 0.0f;
-        for (int i = 0; i < splits; i++) {
-            float mi = p[i * (DV + 2)];
-            if (mi != NEG_INF) a += expf(mi - mx) * p[i * (DV + 2) + 2 + dv];
+        if (mx != NEG_INF) {
+#pragma unroll 8
+            for (int i = 0; i < splits; i++) {
+                float w;
+                if (i < FA_COMBINE_SPLITS) {
+                    w = weight[i];
+                } else {
+                    const float mi = p[i * stride];
+                    w = mi == NEG_INF ? 0.0f : expf(mi - mx);
+                }
+                if (w != 0.0f) a += w * p[i * stride + 2 + dv];
+            }
         }
         store(d, dv, h, iq, s, a * inv);
     }
