@@ -176,8 +176,14 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     let (aq, asz) = act_layout(T::MIN);
     // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
     unsafe {
-        let q: [__m256i; R] = std::array::from_fn(|r| T::unpack_x86(w[r].add(i * T::SIZE)));
-        let dm: [(f32, f32); R] = std::array::from_fn(|r| T::dm::<F16c>(w[r].add(i * T::SIZE)));
+        // Loops, not `array::from_fn`: a closure does not inherit the caller's target features,
+        // so the intrinsics inside it would become calls.
+        let mut q = [_mm256_setzero_si256(); R];
+        let mut dm = [(0f32, 0f32); R];
+        for r in 0..R {
+            q[r] = T::unpack_x86(w[r].add(i * T::SIZE));
+            dm[r] = T::dm::<F16c>(w[r].add(i * T::SIZE));
+        }
         for c in 0..C {
             let a = acts[c].add(i * asz);
             let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
@@ -203,6 +209,24 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     }
 }
 
+/// The results of the legacy kernels: per (row, column) the even and odd accumulators summed,
+/// then horizontally, plus the min terms.
+#[inline(always)]
+unsafe fn finish<const R: usize, const C: usize>(
+    acc0: &[[__m256; C]; R],
+    acc1: &[[__m256; C]; R],
+    msum: &[[f32; C]; R],
+) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            // SAFETY: AVX2 enabled by the caller.
+            out[r][c] = unsafe { _mm256_add_ps(acc0[r][c], acc1[r][c]).hsum() } + msum[r][c];
+        }
+    }
+    out
+}
+
 /// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
 /// column (even and odd blocks) hide the FMA latency.
 #[inline(always)]
@@ -225,7 +249,8 @@ unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
         if i < nb {
             legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|c| _mm256_add_ps(acc0[0][c], acc1[0][c]).hsum() + msum[0][c])
+        let [out] = finish(&acc0, &acc1, &msum);
+        out
     }
 }
 
@@ -252,9 +277,7 @@ unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
         if i < nb {
             legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|r| {
-            std::array::from_fn(|c| _mm256_add_ps(acc0[r][c], acc1[r][c]).hsum() + msum[r][c])
-        })
+        finish(&acc0, &acc1, &msum)
     }
 }
 
@@ -379,12 +402,13 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
         for i in 0..nb {
             T::unpack_x86(w.add(i * T::SIZE), &mut kb);
             let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
-            let scv: [__m256i; 8] = std::array::from_fn(|v| {
-                _mm256_set_m128i(
+            let mut scv = [_mm256_setzero_si256(); 8];
+            for (v, s) in scv.iter_mut().enumerate() {
+                *s = _mm256_set_m128i(
                     _mm_set1_epi16(kb.sc[2 * v + 1]),
                     _mm_set1_epi16(kb.sc[2 * v]),
-                )
-            });
+                );
+            }
             for c in 0..C {
                 let a = acts[c].add(i * Q8K_SIZE);
                 let da = (a as *const f32).read_unaligned();
@@ -402,7 +426,11 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
                 acc[c] = _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc[c]);
             }
         }
-        std::array::from_fn(|c| acc[c].hsum())
+        let mut out = [0f32; C];
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = a.hsum();
+        }
+        out
     }
 }
 
