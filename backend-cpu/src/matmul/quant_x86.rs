@@ -20,7 +20,7 @@ use std::ops::Range;
 /// F16C for scalar scales: LLVM lowers the scalar `vcvtph2ps` input to a `vpinsrw` that merges into
 /// a stale register, which chained every block of a row into one dependency chain (3x slower Q8_0
 /// GEMV at the AVX-512 level).
-struct F16c;
+pub(super) struct F16c;
 
 impl HalfCvt for F16c {
     #[inline(always)]
@@ -37,6 +37,19 @@ pub(crate) trait DotI8 {
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
     /// Unsigned `x` times signed `y`.
     unsafe fn dot_us(x: __m256i, y: __m256i) -> __m256i;
+    /// The legacy prompt kernel of this level (two weight rows against four columns).
+    #[inline(always)]
+    unsafe fn prompt_2x4<T: LegacyX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2]
+    where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy_2x4::<T, Self>(w, acts, nb) }
+    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -66,11 +79,29 @@ impl DotI8 for VnniDot {
         // SAFETY: AVX-512 VNNI and VL are enabled in every caller of this implementation.
         unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y) }
     }
+    #[inline(always)]
+    unsafe fn prompt_2x4<T: LegacyX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2] {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
+    }
 }
 
 /// Unpacking of legacy blocks into 32 quants in one vector.
 pub(crate) trait LegacyX86: Legacy {
+    /// Added (mod 256) to the quants by [`LegacyX86::unpack_u`] to make them unsigned: 0 for the
+    /// `MIN` formats, else at least minus the smallest quant.
+    const OFFSET: u8;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
+    /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
+    #[inline(always)]
+    unsafe fn unpack_u(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller, who passes a whole block.
+        unsafe { _mm256_add_epi8(Self::unpack_x86(p), _mm256_set1_epi8(Self::OFFSET as i8)) }
+    }
 }
 
 /// Low nibbles of 16 bytes in the low lane, high nibbles in the high lane.
@@ -107,12 +138,14 @@ unsafe fn bits_x86(qh: *const u8) -> __m256i {
 
 // SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
 impl LegacyX86 for Q4_0 {
+    const OFFSET: u8 = 8;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
     }
 }
 impl LegacyX86 for Q4_1 {
+    const OFFSET: u8 = 0;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -120,6 +153,7 @@ impl LegacyX86 for Q4_1 {
     }
 }
 impl LegacyX86 for Q5_0 {
+    const OFFSET: u8 = 16;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
@@ -133,6 +167,7 @@ impl LegacyX86 for Q5_0 {
     }
 }
 impl LegacyX86 for Q5_1 {
+    const OFFSET: u8 = 0;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -145,6 +180,7 @@ impl LegacyX86 for Q5_1 {
     }
 }
 impl LegacyX86 for Q8_0 {
+    const OFFSET: u8 = 128;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -152,6 +188,7 @@ impl LegacyX86 for Q8_0 {
     }
 }
 impl LegacyX86 for Mxfp4 {
+    const OFFSET: u8 = 128;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -166,7 +203,7 @@ impl LegacyX86 for Mxfp4 {
 /// (scaled integer dots) and `msum` (min terms). Each activation block is loaded once for all
 /// `R` rows and each weight block unpacked once for all `C` columns.
 #[inline(always)]
-unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
+pub(super) unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     w: &[*const u8; R],
     acts: &[*const u8; C],
     i: usize,
@@ -212,7 +249,7 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
 /// The results of the legacy kernels: per (row, column) the even and odd accumulators summed,
 /// then horizontally, plus the min terms.
 #[inline(always)]
-unsafe fn finish<const R: usize, const C: usize>(
+pub(super) unsafe fn finish<const R: usize, const C: usize>(
     acc0: &[[__m256; C]; R],
     acc1: &[[__m256; C]; R],
     msum: &[[f32; C]; R],
@@ -446,7 +483,7 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     #[inline(always)]
     unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
         // SAFETY: forwarded from the caller.
-        unsafe { legacy_2x4::<T, D>(w, acts, self.0) }
+        unsafe { D::prompt_2x4::<T>(w, acts, self.0) }
     }
     #[inline(always)]
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
