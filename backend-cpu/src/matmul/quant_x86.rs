@@ -50,6 +50,24 @@ pub(crate) trait DotI8 {
         // SAFETY: forwarded from the caller.
         unsafe { legacy_2x4::<T, Self>(w, acts, nb) }
     }
+    /// The K-quant prompt kernel of this level (two weight rows against four columns).
+    #[inline(always)]
+    unsafe fn kquant_2x4<T: KQuantX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2]
+    where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            [
+                kquant::<T, 4>(w[0], acts, nb),
+                kquant::<T, 4>(w[1], acts, nb),
+            ]
+        }
+    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -87,6 +105,15 @@ impl DotI8 for VnniDot {
     ) -> [[f32; 4]; 2] {
         // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
         unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
+    }
+    #[inline(always)]
+    unsafe fn kquant_2x4<T: KQuantX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2] {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_avx512::kquant_2x4::<T>(w, acts, nb) }
     }
 }
 
@@ -448,7 +475,6 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
             }
             for c in 0..C {
                 let a = acts[c].add(i * Q8K_SIZE);
-                let da = (a as *const f32).read_unaligned();
                 let mut isum = _mm256_setzero_si256();
                 for (v, sc) in scv.iter().enumerate() {
                     let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
@@ -456,23 +482,48 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
                     isum =
                         _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
                 }
-                let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
-                let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
-                acc[c] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc[c]);
-                acc[c] = _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc[c]);
+                acc[c] = kquant_accumulate(acc[c], isum, mn, &kb, a);
             }
         }
-        let mut out = [0f32; C];
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = a.hsum();
-        }
-        out
+        hsums(acc)
+    }
+}
+
+/// The horizontal sums of `acc`.
+#[inline(always)]
+pub(super) unsafe fn hsums<const C: usize>(acc: [__m256; C]) -> [f32; C] {
+    let mut out = [0f32; C];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: AVX2 enabled by the caller.
+        *o = unsafe { a.hsum() };
+    }
+    out
+}
+
+/// `acc` plus super-block `kb`'s eight lanes of integer sums `isum` (lane `l`: quants `4 l .. 4 l +
+/// 4` of every 32, scaled) and its min terms (`mn`: `kb.mn` as a vector) against the Q8_K block at
+/// `a`, scaled: the float steps every K-quant kernel shares, so that a column's result does not
+/// depend on the kernel that computed it.
+#[inline(always)]
+pub(super) unsafe fn kquant_accumulate(
+    acc: __m256,
+    isum: __m256i,
+    mn: __m256i,
+    kb: &KBlock,
+    a: *const u8,
+) -> __m256 {
+    // SAFETY: AVX2/FMA enabled by the caller; `a` points to a whole Q8_K block.
+    unsafe {
+        let da = (a as *const f32).read_unaligned();
+        let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
+        let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
+        let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc);
+        _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc)
     }
 }
 
 struct LegacyK<T, D>(usize, PhantomData<(T, D)>);
-struct KQuantK<T>(usize, PhantomData<T>);
+struct KQuantK<T, D>(usize, PhantomData<(T, D)>);
 
 impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     #[inline(always)]
@@ -492,7 +543,7 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     }
 }
 
-impl<T: KQuantX86> RowKernel for KQuantK<T> {
+impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
     #[inline(always)]
     unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
         // SAFETY: forwarded from the caller.
@@ -502,6 +553,11 @@ impl<T: KQuantX86> RowKernel for KQuantK<T> {
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
         // SAFETY: forwarded from the caller.
         unsafe { kquant::<T, 1>(w, &[act], self.0)[0] }
+    }
+    #[inline(always)]
+    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
+        // SAFETY: forwarded from the caller.
+        unsafe { D::kquant_2x4::<T>(w, acts, self.0) }
     }
 }
 
@@ -523,9 +579,9 @@ unsafe fn rows_any<D: DotI8>(
             DType::Q5_1 => rows_with(&LegacyK::<Q5_1, D>(nb, PhantomData), job, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => rows_with(&KQuantK::<Q4K>(nb, PhantomData), job, rows, cols),
-            DType::Q5K => rows_with(&KQuantK::<Q5K>(nb, PhantomData), job, rows, cols),
-            DType::Q6K => rows_with(&KQuantK::<Q6K>(nb, PhantomData), job, rows, cols),
+            DType::Q4K => rows_with(&KQuantK::<Q4K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5K => rows_with(&KQuantK::<Q5K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q6K => rows_with(&KQuantK::<Q6K, D>(nb, PhantomData), job, rows, cols),
             _ => {}
         }
     }
