@@ -11,9 +11,10 @@
 //! its rows are strided, and for quantized weights quantized row by row to
 //! `vec_dot_type(weight)` (Q8_0, Q8_1 or Q8_K, with ggml's reference quantizer, as llama.cpp does).
 //! Then:
-//! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`) multiply one weight row (two for
-//!   the legacy formats on x86) with up to 4 activation columns per block load (integer dot per
-//!   block, scaled by both block scales);
+//! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`, `quant_avx512.rs`) multiply one
+//!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
+//!   columns per block load (integer dot per block, scaled by both block scales), every column's
+//!   result bit-identical whichever kernel computed it;
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32

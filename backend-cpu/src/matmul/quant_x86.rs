@@ -2,7 +2,8 @@
 //! their scale handling are shared with the portable kernels (`quant.rs`: [`Legacy::dm`],
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
-//! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`).
+//! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
+//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`).
 
 use super::quant::{
     act_layout, rd16, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K,
