@@ -1,4 +1,5 @@
-//! `flash_attn_ext`: fused attention with a single online-softmax pass per query row. q F32; k and v
+//! `flash_attn_ext`: fused attention with a single online-softmax pass per query row, the weights of
+//! 16 visible keys at a time computed by one vector `exp`. q F32; k and v
 //! F32/F16/BF16/Q8_0/Q4_0 (any type `load_row` converts); optional mask (broadcast over heads and
 //! sequences), sinks, logit softcap, ALiBi slopes and grouped-query heads. Result [Dv, H, Nq, S].
 
@@ -74,6 +75,13 @@ pub fn flash_attn_ext(
                 } else {
                     None
                 };
+                let values = Values {
+                    v,
+                    hk,
+                    s,
+                    converted,
+                };
+                let mut chunk = Chunk::default();
                 for j in 0..n_kv {
                     let mv = mr.map_or(0.0, |m| slope * m[j]);
                     if mv == f32::NEG_INFINITY {
@@ -87,13 +95,11 @@ pub fn flash_attn_ext(
                     if softcap != 0.0 {
                         x = softcap * x.tanh();
                     }
-                    x += mv;
-                    let vr = match converted {
-                        Some((_, vc)) => &vc[j * dv..(j + 1) * dv],
-                        None => load_row(v, [j, hk, s], &mut sv.f)?,
-                    };
-                    acc.add(x, vr);
+                    if chunk.push(j, x + mv) {
+                        acc.add_chunk(&mut chunk, &values, &mut sv)?;
+                    }
                 }
+                acc.add_chunk(&mut chunk, &values, &mut sv)?;
                 if let Some(sk_view) = sinks {
                     acc.add_sink(sk_view.get_f32([h, 0, 0, 0]));
                 }
@@ -177,6 +183,61 @@ unsafe fn convert_kv(
     Ok((kc, vc))
 }
 
+/// Scores of a query row's visible keys collected before their weights are computed together
+/// (one vector `exp` per chunk). Chunks are cut from the visible keys only, so a query row's
+/// chunks, and so its result, do not depend on the keys masked out (its batch).
+struct Chunk {
+    keys: [usize; CHUNK],
+    scores: [f32; CHUNK],
+    len: usize,
+}
+
+/// Keys per [`Chunk`].
+const CHUNK: usize = 16;
+
+impl Default for Chunk {
+    fn default() -> Self {
+        Chunk {
+            keys: [0; CHUNK],
+            scores: [0.0; CHUNK],
+            len: 0,
+        }
+    }
+}
+
+impl Chunk {
+    /// Adds key `j` with score `x`; true when the chunk is full.
+    fn push(&mut self, j: usize, x: f32) -> bool {
+        self.keys[self.len] = j;
+        self.scores[self.len] = x;
+        self.len += 1;
+        self.len == CHUNK
+    }
+}
+
+/// Where a query row's value rows come from: the converted cache of its KV head, or `v` itself.
+struct Values<'a> {
+    v: &'a TView,
+    hk: usize,
+    s: usize,
+    converted: Option<&'a (Vec<f32>, Vec<f32>)>,
+}
+
+impl Values<'_> {
+    /// Value row `j`.
+    ///
+    /// # Safety
+    /// `j` must be a key of `v`.
+    unsafe fn row<'b>(&'b self, j: usize, sv: &'b mut Scratch) -> Result<&'b [f32]> {
+        let dv = self.v.layout.ne[0];
+        match self.converted {
+            Some((_, vc)) => Ok(&vc[j * dv..(j + 1) * dv]),
+            // SAFETY: `j` is a key of `v` (caller); `hk` and `s` are in range (flash_attn_ext).
+            None => unsafe { load_row(self.v, [j, self.hk, self.s], &mut sv.f) },
+        }
+    }
+}
+
 /// One query row's online softmax: the running maximum score, the sum of weights and the weighted
 /// sum of value rows, rescaled whenever a larger score arrives.
 struct OnlineSoftmax {
@@ -202,19 +263,35 @@ impl OnlineSoftmax {
         self.sum = 0.0;
     }
 
-    /// Adds value row `vr` with score `x`.
-    fn add(&mut self, x: f32, vr: &[f32]) {
-        let weight = if x > self.max {
-            let ms = (self.max - x).exp();
-            self.max = x;
+    /// Adds the value rows of `chunk`'s keys with their scores (rescaling once to the chunk's
+    /// largest score when it is a new maximum), and empties the chunk.
+    ///
+    /// # Safety
+    /// The chunk's keys must be keys of `values`.
+    unsafe fn add_chunk(
+        &mut self,
+        chunk: &mut Chunk,
+        values: &Values,
+        sv: &mut Scratch,
+    ) -> Result<()> {
+        let n = std::mem::take(&mut chunk.len);
+        let scores = &mut chunk.scores[..n];
+        let top = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        if top > self.max {
+            let ms = (self.max - top).exp();
+            self.max = top;
             self.ops.scale(ms, &mut self.acc);
             self.sum *= ms;
-            1.0
-        } else {
-            (x - self.max).exp()
-        };
-        self.ops.axpy(weight, vr, &mut self.acc);
-        self.sum += weight;
+        }
+        scores.iter_mut().for_each(|x| *x -= self.max);
+        self.ops.exp(scores);
+        for (&j, &weight) in chunk.keys[..n].iter().zip(scores.iter()) {
+            // SAFETY: `j` is a key of `values` (caller).
+            let vr = unsafe { values.row(j, sv)? };
+            self.ops.axpy(weight, vr, &mut self.acc);
+            self.sum += weight;
+        }
+        Ok(())
     }
 
     /// Adds a sink: one more logit in the normaliser, with no value row.

@@ -6,6 +6,8 @@ pub mod attention;
 pub mod copy;
 pub mod delta_net;
 pub mod elementwise;
+#[cfg(target_arch = "x86_64")]
+mod exp_x86;
 pub mod norm;
 pub mod rope;
 pub mod rows;

@@ -1,5 +1,6 @@
-//! f32 row primitives of the per-token kernels (dot product, `y += a x`, `y *= s`, F16 widening),
-//! written once over [`F32Vec`] and instantiated per SIMD level like the float matmul kernels, so
+//! f32 row primitives of the per-token kernels (dot product, `y += a x`, `y *= s`, F16 widening,
+//! `exp` in place), written once over [`F32Vec`] (`exp`: per ISA in `exp_x86.rs`, libm elsewhere)
+//! and instantiated per SIMD level like the float matmul kernels, so
 //! that attention and the row conversions use AVX2 / AVX-512 / NEON vectors whatever the crate's
 //! baseline target is. The level is [`crate::matmul::simd::level`] (`GGML_TP_SIMD`), chosen once.
 
@@ -14,6 +15,7 @@ pub(crate) struct RowOps {
     axpy: unsafe fn(f32, *const f32, *mut f32, usize),
     scale: unsafe fn(f32, *mut f32, usize),
     widen_f16: unsafe fn(*const u16, *mut f32, usize),
+    exp: unsafe fn(*mut f32, usize),
 }
 
 impl RowOps {
@@ -31,6 +33,7 @@ impl RowOps {
                 axpy: axpy_impl::<Scalar8>,
                 scale: scale_impl::<Scalar8>,
                 widen_f16: widen_f16_impl::<Scalar8>,
+                exp: exp_scalar,
             },
         }
     }
@@ -56,6 +59,14 @@ impl RowOps {
         unsafe { (self.scale)(s, y.as_mut_ptr(), y.len()) }
     }
 
+    /// `y[i] = exp(y[i])` (within a few ulp of libm's `expf` on the vector levels; inputs below
+    /// -87 may give a tiny positive value instead of a subnormal or 0).
+    #[inline]
+    pub(crate) fn exp(&self, y: &mut [f32]) {
+        // SAFETY: as for `dot`.
+        unsafe { (self.exp)(y.as_mut_ptr(), y.len()) }
+    }
+
     /// Widens `out.len()` IEEE half-precision values at `src` exactly to f32.
     ///
     /// # Safety
@@ -71,6 +82,14 @@ impl RowOps {
 pub(crate) fn row_ops() -> &'static RowOps {
     static OPS: OnceLock<RowOps> = OnceLock::new();
     OPS.get_or_init(|| RowOps::of(level()))
+}
+
+/// libm's `expf` on every element.
+unsafe fn exp_scalar(y: *mut f32, n: usize) {
+    // SAFETY: `y` holds `n` elements (caller).
+    for v in unsafe { std::slice::from_raw_parts_mut(y, n) } {
+        *v = v.exp();
+    }
 }
 
 #[inline(always)]
@@ -149,7 +168,7 @@ unsafe fn widen_f16_impl<V: F32Vec>(src: *const u16, out: *mut f32, n: usize) {
 
 /// Instantiates the primitives for vector type `$v` inside functions compiled with `$features`.
 macro_rules! row_ops_for {
-    ($name:ident, $v:ty, $features:literal) => {
+    ($name:ident, $v:ty, $features:literal, $exp:path) => {
         pub(super) const $name: RowOps = {
             #[target_feature(enable = $features)]
             unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
@@ -176,6 +195,7 @@ macro_rules! row_ops_for {
                 axpy,
                 scale,
                 widen_f16,
+                exp: $exp,
             }
         };
     };
@@ -186,8 +206,15 @@ mod x86 {
     use super::*;
     use std::arch::x86_64::{__m256, __m512};
 
-    row_ops_for!(AVX2, __m256, "avx2,fma,f16c");
-    row_ops_for!(AVX512, __m512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl");
+    use crate::kernels::exp_x86::{exp_avx2, exp_avx512};
+
+    row_ops_for!(AVX2, __m256, "avx2,fma,f16c", exp_avx2);
+    row_ops_for!(
+        AVX512,
+        __m512,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+        exp_avx512
+    );
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -195,7 +222,7 @@ mod arm {
     use super::*;
     use crate::matmul::vec::Neon8;
 
-    row_ops_for!(NEON, Neon8, "neon");
+    row_ops_for!(NEON, Neon8, "neon", super::exp_scalar);
 }
 
 #[cfg(test)]
@@ -232,6 +259,16 @@ mod tests {
                     assert!(
                         (f64::from(y[i]) - w).abs() <= 1e-6,
                         "{lvl:?} axpy n={n} i={i}"
+                    );
+                }
+                let xs: Vec<f32> = (0..n).map(|_| rng.gen_range(-90.0..5.0)).collect();
+                let mut e = xs.clone();
+                ops.exp(&mut e);
+                for (&x, &g) in xs.iter().zip(&e) {
+                    let w = f64::from(x).exp();
+                    assert!(
+                        (f64::from(g) - w).abs() <= 4e-7 * w + 1e-37,
+                        "{lvl:?} exp({x}) = {g}, want {w}"
                     );
                 }
                 ops.scale(alpha, &mut y);

@@ -11,9 +11,10 @@
 //! its rows are strided, and for quantized weights quantized row by row to
 //! `vec_dot_type(weight)` (Q8_0, Q8_1 or Q8_K, with ggml's reference quantizer, as llama.cpp does).
 //! Then:
-//! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`) multiply one weight row (two for
-//!   the legacy formats on x86) with up to 4 activation columns per block load (integer dot per
-//!   block, scaled by both block scales);
+//! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`, `quant_avx512.rs`) multiply one
+//!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
+//!   columns per block load (integer dot per block, scaled by both block scales), every column's
+//!   result bit-identical whichever kernel computed it;
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
@@ -26,6 +27,8 @@
 
 mod float;
 mod quant;
+#[cfg(target_arch = "x86_64")]
+mod quant_avx512;
 #[cfg(target_arch = "x86_64")]
 mod quant_x86;
 pub mod simd;
@@ -172,21 +175,31 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
             src: *b,
         });
     }
+    // F32 rows with contiguous elements are read in place, others converted element by element.
+    let direct = bt == DType::F32 && b.layout.rows_contiguous();
     buf.par_chunks_mut(row_bytes)
         .enumerate()
         .try_for_each_init(
             || vec![0f32; k],
             |tmp, (r, out)| -> Result<()> {
                 let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
-                for (i0, t) in tmp.iter_mut().enumerate() {
-                    // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
-                    *t = unsafe { b.get_f32([i0, i1, i2, i3]) };
-                }
+                let p = b.row_ptr(i1, i2, i3);
+                let row: &[f32] = if direct && (p as usize).is_multiple_of(4) {
+                    // SAFETY: row (i1, i2, i3) of b holds `k` contiguous aligned f32, live and not
+                    // written during the call.
+                    unsafe { std::slice::from_raw_parts(p as *const f32, k) }
+                } else {
+                    for (i0, t) in tmp.iter_mut().enumerate() {
+                        // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
+                        *t = unsafe { b.get_f32([i0, i1, i2, i3]) };
+                    }
+                    tmp
+                };
                 if out_t == DType::F32 {
-                    out.copy_from_slice(bytemuck::cast_slice(tmp));
+                    out.copy_from_slice(bytemuck::cast_slice(row));
                     Ok(())
                 } else {
-                    quantize_row(out_t, tmp, out)
+                    quantize_row(out_t, row, out)
                 }
             },
         )?;

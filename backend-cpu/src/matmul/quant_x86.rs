@@ -2,7 +2,8 @@
 //! their scale handling are shared with the portable kernels (`quant.rs`: [`Legacy::dm`],
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
-//! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`).
+//! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
+//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`).
 
 use super::quant::{
     act_layout, rd16, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K,
@@ -20,7 +21,7 @@ use std::ops::Range;
 /// F16C for scalar scales: LLVM lowers the scalar `vcvtph2ps` input to a `vpinsrw` that merges into
 /// a stale register, which chained every block of a row into one dependency chain (3x slower Q8_0
 /// GEMV at the AVX-512 level).
-struct F16c;
+pub(super) struct F16c;
 
 impl HalfCvt for F16c {
     #[inline(always)]
@@ -37,6 +38,37 @@ pub(crate) trait DotI8 {
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
     /// Unsigned `x` times signed `y`.
     unsafe fn dot_us(x: __m256i, y: __m256i) -> __m256i;
+    /// The legacy prompt kernel of this level (two weight rows against four columns).
+    #[inline(always)]
+    unsafe fn prompt_2x4<T: LegacyX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2]
+    where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe { legacy_2x4::<T, Self>(w, acts, nb) }
+    }
+    /// The K-quant prompt kernel of this level (two weight rows against four columns).
+    #[inline(always)]
+    unsafe fn kquant_2x4<T: KQuantX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2]
+    where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            [
+                kquant::<T, 4>(w[0], acts, nb),
+                kquant::<T, 4>(w[1], acts, nb),
+            ]
+        }
+    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -66,11 +98,38 @@ impl DotI8 for VnniDot {
         // SAFETY: AVX-512 VNNI and VL are enabled in every caller of this implementation.
         unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y) }
     }
+    #[inline(always)]
+    unsafe fn prompt_2x4<T: LegacyX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2] {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
+    }
+    #[inline(always)]
+    unsafe fn kquant_2x4<T: KQuantX86>(
+        w: &[*const u8; 2],
+        acts: &[*const u8; 4],
+        nb: usize,
+    ) -> [[f32; 4]; 2] {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_avx512::kquant_2x4::<T>(w, acts, nb) }
+    }
 }
 
 /// Unpacking of legacy blocks into 32 quants in one vector.
 pub(crate) trait LegacyX86: Legacy {
+    /// Added (mod 256) to the quants by [`LegacyX86::unpack_u`] to make them unsigned: 0 for the
+    /// `MIN` formats, else at least minus the smallest quant.
+    const OFFSET: u8;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
+    /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
+    #[inline(always)]
+    unsafe fn unpack_u(p: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller, who passes a whole block.
+        unsafe { _mm256_add_epi8(Self::unpack_x86(p), _mm256_set1_epi8(Self::OFFSET as i8)) }
+    }
 }
 
 /// Low nibbles of 16 bytes in the low lane, high nibbles in the high lane.
@@ -107,12 +166,14 @@ unsafe fn bits_x86(qh: *const u8) -> __m256i {
 
 // SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
 impl LegacyX86 for Q4_0 {
+    const OFFSET: u8 = 8;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
     }
 }
 impl LegacyX86 for Q4_1 {
+    const OFFSET: u8 = 0;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -120,6 +181,7 @@ impl LegacyX86 for Q4_1 {
     }
 }
 impl LegacyX86 for Q5_0 {
+    const OFFSET: u8 = 16;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // q - 16: the nibble where bit 4 is set, else the nibble with the high bits set (nibble - 16).
@@ -133,6 +195,7 @@ impl LegacyX86 for Q5_0 {
     }
 }
 impl LegacyX86 for Q5_1 {
+    const OFFSET: u8 = 0;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -145,6 +208,7 @@ impl LegacyX86 for Q5_1 {
     }
 }
 impl LegacyX86 for Q8_0 {
+    const OFFSET: u8 = 128;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -152,6 +216,7 @@ impl LegacyX86 for Q8_0 {
     }
 }
 impl LegacyX86 for Mxfp4 {
+    const OFFSET: u8 = 128;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
@@ -166,7 +231,7 @@ impl LegacyX86 for Mxfp4 {
 /// (scaled integer dots) and `msum` (min terms). Each activation block is loaded once for all
 /// `R` rows and each weight block unpacked once for all `C` columns.
 #[inline(always)]
-unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
+pub(super) unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     w: &[*const u8; R],
     acts: &[*const u8; C],
     i: usize,
@@ -176,8 +241,14 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     let (aq, asz) = act_layout(T::MIN);
     // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in every row.
     unsafe {
-        let q: [__m256i; R] = std::array::from_fn(|r| T::unpack_x86(w[r].add(i * T::SIZE)));
-        let dm: [(f32, f32); R] = std::array::from_fn(|r| T::dm::<F16c>(w[r].add(i * T::SIZE)));
+        // Loops, not `array::from_fn`: a closure does not inherit the caller's target features,
+        // so the intrinsics inside it would become calls.
+        let mut q = [_mm256_setzero_si256(); R];
+        let mut dm = [(0f32, 0f32); R];
+        for r in 0..R {
+            q[r] = T::unpack_x86(w[r].add(i * T::SIZE));
+            dm[r] = T::dm::<F16c>(w[r].add(i * T::SIZE));
+        }
         for c in 0..C {
             let a = acts[c].add(i * asz);
             let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
@@ -203,6 +274,24 @@ unsafe fn legacy_step<T: LegacyX86, D: DotI8, const R: usize, const C: usize>(
     }
 }
 
+/// The results of the legacy kernels: per (row, column) the even and odd accumulators summed,
+/// then horizontally, plus the min terms.
+#[inline(always)]
+pub(super) unsafe fn finish<const R: usize, const C: usize>(
+    acc0: &[[__m256; C]; R],
+    acc1: &[[__m256; C]; R],
+    msum: &[[f32; C]; R],
+) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            // SAFETY: AVX2 enabled by the caller.
+            out[r][c] = unsafe { _mm256_add_ps(acc0[r][c], acc1[r][c]).hsum() } + msum[r][c];
+        }
+    }
+    out
+}
+
 /// Legacy kernel: weight row of `nb` blocks against `C` Q8_0 / Q8_1 rows. Two accumulators per
 /// column (even and odd blocks) hide the FMA latency.
 #[inline(always)]
@@ -225,7 +314,8 @@ unsafe fn legacy<T: LegacyX86, D: DotI8, const C: usize>(
         if i < nb {
             legacy_step::<T, D, 1, C>(&[w], acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|c| _mm256_add_ps(acc0[0][c], acc1[0][c]).hsum() + msum[0][c])
+        let [out] = finish(&acc0, &acc1, &msum);
+        out
     }
 }
 
@@ -252,9 +342,7 @@ unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
         if i < nb {
             legacy_step::<T, D, 2, 4>(w, acts, i, &mut acc0, &mut msum);
         }
-        std::array::from_fn(|r| {
-            std::array::from_fn(|c| _mm256_add_ps(acc0[r][c], acc1[r][c]).hsum() + msum[r][c])
-        })
+        finish(&acc0, &acc1, &msum)
     }
 }
 
@@ -379,15 +467,15 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
         for i in 0..nb {
             T::unpack_x86(w.add(i * T::SIZE), &mut kb);
             let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
-            let scv: [__m256i; 8] = std::array::from_fn(|v| {
-                _mm256_set_m128i(
+            let mut scv = [_mm256_setzero_si256(); 8];
+            for (v, s) in scv.iter_mut().enumerate() {
+                *s = _mm256_set_m128i(
                     _mm_set1_epi16(kb.sc[2 * v + 1]),
                     _mm_set1_epi16(kb.sc[2 * v]),
-                )
-            });
+                );
+            }
             for c in 0..C {
                 let a = acts[c].add(i * Q8K_SIZE);
-                let da = (a as *const f32).read_unaligned();
                 let mut isum = _mm256_setzero_si256();
                 for (v, sc) in scv.iter().enumerate() {
                     let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
@@ -395,19 +483,48 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
                     isum =
                         _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
                 }
-                let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
-                let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
-                acc[c] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc[c]);
-                acc[c] = _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc[c]);
+                acc[c] = kquant_accumulate(acc[c], isum, mn, &kb, a);
             }
         }
-        std::array::from_fn(|c| acc[c].hsum())
+        hsums(acc)
+    }
+}
+
+/// The horizontal sums of `acc`.
+#[inline(always)]
+pub(super) unsafe fn hsums<const C: usize>(acc: [__m256; C]) -> [f32; C] {
+    let mut out = [0f32; C];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: AVX2 enabled by the caller.
+        *o = unsafe { a.hsum() };
+    }
+    out
+}
+
+/// `acc` plus super-block `kb`'s eight lanes of integer sums `isum` (lane `l`: quants `4 l .. 4 l +
+/// 4` of every 32, scaled) and its min terms (`mn`: `kb.mn` as a vector) against the Q8_K block at
+/// `a`, scaled: the float steps every K-quant kernel shares, so that a column's result does not
+/// depend on the kernel that computed it.
+#[inline(always)]
+pub(super) unsafe fn kquant_accumulate(
+    acc: __m256,
+    isum: __m256i,
+    mn: __m256i,
+    kb: &KBlock,
+    a: *const u8,
+) -> __m256 {
+    // SAFETY: AVX2/FMA enabled by the caller; `a` points to a whole Q8_K block.
+    unsafe {
+        let da = (a as *const f32).read_unaligned();
+        let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
+        let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
+        let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc);
+        _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc)
     }
 }
 
 struct LegacyK<T, D>(usize, PhantomData<(T, D)>);
-struct KQuantK<T>(usize, PhantomData<T>);
+struct KQuantK<T, D>(usize, PhantomData<(T, D)>);
 
 impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     #[inline(always)]
@@ -418,7 +535,7 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     #[inline(always)]
     unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
         // SAFETY: forwarded from the caller.
-        unsafe { legacy_2x4::<T, D>(w, acts, self.0) }
+        unsafe { D::prompt_2x4::<T>(w, acts, self.0) }
     }
     #[inline(always)]
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
@@ -427,7 +544,7 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     }
 }
 
-impl<T: KQuantX86> RowKernel for KQuantK<T> {
+impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
     #[inline(always)]
     unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
         // SAFETY: forwarded from the caller.
@@ -437,6 +554,11 @@ impl<T: KQuantX86> RowKernel for KQuantK<T> {
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
         // SAFETY: forwarded from the caller.
         unsafe { kquant::<T, 1>(w, &[act], self.0)[0] }
+    }
+    #[inline(always)]
+    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
+        // SAFETY: forwarded from the caller.
+        unsafe { D::kquant_2x4::<T>(w, acts, self.0) }
     }
 }
 
@@ -458,9 +580,9 @@ unsafe fn rows_any<D: DotI8>(
             DType::Q5_1 => rows_with(&LegacyK::<Q5_1, D>(nb, PhantomData), job, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => rows_with(&KQuantK::<Q4K>(nb, PhantomData), job, rows, cols),
-            DType::Q5K => rows_with(&KQuantK::<Q5K>(nb, PhantomData), job, rows, cols),
-            DType::Q6K => rows_with(&KQuantK::<Q6K>(nb, PhantomData), job, rows, cols),
+            DType::Q4K => rows_with(&KQuantK::<Q4K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5K => rows_with(&KQuantK::<Q5K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q6K => rows_with(&KQuantK::<Q6K, D>(nb, PhantomData), job, rows, cols),
             _ => {}
         }
     }

@@ -11,9 +11,10 @@
 //! - `Neon`: aarch64 NEON for the float kernels (row dot products and GEMM micro-kernel); the
 //!   quantized kernels use the portable code there (no hand-written `sdot` kernels yet).
 //!
-//! The quantized kernels of both x86 levels share everything but the 8-bit dot product: K-quant
-//! super-blocks are unpacked with AVX2 at both, legacy blocks are multiplied two weight rows by
-//! four activation columns per block load in prompt products.
+//! The quantized kernels of both x86 levels share everything but the 8-bit dot product and the
+//! prompt kernels: K-quant super-blocks are unpacked with AVX2 at both; prompt products multiply two
+//! weight rows by four activation columns per block load (legacy blocks at both levels, K-quants at
+//! AVX-512), at AVX-512 with two blocks (or two 32-quant chunks) per 512-bit vector.
 
 use std::sync::OnceLock;
 
