@@ -55,8 +55,8 @@ fn hybrid_models_cut_by_heads_match_llama_cpp() {
         let reference = m.reference(&dir);
         for ratios in tensor_ratios() {
             for stepwise in [false, true] {
-                let meta = MetaDevice::new(util::devices(ratios.len()), Some(ratios.clone()))
-                    .unwrap();
+                let meta =
+                    MetaDevice::new(util::devices(ratios.len()), Some(ratios.clone())).unwrap();
                 let mut s = session(&dir, name, &Placement::Tensor(meta.clone()));
                 let got = logits(&mut s, &m.ids, stepwise);
                 let n = m.ids.len();
@@ -129,7 +129,10 @@ fn chunked_prompt_and_token_steps_leave_the_same_state() {
             assert!(!a.is_empty(), "{name}: no recurrent state");
             for (i, (x, y)) in a.iter().zip(&b).enumerate() {
                 let e = nmse(x, y);
-                assert!(e <= 1e-9, "{name} {mode:?} state {i}: chunked vs steps NMSE {e:.2e}");
+                assert!(
+                    e <= 1e-9,
+                    "{name} {mode:?} state {i}: chunked vs steps NMSE {e:.2e}"
+                );
             }
             let e = nmse(&last_chunked, last_steps);
             assert!(e <= 1e-9, "{name} {mode:?}: last logits NMSE {e:.2e}");
@@ -137,7 +140,10 @@ fn chunked_prompt_and_token_steps_leave_the_same_state() {
             let reference = whole.get_or_insert_with(|| a.clone());
             for (i, (x, y)) in a.iter().zip(reference.iter()).enumerate() {
                 let e = nmse(x, y);
-                assert!(e <= 1e-9, "{name} {mode:?} state {i}: vs one device NMSE {e:.2e}");
+                assert!(
+                    e <= 1e-9,
+                    "{name} {mode:?} state {i}: vs one device NMSE {e:.2e}"
+                );
             }
             println!("{name:10} {mode:?}: chunked and stepwise states agree");
         }

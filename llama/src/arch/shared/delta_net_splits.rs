@@ -9,8 +9,9 @@
 //! `h % n_k_heads`) they are `ratio` copies of the key heads, so `ratio` segments each cut like the
 //! keys: a device's value heads then tile its own key heads, with no regrouping of the file's rows.
 //! The per-value-head tensors (output gate `z`, β and α rows, `dt_bias`, `A`, the recurrent state and
-//! the output projection's columns) follow the value segments. Splits of one layer share the
-//! layer's rotation, so segments of equal units are cut identically.
+//! the output projection's columns) follow the value segments. Every segment of every split of one
+//! layer is cut with the layer's rotation ([`WeightSplit::InStep`]), so segments of as many units
+//! are cut alike.
 //!
 //! A layer is mirrored when it has fewer than two key heads, when the output projection's columns
 //! per unit are not whole quant blocks, or when a fused β/α projection meets tiled sharing.
@@ -83,7 +84,7 @@ impl DeltaNetSplits {
         let keys = (nk * hd, hd);
         let channels = [vec![keys, keys], shape.segments(hd)].concat();
         let axis =
-            |axis: usize, segments: Vec<(usize, usize)>| WeightSplit::Axis { axis, segments };
+            |axis: usize, segments: Vec<(usize, usize)>| WeightSplit::InStep { axis, segments };
         DeltaNetSplits {
             qkv_rows: axis(1, channels.clone()),
             conv_channels: axis(1, channels.clone()),
@@ -130,6 +131,10 @@ impl ValueHeads {
 mod tests {
     use super::*;
 
+    fn in_step(axis: usize, segments: Vec<(usize, usize)>) -> WeightSplit {
+        WeightSplit::InStep { axis, segments }
+    }
+
     fn config(nk: usize, nv: usize, key_heads: KeyHeadMap) -> DeltaNetConfig {
         DeltaNetConfig {
             conv_kernel: 4,
@@ -147,14 +152,14 @@ mod tests {
         let seg = (64, 32);
         assert_eq!(
             s.qkv_rows,
-            WeightSplit::Axis {
+            WeightSplit::InStep {
                 axis: 1,
                 segments: vec![seg; 4]
             }
         );
         assert_eq!(
             s.state,
-            WeightSplit::Axis {
+            WeightSplit::InStep {
                 axis: 2,
                 segments: vec![(2, 1); 2]
             }
@@ -166,14 +171,14 @@ mod tests {
         let s = DeltaNetSplits::new(&config(2, 4, KeyHeadMap::Grouped), DType::Q4_0, true);
         assert_eq!(
             s.qkv_rows,
-            WeightSplit::Axis {
+            WeightSplit::InStep {
                 axis: 1,
                 segments: vec![(64, 32), (64, 32), (128, 64)]
             }
         );
-        assert_eq!(s.fused_ba_rows, WeightSplit::axis(1, 8, 4));
-        assert_eq!(s.per_head, WeightSplit::axis(0, 4, 2));
-        assert_eq!(s.out_cols, WeightSplit::axis(0, 128, 64));
+        assert_eq!(s.fused_ba_rows, in_step(1, vec![(8, 4)]));
+        assert_eq!(s.per_head, in_step(0, vec![(4, 2)]));
+        assert_eq!(s.out_cols, in_step(0, vec![(128, 64)]));
     }
 
     #[test]
