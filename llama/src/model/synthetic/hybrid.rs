@@ -216,7 +216,7 @@ impl Hybrid {
         let n = |x: &str| format!("blk.{l}.{x}");
         let e = s.n_embd;
         let mut t = vec![TensorSpec::norm(&n("attn_norm.weight"), &[e])];
-        if (l + 1) % self.full_attention_interval != 0 {
+        if !(l + 1).is_multiple_of(self.full_attention_interval) {
             t.extend(self.delta_net(s, l, dense));
         } else {
             let (q, kv) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
