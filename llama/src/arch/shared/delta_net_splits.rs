@@ -13,8 +13,10 @@
 //! layer is cut with the layer's rotation ([`WeightSplit::InStep`]), so segments of as many units
 //! are cut alike.
 //!
-//! A layer is mirrored when it has fewer than two key heads, when the output projection's columns
-//! per unit are not whole quant blocks, or when a fused β/α projection meets tiled sharing.
+//! A unit of the cut is the fewest key heads whose output-projection columns are whole quant blocks
+//! (one key head for 128-wide heads and 32-element blocks, two for tiled 128-wide heads and K-quants'
+//! 256). A layer is mirrored when it has fewer than two units, or when a fused β/α projection meets
+//! tiled sharing.
 
 use super::config::{DeltaNetConfig, KeyHeadMap};
 use backend_meta::WeightSplit;
@@ -65,23 +67,30 @@ impl DeltaNetSplits {
     /// layer cannot be cut (see the module doc).
     pub fn new(c: &DeltaNetConfig, out_type: DType, fused_ba: bool) -> DeltaNetSplits {
         let (hd, nk, nv) = (c.head_dim, c.n_k_heads, c.n_v_heads);
-        if nk < 2 || !nv.is_multiple_of(nk) || (fused_ba && c.key_heads == KeyHeadMap::Tiled) {
+        if nk == 0 || !nv.is_multiple_of(nk) || (fused_ba && c.key_heads == KeyHeadMap::Tiled) {
             return DeltaNetSplits::mirrored();
         }
         let ratio = nv / nk;
+        let value_heads_per_key = match c.key_heads {
+            KeyHeadMap::Grouped => ratio,
+            KeyHeadMap::Tiled => 1,
+        };
+        // The fewest key heads per unit whose output columns are whole quant blocks.
+        let columns = value_heads_per_key * hd;
+        let block = out_type.block_size();
+        let keys_per_unit = block / gcd(block, columns);
+        // One unit would put the whole layer on one device: mirror it.
+        if !nk.is_multiple_of(keys_per_unit) || nk / keys_per_unit < 2 {
+            return DeltaNetSplits::mirrored();
+        }
         let shape = ValueHeads {
             share: c.key_heads,
             n_k_heads: nk,
             ratio,
+            value_heads_per_key,
+            keys_per_unit,
         };
-        if !shape
-            .unit_heads()
-            .saturating_mul(hd)
-            .is_multiple_of(out_type.block_size())
-        {
-            return DeltaNetSplits::mirrored();
-        }
-        let keys = (nk * hd, hd);
+        let keys = (nk * hd, keys_per_unit * hd);
         let channels = [vec![keys, keys], shape.segments(hd)].concat();
         let axis =
             |axis: usize, segments: Vec<(usize, usize)>| WeightSplit::InStep { axis, segments };
@@ -91,7 +100,7 @@ impl DeltaNetSplits {
             conv_state: axis(0, channels),
             gate_rows: axis(1, shape.segments(hd)),
             beta_alpha_rows: axis(1, shape.segments(1)),
-            fused_ba_rows: axis(1, vec![(2 * nv, 2 * ratio)]),
+            fused_ba_rows: axis(1, vec![(2 * nv, 2 * ratio * keys_per_unit)]),
             per_head: axis(0, shape.segments(1)),
             out_cols: axis(0, shape.segments(hd)),
             state: axis(2, shape.segments(1)),
@@ -99,27 +108,31 @@ impl DeltaNetSplits {
     }
 }
 
-/// How the value heads line up with the key heads they read.
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// How the value heads line up with the key heads they read, and the key heads of one unit of the
+/// cut.
 struct ValueHeads {
     share: KeyHeadMap,
     n_k_heads: usize,
     ratio: usize,
+    /// Value heads of one segment that one key head brings (`ratio` grouped, 1 tiled).
+    value_heads_per_key: usize,
+    keys_per_unit: usize,
 }
 
 impl ValueHeads {
-    /// Value heads in one unit of a segment (what one key head brings).
-    fn unit_heads(&self) -> usize {
-        match self.share {
-            KeyHeadMap::Grouped => self.ratio,
-            KeyHeadMap::Tiled => 1,
-        }
-    }
-
     /// The `(length, granularity)` segments of an axis holding `per_head` elements per value head,
-    /// every segment `n_k_heads` units long.
+    /// each `n_k_heads / keys_per_unit` units long.
     fn segments(&self, per_head: usize) -> Vec<(usize, usize)> {
-        let unit = self.unit_heads() * per_head;
-        let segment = (self.n_k_heads * unit, unit);
+        let per_key = self.value_heads_per_key * per_head;
+        let segment = (self.n_k_heads * per_key, self.keys_per_unit * per_key);
         match self.share {
             KeyHeadMap::Grouped => vec![segment],
             KeyHeadMap::Tiled => vec![segment; self.ratio],
@@ -191,5 +204,16 @@ mod tests {
         let mut small_heads = config(2, 4, KeyHeadMap::Tiled);
         small_heads.head_dim = 16;
         assert_eq!(DeltaNetSplits::new(&small_heads, DType::Q8_0, false), m);
+    }
+
+    #[test]
+    fn k_quant_columns_take_two_tiled_key_heads_per_unit() {
+        let mut c = config(16, 48, KeyHeadMap::Tiled);
+        c.head_dim = 128;
+        let s = DeltaNetSplits::new(&c, DType::Q4K, false);
+        assert_eq!(s.out_cols, in_step(0, vec![(2048, 256); 3]));
+        assert_eq!(s.state, in_step(2, vec![(16, 2); 3]));
+        let keys = (2048, 256);
+        assert_eq!(s.qkv_rows, in_step(1, vec![keys; 5]));
     }
 }
