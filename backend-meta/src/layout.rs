@@ -1,5 +1,7 @@
 //! Layout ops on the meta device: how view, reshape, permute and transpose carry a source's split
-//! state to their result, and the parameters of the matching view on each device's slice.
+//! state to their result, and the parameters of the matching view on each device's slice. One view
+//! is op-aware: the final state of a head-split gated delta rule, which each device finds after its
+//! own output rows.
 
 use crate::split::{Segment, SplitState};
 use ggml_core::{Graph, Layout, Op, TensorId};
