@@ -22,6 +22,13 @@ pub enum WeightSplit {
         axis: usize,
         segments: Vec<(usize, usize)>,
     },
+    /// Cut along `axis` like [`WeightSplit::Axis`], but every segment with the same rotation, so
+    /// that segments of as many units are cut alike: device by device they hold matching heads (a
+    /// delta net's queries, keys and the value heads that read them).
+    InStep {
+        axis: usize,
+        segments: Vec<(usize, usize)>,
+    },
 }
 
 impl WeightSplit {
@@ -180,7 +187,9 @@ impl MetaDevice {
     ) -> std::result::Result<SplitState, MetaError> {
         match spec {
             WeightSplit::Mirrored => Ok(SplitState::Mirrored),
-            WeightSplit::Axis { axis, segments } => {
+            WeightSplit::Axis { axis, segments } | WeightSplit::InStep { axis, segments } => {
+                // Successive segments of an axis split rotate their remainders on; in-step ones not.
+                let step = usize::from(matches!(spec, WeightSplit::Axis { .. }));
                 let bad = |msg: String| MetaError::BadSplit {
                     name: name.to_string(),
                     msg,
@@ -204,7 +213,7 @@ impl MetaDevice {
                     .iter()
                     .enumerate()
                     .map(|(i, &(len, g))| {
-                        segment(len, lcm(g.max(1), block), &self.ratios, rotate + i)
+                        segment(len, lcm(g.max(1), block), &self.ratios, rotate + i * step)
                     })
                     .collect::<std::result::Result<Vec<_>, _>>()?;
                 Ok(SplitState::Split {

@@ -1,5 +1,7 @@
 //! Layout ops on the meta device: how view, reshape, permute and transpose carry a source's split
-//! state to their result, and the parameters of the matching view on each device's slice.
+//! state to their result, and the parameters of the matching view on each device's slice. One view
+//! is op-aware: the final state of a head-split gated delta rule, which each device finds after its
+//! own output rows.
 
 use crate::split::{Segment, SplitState};
 use ggml_core::{Graph, Layout, Op, TensorId};
@@ -125,9 +127,63 @@ pub fn carry(
                 .collect();
             Ok(Carried { state, locals })
         }
-        Op::View { offset } => view(graph, node, src, *axis, segments, *offset, local_src)
-            .map_err(|why| lerr(graph, node, src_state, why)),
+        Op::View { offset } => match delta_net_state_rows(graph, node, *axis, *offset) {
+            Some((outputs, dk)) => Ok(delta_net_state(segments, local_src, outputs, dk)),
+            None => view(graph, node, src, *axis, segments, *offset, local_src)
+                .map_err(|why| lerr(graph, node, src_state, why)),
+        },
         _ => Err(lerr(graph, node, src_state, "not a layout op")),
+    }
+}
+
+/// When `node` views the final state of a head-split [`Op::GatedDeltaNet`] result `[Dv, H, T + Dk]`
+/// (the `Dk·Dv·H` elements after the `T` output rows, whole and contiguous in the state's own layout
+/// `[Dk, Dv, H]`, heads outermost, so that each device's part holds its heads' states): `T` and `Dk`.
+fn delta_net_state_rows(
+    graph: &Graph,
+    node: TensorId,
+    axis: usize,
+    offset: usize,
+) -> Option<(usize, usize)> {
+    let t = graph.tensor(node);
+    let src = graph.tensor(t.src[0]);
+    if !matches!(src.op, Op::GatedDeltaNet { .. }) || axis != 1 {
+        return None;
+    }
+    let state = graph.layout(src.src[4]);
+    let dk = state.ne[0];
+    let outputs = src.ne()[2].checked_sub(dk)?;
+    let whole = t.layout.ne == state.ne && t.layout.is_contiguous();
+    (whole && offset == outputs * src.nb()[2]).then_some((outputs, dk))
+}
+
+/// Device by device, the part of a head-split delta-net result's final state (`outputs` rows in,
+/// `dk` rows long): the states of the device's heads after its own output rows.
+fn delta_net_state(
+    segments: &[Segment],
+    local_src: &[Layout],
+    outputs: usize,
+    dk: usize,
+) -> Carried {
+    let locals = local_src
+        .iter()
+        .map(|ls| {
+            let [dv, h, _, _] = ls.ne;
+            let elem = ls.nb[0];
+            LocalLayout::View {
+                ne: [dk, dv, h, 1],
+                nb: [dk * elem, dk * dv * elem, dk * dv * h * elem],
+                // An empty slice (a device with no head) reads nothing: keep its view at the start.
+                offset: if h == 0 { 0 } else { outputs * ls.nb[2] },
+            }
+        })
+        .collect();
+    Carried {
+        state: SplitState::Split {
+            axis: 2,
+            segments: segments.to_vec(),
+        },
+        locals,
     }
 }
 

@@ -4,7 +4,7 @@
 //! gather, mirrored → split a local slice), and the executor inserts the conversion.
 
 use crate::split::{Segment, SplitError, SplitState};
-use ggml_core::{Graph, Op, TensorId};
+use ggml_core::{Graph, HeadShare, Op, TensorId};
 
 /// The state an op needs a source in.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,8 +136,7 @@ pub fn rule(graph: &Graph, node: TensorId, s: &[SplitState]) -> Result<Rule, Rul
         Op::SetRows => set_rows(graph, node, s)?,
         Op::Cpy => cpy(graph, node, s)?,
         Op::Concat { dim } => concat(s, *dim),
-        // The delta-net layers run mirrored (their weights and states are whole on every device).
-        Op::GatedDeltaNet { .. } => mirrored_rule(s.len()),
+        Op::GatedDeltaNet { heads } => gated_delta_net(graph, node, s, *heads),
         Op::None | Op::View { .. } | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
             return Err(err(
                 graph,
@@ -491,6 +490,51 @@ fn flash_attn_ext(
         }
         _ => mirrored_rule(t.src.len()),
     })
+}
+
+/// `gated_delta_net` over `[q, k, v, gates, state]`: value heads split by whole key heads (each
+/// device holds the key heads its value heads read) give a head split of the result `[Dv, H, T + Dk]`
+/// (its outputs, then its final state: see [`crate::layout`]). Grouped sharing needs one value
+/// segment cut `ratio` heads per key head; tiled sharing (value head `h` reads key head `h % n_k`)
+/// needs the value heads as `ratio` segments each cut like the key heads, so that every device's
+/// value heads tile its own key heads. Anything else is computed whole.
+fn gated_delta_net(graph: &Graph, node: TensorId, s: &[SplitState], heads: HeadShare) -> Rule {
+    let split = |i: usize, ax: usize| match &s[i] {
+        SplitState::Split { axis, segments } if *axis == ax => Some(segments),
+        _ => None,
+    };
+    let (Some(sq), Some(sk), Some(sv), Some(sg), Some(ss)) = (
+        split(0, 1),
+        split(1, 1),
+        split(2, 1),
+        split(3, 0),
+        split(4, 2),
+    ) else {
+        return mirrored_rule(s.len());
+    };
+    let t = graph.tensor(node);
+    let (nk, nv) = (graph.layout(t.src[0]).ne[1], graph.layout(t.src[2]).ne[1]);
+    let ratio = nv / nk.max(1);
+    let keys_fit = sq == sk && sq.len() == 1;
+    let values_fit = match heads {
+        HeadShare::Grouped => {
+            sv.len() == 1
+                && sq[0]
+                    .slices
+                    .iter()
+                    .zip(&sv[0].slices)
+                    .all(|(&k, &v)| v == k * ratio)
+        }
+        HeadShare::Tiled => sv.len() == ratio && sv.iter().all(|seg| seg == &sq[0]),
+    };
+    if !(keys_fit && values_fit && sg == sv && ss == sv) {
+        return mirrored_rule(s.len());
+    }
+    Rule {
+        srcs: vec![Want::AsIs; 5],
+        out: s[2].clone(),
+        once: false,
+    }
 }
 
 /// `get_rows`: a table split along axis 0 gives rows split alike.

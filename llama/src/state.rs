@@ -1,8 +1,8 @@
 //! The recurrent state of the delta-net layers of hybrid models (Qwen3.5, Qwen3-Next): per sequence
 //! of the cache and per such layer a convolution state (the Q/K/V input columns of the last `conv_kernel - 1` tokens) and a delta-net
 //! state (one `head_dim × head_dim` matrix per value head), both F32. They live with the layer's
-//! weights (its device in a layer split, whole on every device of a meta device, like the delta-net
-//! weights) next to the KV cache; every forward graph reads them and writes the updated ones back in
+//! weights (its device in a layer split; on a meta device cut by heads like the delta-net weights, see
+//! [`crate::arch::shared::delta_net_splits`]) next to the KV cache; every forward graph reads them and writes the updated ones back in
 //! place. Unlike a KV cache they summarise the whole sequence, so they cannot be cut back to an
 //! earlier position: they can only be cleared. A forward pass over such layers holds the tokens of
 //! one sequence, whose state it reads and updates.
@@ -33,9 +33,13 @@ impl RecurrentState {
     pub fn new(model: &Model, n_seq: usize) -> Result<RecurrentState, ModelError> {
         limits::SEQUENCES.check("recurrent state sequences (n_seq)", n_seq)?;
         let alloc = model.alloc();
-        let tensor = |name: String, ne: [usize; 4], l: usize| -> Result<Weight, ModelError> {
+        let tensor = |name: String,
+                      ne: [usize; 4],
+                      split: &WeightSplit,
+                      l: usize|
+         -> Result<Weight, ModelError> {
             let layout = limits::layout(&name, DType::F32, ne)?;
-            let data = alloc.alloc(&name, layout, &WeightSplit::Mirrored, Home::Layer(l))?;
+            let data = alloc.alloc(&name, layout, split, Home::Layer(l))?;
             Ok(Weight { name, layout, data })
         };
         let mut seqs = Vec::with_capacity(n_seq);
@@ -43,15 +47,17 @@ impl RecurrentState {
             let mut layers = Vec::with_capacity(model.weights.layers.len());
             for (l, layer) in model.weights.layers.iter().enumerate() {
                 let state = match (&layer.mixer, &model.config.delta_net) {
-                    (Mixer::DeltaNet(_), Some(c)) => Some(LayerState {
+                    (Mixer::DeltaNet(dn), Some(c)) => Some(LayerState {
                         conv: tensor(
                             format!("state_conv_s{seq}_l{l}"),
                             [c.conv_channels(), c.conv_kernel - 1, 1, 1],
+                            &dn.splits.conv_state,
                             l,
                         )?,
                         ssm: tensor(
                             format!("state_ssm_s{seq}_l{l}"),
                             [c.head_dim, c.head_dim, c.n_v_heads, 1],
+                            &dn.splits.state,
                             l,
                         )?,
                     }),

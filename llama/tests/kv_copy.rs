@@ -1,6 +1,7 @@
 //! [`KvCache::copy_sequence`](llama::kv::KvCache::copy_sequence): a sequence continued from a copy
 //! of another's prompt gives the logits of the original continued the same way, for an
-//! attention-only model and for a hybrid model whose delta-net layers keep a recurrent state.
+//! attention-only model and for hybrid models whose delta-net layers keep a recurrent state, on one
+//! device and with the state sharded by heads over three (3:1:1).
 
 #[path = "logits_util.rs"]
 mod util;
@@ -18,10 +19,10 @@ fn one(seq: usize, tokens: &[u32]) -> SeqTokens<'_> {
     }
 }
 
-fn check(name: &str) {
+fn check(name: &str, mode: Mode) {
     let Some(dir) = util::arch_dir() else { return };
     let path = dir.join(format!("{name}.gguf"));
-    let model = Arc::new(Model::load(path, &Mode::None.placement()).unwrap());
+    let model = Arc::new(Model::load(path, &mode.placement()).unwrap());
     let opts = SessionOptions {
         n_ctx: 64,
         ..SessionOptions::default()
@@ -39,7 +40,7 @@ fn check(name: &str) {
     let want = bs.eval(&[one(0, &next)]).unwrap().remove(0);
     for to in [1, 2] {
         let got = bs.eval(&[one(to, &next)]).unwrap().remove(0);
-        assert_eq!(got.last(), want.last(), "{name}: sequence {to}");
+        assert_eq!(got.last(), want.last(), "{name} {mode:?}: sequence {to}");
     }
     assert!(bs.kv().copy_sequence(0, 3, 1).is_err());
     assert!(bs.kv().copy_sequence(0, 1, 65).is_err());
@@ -47,10 +48,15 @@ fn check(name: &str) {
 
 #[test]
 fn copied_prompt_continues_like_the_original() {
-    check("llama");
+    check("llama", Mode::None);
 }
 
 #[test]
 fn copied_recurrent_state_continues_like_the_original() {
-    check("qwen35");
+    check("qwen35", Mode::None);
+    check("qwen3next", Mode::None);
+    if util::available() >= 3 {
+        check("qwen35", Mode::Tensor(vec![3.0, 1.0, 1.0]));
+        check("qwen3next", Mode::Tensor(vec![3.0, 1.0, 1.0]));
+    }
 }

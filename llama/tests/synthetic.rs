@@ -39,6 +39,7 @@ fn tiny_presets_have_the_layout_of_the_fixtures() {
         ("tiny-llama-f16", "llama"),
         ("tiny-qwen3moe-q8_0", "qwen3moe"),
         ("tiny-gpt-oss-mxfp4", "gpt-oss"),
+        ("tiny-qwen3next-f16", "qwen3next"),
     ] {
         let synth = Preset::parse(preset).unwrap().build(1).unwrap();
         let file = GgufFile::open(dir.join(format!("{fixture}.gguf"))).unwrap();
@@ -54,6 +55,8 @@ fn synthetic_models_run_in_none_and_tensor_mode() {
         "tiny-llama-q4_0",
         "tiny-qwen3moe-bf16",
         "tiny-gpt-oss-mxfp4",
+        "tiny-qwen3next-q8_0",
+        "small-qwen35-q4_0",
     ] {
         let file = Preset::parse(preset).unwrap().build(3).unwrap();
         let logits = |mode: Mode| {

@@ -419,8 +419,8 @@ fn gated_delta_net(name: &'static str, srcs: &[&Layout]) -> Inferred {
         && v.ne == [dv, h, t, 1]
         && gates.ne == [h, t, 2, 1]
         && s.ne == [dk, dv, h, 1]
-        && hk > 0
-        && h.is_multiple_of(hk);
+        // No heads at all is an empty rule (a device holding no head of a head split).
+        && ((hk > 0 && h.is_multiple_of(hk)) || h == hk);
     if !fits {
         return Err(shape_err(
             name,

@@ -3,9 +3,11 @@
 //! PRESET` loads the image directly, `ggml-tp synth PRESET -o FILE` (and `cargo xtask gguf-synth`)
 //! writes it out for other programs such as llama.cpp.
 //!
-//! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, or the tiny
-//! `tiny-llama`, `tiny-qwen3moe`, `tiny-gpt-oss` with the fixtures' hyper-parameters, and
-//! `small-qwen3moe`, qwen3-30b-a3b's layout scaled to a 2-core CPU benchmark) and the type of
+//! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, the hybrid
+//! `qwen3-next-80b-a3b`, `qwen3.5-27b`, `qwen3.5-35b-a3b` ([`hybrid`]), or the tiny `tiny-llama`,
+//! `tiny-qwen3moe`, `tiny-gpt-oss`, `tiny-qwen3next` with the fixtures' hyper-parameters, and
+//! `small-qwen3moe`, `small-qwen3next`, `small-qwen35`, the published layouts scaled to a 2-core CPU
+//! benchmark) and the type of
 //! the matrices (`f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert
 //! matrices F16 whatever the type, like the released files). `q4_k` lays the types out as
 //! llama-quantize's Q4_K_M does: Q6_K for the output matrix and for `attn_v` and `ffn_down` of the
@@ -15,10 +17,13 @@
 //! seeded generator per tensor and 64 KiB chunk, so every run and every thread count gives the same
 //! bytes. The tokenizer is a SentencePiece-style list of byte tokens plus placeholder pieces.
 
+mod hybrid;
+
 use super::ModelError;
 use ggml_core::gguf::{GgufFile, GgufWriter, Value};
 use ggml_core::DType;
 use half::{bf16, f16};
+use hybrid::Hybrid;
 
 /// The hyper-parameters of a synthetic shape.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +48,8 @@ struct Shape {
     swa: u32,
     /// The head shares the embedding table (no `output.weight`).
     tied: bool,
+    /// Delta-net layers and their hyper-parameters (Qwen3-Next, Qwen3.5).
+    hybrid: Option<Hybrid>,
 }
 
 const SHAPES: &[Shape] = &[
@@ -64,6 +71,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 131072,
         swa: 0,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "qwen3-30b-a3b",
@@ -83,6 +91,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 40960,
         swa: 0,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "gpt-oss-20b",
@@ -102,6 +111,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 131072,
         swa: 128,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "tiny-llama",
@@ -121,6 +131,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 2048,
         swa: 0,
         tied: false,
+        hybrid: None,
     },
     Shape {
         name: "tiny-qwen3moe",
@@ -140,6 +151,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 4096,
         swa: 0,
         tied: true,
+        hybrid: None,
     },
     // qwen3-30b-a3b's layout at a size a 2-core CPU runs a 512-token prompt of in seconds (about
     // 120 M parameters, 16 M of them active per token): MoE prompt benchmarks of the CPU backend.
@@ -161,6 +173,7 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 4096,
         swa: 0,
         tied: true,
+        hybrid: None,
     },
     Shape {
         name: "tiny-gpt-oss",
@@ -180,8 +193,14 @@ const SHAPES: &[Shape] = &[
         n_ctx_train: 131072,
         swa: 16,
         tied: false,
+        hybrid: None,
     },
 ];
+
+/// Every shape, the hybrid ones last.
+fn shapes() -> impl Iterator<Item = &'static Shape> {
+    SHAPES.iter().chain(hybrid::SHAPES)
+}
 
 /// Matrix types a preset may name.
 const TYPES: &[(&str, DType)] = &[
@@ -205,7 +224,7 @@ impl Preset {
     /// Parses `SHAPE-TYPE`, e.g. `llama3-8b-q4_0`.
     pub fn parse(name: &str) -> Result<Preset, ModelError> {
         let bad = || {
-            let shapes: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+            let shapes: Vec<&str> = shapes().map(|s| s.name).collect();
             let types: Vec<&str> = TYPES.iter().map(|t| t.0).collect();
             ModelError::Input(format!(
                 "unknown synthetic preset {name:?}: SHAPE-TYPE with SHAPE one of {} and TYPE one \
@@ -215,7 +234,7 @@ impl Preset {
             ))
         };
         let (shape, ty) = name.rsplit_once('-').ok_or_else(bad)?;
-        let shape = *SHAPES.iter().find(|s| s.name == shape).ok_or_else(bad)?;
+        let shape = *shapes().find(|s| s.name == shape).ok_or_else(bad)?;
         let wtype = TYPES.iter().find(|t| t.0 == ty).ok_or_else(bad)?.1;
         if wtype == DType::MXFP4 && shape.arch != "gpt-oss" {
             return Err(bad());
@@ -301,6 +320,9 @@ impl Preset {
             w.set(k("expert_used_count"), s.n_expert_used as u32);
             w.set(k("expert_feed_forward_length"), s.expert_ff as u32);
         }
+        if let Some(h) = &s.hybrid {
+            h.metadata(w, k);
+        }
         if a == "gpt-oss" {
             w.set(k("rope.scaling.type"), "yarn");
             w.set(k("rope.scaling.factor"), 32.0f32);
@@ -353,6 +375,10 @@ impl Preset {
             t.last_mut().expect("output pushed").dtype = self.head_type(dense);
         }
         for l in 0..s.n_layer {
+            if let Some(h) = &s.hybrid {
+                t.extend(h.layer(s, l, dense, self.wtype));
+                continue;
+            }
             let n = |x: &str| format!("blk.{l}.{x}");
             let more_bits = self.more_bits_type(dense, l);
             t.push(TensorSpec::norm(&n("attn_norm.weight"), &[e]));
@@ -454,6 +480,8 @@ enum Init {
     Uniform { std: f32 },
     /// `1 + uniform(±0.1)`.
     Norm,
+    /// `-2 + uniform(±1)`: a delta net's `A = -exp(A_log)`, a decay.
+    Decay,
 }
 
 struct TensorSpec {
@@ -548,6 +576,7 @@ fn fill_chunk(dst: &mut [u8], dtype: DType, init: Init, rng: &mut Rng) {
     let (center, amp) = match init {
         Init::Uniform { std } => (0.0, std * 3f32.sqrt()),
         Init::Norm => (1.0, 0.1),
+        Init::Decay => (-2.0, 1.0),
     };
     let mut value = || center + amp * rng.signed();
     match dtype {
@@ -637,11 +666,19 @@ mod tests {
         assert!((b(params("llama3-8b-f16")) - 8.03).abs() < 0.01);
         assert!((b(params("qwen3-30b-a3b-q4_0")) - 30.5).abs() < 0.1);
         assert!((b(params("gpt-oss-20b-mxfp4")) - 20.9).abs() < 0.1);
+        assert!((b(params("qwen3-next-80b-a3b-q4_0")) - 79.7).abs() < 0.5);
+        assert!((b(params("qwen3.5-27b-q8_0")) - 26.9).abs() < 0.5);
+        assert!((b(params("qwen3.5-35b-a3b-q4_0")) - 34.7).abs() < 0.5);
     }
 
     #[test]
     fn images_are_deterministic_and_finite() {
-        for name in ["tiny-llama-q4_0", "tiny-llama-bf16", "tiny-gpt-oss-mxfp4"] {
+        for name in [
+            "tiny-llama-q4_0",
+            "tiny-llama-bf16",
+            "tiny-gpt-oss-mxfp4",
+            "tiny-qwen3next-q8_0",
+        ] {
             let p = Preset::parse(name).unwrap();
             let a = p.build(7).unwrap();
             let b = p.build(7).unwrap();

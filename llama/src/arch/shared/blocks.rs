@@ -389,7 +389,7 @@ impl Moe {
                     axis: 1,
                     segments: [segments.as_slice(), segments.as_slice()].concat(),
                 },
-                WeightSplit::Mirrored => m(),
+                WeightSplit::InStep { .. } | WeightSplit::Mirrored => m(),
             };
             ExpertsIn::Fused(ld.get(&gate_up, &[d, 2 * f, e], fused_rows, home)?)
         } else {

@@ -13,13 +13,14 @@
 //! token by token for decode, in the backends' kernels); its final state and the last `K - 1`
 //! convolution inputs are copied back into the persistent tensors of [`crate::state`].
 //!
-//! Tensor parallelism: every delta-net weight is mirrored (whole on every device, computed whole on
-//! each), as is the recurrent state. Splitting by value heads would need Qwen3.5's value heads (which
-//! share key heads round-robin) regrouped at load time and the fused Q/K/V rows cut per segment; the
-//! full-attention and FFN/MoE layers of these models split as usual.
+//! Tensor parallelism: the layer is cut by whole key heads ([`DeltaNetSplits`]): each device convolves,
+//! normalises and runs the delta rule over its own heads with its slice of the recurrent state, and
+//! the output projection (cut by its input columns) leaves partial sums joined by one AllReduce. The
+//! graph is built in full shapes; the meta device follows the splits through it.
 
 use super::blocks::blk;
 use super::config::{DeltaNetConfig, ModelConfig};
+use super::delta_net_splits::DeltaNetSplits;
 use super::forward::Fwd;
 use crate::error::ModelError;
 use crate::load::{Home, Loader, Weight};
@@ -55,33 +56,52 @@ pub struct DeltaNet {
     pub norm: Weight,
     /// `[value_dim, n_embd]`.
     pub out: Weight,
+    /// How the weights above and the layer's recurrent state are cut over the devices.
+    pub splits: DeltaNetSplits,
 }
 
 impl DeltaNet {
-    /// Loads the delta-net weights of layer `l`, all mirrored.
+    /// Loads the delta-net weights of layer `l`, cut by key heads in tensor mode.
     pub fn load(ld: &Loader, cfg: &ModelConfig, l: usize) -> Result<DeltaNet, ModelError> {
         let c = cfg.delta_net_sizes()?;
         let (d, nv, vd) = (cfg.n_embd, c.n_v_heads, c.head_dim * c.n_v_heads);
-        let get = |name: &str, ne: &[usize]| {
-            ld.get(&blk(l, name), ne, WeightSplit::Mirrored, Home::Layer(l))
+        let fused_ba = ld.info(&blk(l, "ssm_ba.weight")).is_some();
+        let out_name = blk(l, "ssm_out.weight");
+        let out_type = ld
+            .info(&out_name)
+            .map(|i| i.0)
+            .ok_or_else(|| ModelError::MissingTensor(out_name.clone()))?;
+        let s = if ld.tensor_parallel() {
+            DeltaNetSplits::new(c, out_type, fused_ba)
+        } else {
+            DeltaNetSplits::mirrored()
         };
-        let beta_alpha = if ld.info(&blk(l, "ssm_ba.weight")).is_some() {
-            BetaAlpha::Fused(get("ssm_ba.weight", &[d, 2 * nv])?)
+        let get = |name: &str, ne: &[usize], split: &WeightSplit| {
+            ld.get(&blk(l, name), ne, split.clone(), Home::Layer(l))
+        };
+        let beta_alpha = if fused_ba {
+            BetaAlpha::Fused(get("ssm_ba.weight", &[d, 2 * nv], &s.fused_ba_rows)?)
         } else {
             BetaAlpha::Separate {
-                beta: get("ssm_beta.weight", &[d, nv])?,
-                alpha: get("ssm_alpha.weight", &[d, nv])?,
+                beta: get("ssm_beta.weight", &[d, nv], &s.beta_alpha_rows)?,
+                alpha: get("ssm_alpha.weight", &[d, nv], &s.beta_alpha_rows)?,
             }
         };
+        let channels = c.conv_channels();
         Ok(DeltaNet {
-            qkv: get("attn_qkv.weight", &[d, c.conv_channels()])?,
-            gate: get("attn_gate.weight", &[d, vd])?,
+            qkv: get("attn_qkv.weight", &[d, channels], &s.qkv_rows)?,
+            gate: get("attn_gate.weight", &[d, vd], &s.gate_rows)?,
             beta_alpha,
-            conv: get("ssm_conv1d.weight", &[c.conv_kernel, c.conv_channels()])?,
-            dt_bias: get("ssm_dt.bias", &[nv])?,
-            a: get("ssm_a", &[nv])?,
-            norm: get("ssm_norm.weight", &[c.head_dim])?,
-            out: get("ssm_out.weight", &[vd, d])?,
+            conv: get(
+                "ssm_conv1d.weight",
+                &[c.conv_kernel, channels],
+                &s.conv_channels,
+            )?,
+            dt_bias: get("ssm_dt.bias", &[nv], &s.per_head)?,
+            a: get("ssm_a", &[nv], &s.per_head)?,
+            norm: get("ssm_norm.weight", &[c.head_dim], &WeightSplit::Mirrored)?,
+            out: get("ssm_out.weight", &[vd, d], &s.out_cols)?,
+            splits: s,
         })
     }
 }
@@ -129,7 +149,7 @@ impl Fwd<'_> {
             .layer(seq, l)
             .ok_or_else(|| ModelError::Unsupported(format!("layer {l} has no recurrent state")))?;
         let (hd, nk, nv, t) = (c.head_dim, c.n_k_heads, c.n_v_heads, self.n_tokens);
-        let (kd, ch) = (hd * nk, c.conv_channels());
+        let ch = c.conv_channels();
         let qkv = self.linear(&dn.qkv, x, None)?;
         let z = self.linear(&dn.gate, x, None)?;
         let (b, alpha) = self.beta_alpha(&dn.beta_alpha, c, x)?;
@@ -138,16 +158,16 @@ impl Fwd<'_> {
         let conv = self.short_conv(&dn.conv, qkv, &state.conv, c.conv_kernel)?;
 
         let eps = cfg.rms_eps;
-        let q = self.g.view(conv, &[hd, nk, t], &[hd * F32, ch * F32], 0)?;
+        // Channels as heads, so that queries, keys and values are views of whole (split) segments.
+        let heads = self.g.reshape(conv, &[hd, ch / hd, t])?;
+        let mut part = |first: usize, n: usize| {
+            self.g
+                .view(heads, &[hd, n, t], &[hd * F32, ch * F32], first * hd * F32)
+        };
+        let (q, k, v) = (part(0, nk)?, part(nk, nk)?, part(2 * nk, nv)?);
         // The L2 norm with the attention scale 1/√head_dim folded in.
         let q = self.l2_normalize(q, hd, eps, 1.0 / (hd as f32).sqrt())?;
-        let k = self
-            .g
-            .view(conv, &[hd, nk, t], &[hd * F32, ch * F32], kd * F32)?;
         let k = self.l2_normalize(k, hd, eps, 1.0)?;
-        let v = self
-            .g
-            .view(conv, &[hd, nv, t], &[hd * F32, ch * F32], 2 * kd * F32)?;
 
         let gate = self.g.reshape(gate, &[nv, t, 1])?;
         let beta = self.g.reshape(beta, &[nv, t, 1])?;

@@ -1,11 +1,13 @@
 //! What the architectures share: the hyper-parameters ([`config`]), the weight blocks and their splits
-//! ([`blocks`]), the recurrent mixer of the hybrid models ([`delta_net`]), the one forward graph
+//! ([`blocks`]), the recurrent mixer of the hybrid models ([`delta_net`], cut by
+//! [`delta_net_splits`]), the one forward graph
 //! builder ([`forward`]), the hooks through which an architecture adds its own parts to it
 //! ([`hooks`]), and the model-wide weights around the layers ([`ModelWeights`]).
 
 pub mod blocks;
 pub mod config;
 pub mod delta_net;
+pub mod delta_net_splits;
 pub mod forward;
 pub mod hooks;
 
