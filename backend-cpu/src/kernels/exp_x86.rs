@@ -4,6 +4,7 @@
 //! last vector is computed in a padded copy), so an element's result does not depend on where it
 //! sits in the row.
 
+use crate::matmul::vec::F32Vec;
 use std::arch::x86_64::*;
 
 /// Cephes' constants: `log2 e`, `ln 2 = C1 + C2` and the polynomial's coefficients (highest first).
@@ -83,25 +84,13 @@ unsafe fn exp16(x: __m512) -> __m512 {
 
 /// The vectors `exp` is computed on (trait methods, not closures: a closure would not inherit the
 /// caller's target features and its intrinsics would become calls).
-trait ExpVec: Copy {
-    const LANES: usize;
-    unsafe fn load(p: *const f32) -> Self;
-    unsafe fn store(self, p: *mut f32);
+trait ExpVec: F32Vec {
     unsafe fn exp(self) -> Self;
 }
 
 // SAFETY (every `unsafe` block of these impls): the caller enables the level's features and
 // passes `LANES` valid elements.
 impl ExpVec for __m256 {
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        unsafe { _mm256_storeu_ps(p, self) }
-    }
     #[inline(always)]
     unsafe fn exp(self) -> Self {
         unsafe { exp8(self) }
@@ -109,15 +98,6 @@ impl ExpVec for __m256 {
 }
 
 impl ExpVec for __m512 {
-    const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        unsafe { _mm512_storeu_ps(p, self) }
-    }
     #[inline(always)]
     unsafe fn exp(self) -> Self {
         unsafe { exp16(self) }
