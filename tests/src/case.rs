@@ -18,6 +18,8 @@ pub enum Gen {
     Ids { max: usize, distinct: bool },
     /// Attention mask: 0 or -inf (about a quarter), element 0 of each row always 0, some small biases.
     Mask,
+    /// A KV cache's padded mask: as [`Gen::Mask`] for the first `n` keys of each row, -inf past them.
+    PrefixMask(usize),
     /// Small integers in [0, n) (many ties).
     Ties(u32),
     /// Poison: every byte 0xFF (NaN for float types); the op must overwrite all of it.
@@ -188,7 +190,7 @@ pub fn draw(rng: &mut StdRng, gen: Gen) -> f64 {
         Gen::Uniform(lo, hi) => rng.gen_range(lo as f64..hi as f64),
         Gen::Ties(n) => rng.gen_range(0..n) as f64,
         Gen::Ids { max, .. } => rng.gen_range(0..max) as f64,
-        Gen::Mask => {
+        Gen::Mask | Gen::PrefixMask(_) => {
             if rng.gen_bool(0.25) {
                 f64::NEG_INFINITY
             } else if rng.gen_bool(0.5) {
@@ -219,6 +221,10 @@ pub fn draw_leaf(rng: &mut StdRng, gen: Gen, ne: [usize; 4]) -> Dense {
                 row.iter_mut().zip(all).for_each(|(x, id)| *x = id as f64);
             }
             Gen::Mask => row[0] = 0.0,
+            Gen::PrefixMask(n) => {
+                row.iter_mut().skip(n).for_each(|x| *x = f64::NEG_INFINITY);
+                row[0] = 0.0;
+            }
             _ => {}
         }
     }

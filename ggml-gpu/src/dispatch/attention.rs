@@ -169,7 +169,8 @@ fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize) -> VecPlan {
 }
 
 /// Whether `k_flash_attn_vec` reads `t` (K or V, laid out as `l`): F16, BF16 or F32 elements in
-/// rows of whole 16-byte chunks (at most [`FAV_MAX_ROW_BYTES`]), every row 16-byte aligned.
+/// rows of whole 16-byte chunks (at most [`FAV_MAX_ROW_BYTES`]), every row 16-byte aligned, rows
+/// less than 4 GiB apart (the kernel's row offsets are one 32 x 32-bit product).
 fn vec_operand(t: &TDesc, l: &Layout) -> bool {
     let es = l.dtype.type_size();
     let row = l.ne[0] * es;
@@ -179,6 +180,7 @@ fn vec_operand(t: &TDesc, l: &Layout) -> bool {
         && (1..=FAV_MAX_ROW_BYTES).contains(&row)
         && t.ptr.is_multiple_of(16)
         && l.nb[1..].iter().all(|nb| nb.is_multiple_of(16))
+        && l.nb[1] < 1 << 32
 }
 
 /// Whether decode attention may take `k_flash_attn_vec` (`GGML_TP_ATTN_VEC=0` keeps

@@ -80,10 +80,19 @@ impl AttnCase {
 /// Pushes `c` with a random mask (rows padded past the queries, as ggml pads them, and shared by
 /// the sequences).
 fn push_attn(set: &mut CaseSet, c: AttnCase) {
+    push_attn_masked(set, c, Gen::Mask);
+}
+
+/// Pushes `c` with a mask drawn from `mask` (a [`Gen::Mask`] or [`Gen::PrefixMask`]).
+fn push_attn_masked(set: &mut CaseSet, c: AttnCase, mask: Gen) {
     let (mut inputs, sinks) = c.inputs();
-    inputs.push(InputSpec::new(DType::F16, [c.keys, c.queries + 3, 1, 1]).gen(Gen::Mask));
+    inputs.push(InputSpec::new(DType::F16, [c.keys, c.queries + 3, 1, 1]).gen(mask));
     inputs.extend(sinks);
-    push_flash_attn(set, c.name(), inputs, c.kv, c.params());
+    let name = match mask {
+        Gen::PrefixMask(n) => format!("{} keys_used={n}", c.name()),
+        _ => c.name(),
+    };
+    push_flash_attn(set, name, inputs, c.kv, c.params());
 }
 
 #[test]
@@ -258,6 +267,23 @@ fn flash_attn_vec_splits_and_head_blocks() {
             ..AttnCase::new(DType::F16, 6, 1, 5, 4100)
         },
     );
+    // A KV cache's padding: the keys past the used ones masked, so that whole tiles (one head per
+    // block, 40 of 256 keys) and whole splits (shared blocks, 1000 of 4352 keys) see no unmasked key.
+    for (kv, heads, keys, used) in [
+        (DType::F16, 32, 256, 40),
+        (DType::F16, 32, 4352, 1000),
+        (DType::BF16, 8, 4352, 70),
+    ] {
+        push_attn_masked(
+            &mut set,
+            AttnCase {
+                kv_view: true,
+                sinks: used == 70,
+                ..AttnCase::new(kv, heads, 8, 1, keys)
+            },
+            Gen::PrefixMask(used),
+        );
+    }
     // Head sizes 64, 256 and 512 (F16: one, two and four passes of 256 bytes), D_v != D_k, F32
     // rows (two passes at D 128), several sequences.
     for (d, keys) in [(64, 257), (256, 4100), (512, 257)] {

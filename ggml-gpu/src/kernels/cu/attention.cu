@@ -176,9 +176,12 @@ __device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2,
 // share every K/V load), one query, one sequence, and the keys of its split in tiles of FAV_TILE.
 // Half-warp `half` handles keys half, half + FAV_HALVES, ... of a tile, 16 bytes of each row per
 // lane and pass (256 bytes of a row per pass): all FAV_KEYS loads of a pass are issued before they
-// are used. Scores go through shared memory, one warp per head updates that head's online softmax,
-// then the half-warps accumulate the weighted V chunks, summed in a fixed order into the block's
-// accumulator. Splits write partials for k_flash_attn_combine.
+// are used, and a half-warp's dots are summed by halving exchanges (8 shuffles for 8 keys). Scores
+// go through shared memory; a tile whose keys are all masked (the padding of a KV cache) stops
+// there. One warp per head updates that head's online softmax, then the half-warps accumulate the
+// weighted V chunks, summed in a fixed order into the block's accumulator. Blocks over F16 K and V
+// run a body with the element type fixed; others read it at run time. Splits write partials for
+// k_flash_attn_combine.
 #define FAV_THREADS 128
 #define FAV_TILE 64
 #define FAV_MAX_HEADS 4
@@ -187,7 +190,10 @@ __device__ __forceinline__ float load_float(const TD& t, i64 i0, i64 i1, i64 i2,
 #define FAV_HALVES (FAV_THREADS / 16)
 #define FAV_KEYS (FAV_TILE / FAV_HALVES)
 #define FAV_MAX_DIMS (FAV_MAX_ROW_BYTES / 2)
+// The element type parameter of the bodies that read K's and V's types at run time.
+#define FAV_ANY_TYPE (-1)
 static_assert(FAV_TILE == 64, "the softmax takes two keys of a tile per lane of a warp");
+static_assert(FAV_KEYS == 8, "a half-warp's dots are summed by three halving exchanges of 8 keys");
 static_assert(FAV_MAX_HEADS <= FAV_THREADS / 32, "the softmax takes one warp per head");
 
 // The elements of a 16-byte chunk of an F16, BF16 (8) or F32 (4, the rest zeros) row as floats.
@@ -206,34 +212,71 @@ __device__ __forceinline__ void chunk_floats(uint4 c, int type, float (&f)[8]) {
     }
 }
 
-// The 16-byte chunk at byte `off` of row j of K/V tensor t (head hk, sequence s), zeros when `on`
-// is false.
-__device__ __forceinline__ uint4 row_chunk(const TD& t, bool on, i64 j, i64 hk, i64 s, int off) {
-    return on ? *(const uint4*)(kv_row(t, j, hk, s) + off) : make_uint4(0u, 0u, 0u, 0u);
+// The sums over the 16 lanes of a half-warp of each lane's FAV_KEYS dots x[u], in three exchanges
+// that each halve what a lane holds (partner lanes keep opposite halves) and a last one: lane l16
+// ends with the whole dot of key l16 / 2.
+__device__ __forceinline__ float half_warp_key_sums(const float (&x)[FAV_KEYS], int l16) {
+    const bool b3 = (l16 & 8) != 0, b2 = (l16 & 4) != 0, b1 = (l16 & 2) != 0;
+    float y[4], z[2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float keep = b3 ? x[i + 4] : x[i], give = b3 ? x[i] : x[i + 4];
+        y[i] = keep + WARP_SHFL_XOR(give, 8);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const float keep = b2 ? y[i + 2] : y[i], give = b2 ? y[i] : y[i + 2];
+        z[i] = keep + WARP_SHFL_XOR(give, 4);
+    }
+    const float keep = b1 ? z[1] : z[0], give = b1 ? z[0] : z[1];
+    const float w = keep + WARP_SHFL_XOR(give, 2);
+    return w + WARP_SHFL_XOR(w, 1);
 }
 
-// The shared memory of a k_flash_attn_vec block, laid out for FAV_MAX_HEADS heads.
+// Element j of a mask row starting at `row` (elements `nb0` bytes apart, F32, F16 or BF16).
+__device__ __forceinline__ float mask_at(const u8* row, i64 nb0, int type, int j) {
+    const u8* e = row + j * nb0;
+    if (type == T_F32) return *(const float*)e;
+    return type == T_F16 ? h2f(ld16(e)) : bf2f(ld16(e));
+}
+
+// The shared memory of a k_flash_attn_vec block, laid out for FAV_MAX_HEADS heads. `live` is the
+// first key of the last tile with an unmasked key.
 struct FavShared {
     float qs[FAV_MAX_HEADS][FAV_MAX_DIMS];
     float out[FAV_MAX_HEADS][FAV_MAX_DIMS];
     float red[FAV_HALVES][FAV_MAX_HEADS][FAV_PASS_BYTES / 2];
     float ws[FAV_MAX_HEADS][FAV_TILE];
     float mx[FAV_MAX_HEADS], sum[FAV_MAX_HEADS], alpha[FAV_MAX_HEADS];
+    int live;
 };
 
 // Where a k_flash_attn_vec block works: its first query head h0 and head count nh (of one GQA
-// group), KV head hk, query iq, sequence s and keys kv0 .. kv1.
+// group), KV head hk, query iq, sequence s and keys kv0 .. kv1; key 0 of its K and V rows, each
+// head's mask row (all one row when the mask has one head) and ALiBi slope.
 struct FavPlace {
     int h0, nh, hk, iq, s, kv0, kv1;
+    const u8* k0;
+    const u8* v0;
+    const u8* mrow[FAV_MAX_HEADS];
+    float slope[FAV_MAX_HEADS];
 };
 
 // The scores of the keys of tile t0 for the nh <= NH heads into sh.ws (scaled, soft-capped,
-// masked; NEG_INF past kv1).
-template <int NH>
+// masked; NEG_INF past kv1); sh.live = t0 when one of them is unmasked. KT: K's element type, or
+// FAV_ANY_TYPE.
+template <int NH, int KT>
 __device__ __forceinline__ void fav_scores(const TD& q, const TD& k, const TD& m, float sc, float softcap,
-                                           float max_bias, int has_mask, const FavPlace& p, int t0, FavShared& sh) {
+                                           int has_mask, const FavPlace& p, int t0, FavShared& sh) {
     const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16;
-    const int kes = k.type == T_F32 ? 4 : 2, k_bytes = (int)q.ne[0] * kes;
+    const int kt = KT == FAV_ANY_TYPE ? k.type : KT;
+    const int kes = kt == T_F32 ? 4 : 2, k_bytes = (int)q.ne[0] * kes;
+    const u32 k_stride = (u32)k.nb[1];
+    // Lane 2u of each half-warp scores key u of the half-warp's keys; its mask value (of the first
+    // head) is loaded with the K rows.
+    const int kk = half + FAV_HALVES * (l16 >> 1), j = t0 + kk;
+    const bool in = j < p.kv1, scorer = (l16 & 1) == 0;
+    const float mask0 = has_mask && in && scorer ? mask_at(p.mrow[0], m.nb[0], m.type, j) : 0.0f;
     float dot[NH][FAV_KEYS];
 #pragma unroll
     for (int hh = 0; hh < NH; hh++)
@@ -244,13 +287,13 @@ __device__ __forceinline__ void fav_scores(const TD& q, const TD& k, const TD& m
         uint4 raw[FAV_KEYS];
 #pragma unroll
         for (int u = 0; u < FAV_KEYS; u++) {
-            const int j = t0 + half + FAV_HALVES * u;
-            raw[u] = row_chunk(k, on && j < p.kv1, j, p.hk, p.s, off);
+            const int ju = t0 + half + FAV_HALVES * u;
+            raw[u] = on && ju < p.kv1 ? *(const uint4*)(p.k0 + (u64)(u32)ju * k_stride + off) : make_uint4(0u, 0u, 0u, 0u);
         }
         if (!on) continue;
         float f[FAV_KEYS][8];
 #pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], k.type, f[u]);
+        for (int u = 0; u < FAV_KEYS; u++) chunk_floats(raw[u], kt, f[u]);
         const int c0 = off / kes;
 #pragma unroll
         for (int hh = 0; hh < NH; hh++) {
@@ -264,34 +307,27 @@ __device__ __forceinline__ void fav_scores(const TD& q, const TD& k, const TD& m
                 for (int e = 0; e < 8; e++) dot[hh][u] += f[u][e] * qv[e];
         }
     }
+    float score[NH];
 #pragma unroll
-    for (int hh = 0; hh < NH; hh++)
-#pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++)
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) dot[hh][u] += WARP_SHFL_XOR(dot[hh][u], o);
-    // Lane u < FAV_KEYS of each half-warp turns the dots of its key u into logits.
-    if (l16 >= FAV_KEYS) return;
-    const int kk = half + FAV_HALVES * l16, j = t0 + kk;
+    for (int hh = 0; hh < NH; hh++) score[hh] = hh < p.nh ? half_warp_key_sums(dot[hh], l16) : 0.0f;
+    if (!scorer) return;
+    bool live = false;
 #pragma unroll
     for (int hh = 0; hh < NH; hh++) {
         if (hh >= p.nh) break;
-        float mine = 0.0f;
-#pragma unroll
-        for (int u = 0; u < FAV_KEYS; u++)
-            if (l16 == u) mine = dot[hh][u];
         float x = NEG_INF;
-        if (j < p.kv1) {
-            x = mine * sc;
+        if (in) {
+            x = score[hh] * sc;
             if (softcap != 0.0f) x = softcap * tanhf(x);
             if (has_mask) {
-                const int h = p.h0 + hh;
-                const float mv = load_float(m, j, p.iq, h % m.ne[2], p.s % m.ne[3]);
-                x = mv == NEG_INF ? NEG_INF : x + alibi_slope(max_bias, h, (int)q.ne[2]) * mv;
+                const float mv = p.mrow[hh] == p.mrow[0] ? mask0 : mask_at(p.mrow[hh], m.nb[0], m.type, j);
+                x = mv == NEG_INF ? NEG_INF : x + p.slope[hh] * mv;
             }
         }
+        live |= x != NEG_INF;
         sh.ws[hh][kk] = x;
     }
+    if (live) sh.live = t0;
 }
 
 // Warp hh < nh: head hh's tile maximum, its weights in sh.ws and the running sum and rescale.
@@ -316,11 +352,13 @@ __device__ __forceinline__ void fav_softmax(int nh, FavShared& sh) {
 }
 
 // The tile's weighted V rows added to sh.out (rescaled by sh.alpha first), one pass of
-// FAV_PASS_BYTES of the rows at a time.
-template <int NH>
+// FAV_PASS_BYTES of the rows at a time. VT: V's element type, or FAV_ANY_TYPE.
+template <int NH, int VT>
 __device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t0, FavShared& sh) {
     const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16;
-    const int DV = (int)v.ne[0], ves = v.type == T_F32 ? 4 : 2, v_bytes = DV * ves, v_pass = FAV_PASS_BYTES / ves;
+    const int vt = VT == FAV_ANY_TYPE ? v.type : VT;
+    const int DV = (int)v.ne[0], ves = vt == T_F32 ? 4 : 2, v_bytes = DV * ves, v_pass = FAV_PASS_BYTES / ves;
+    const u32 v_stride = (u32)v.nb[1];
     for (int p0 = 0; p0 < v_bytes; p0 += FAV_PASS_BYTES) {
         const int off = p0 + 16 * l16;
         uint4 raw[FAV_KEYS];
@@ -330,7 +368,8 @@ __device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t
             bool used = false;
 #pragma unroll
             for (int hh = 0; hh < NH; hh++) used |= hh < p.nh && sh.ws[hh][kk] != 0.0f;
-            raw[u] = row_chunk(v, off < v_bytes && used, t0 + kk, p.hk, p.s, off);
+            raw[u] = off < v_bytes && used ? *(const uint4*)(p.v0 + (u64)(u32)(t0 + kk) * v_stride + off)
+                                           : make_uint4(0u, 0u, 0u, 0u);
         }
         float acc[NH][8];
 #pragma unroll
@@ -340,7 +379,7 @@ __device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t
 #pragma unroll
         for (int u = 0; u < FAV_KEYS; u++) {
             float f[8];
-            chunk_floats(raw[u], v.type, f);
+            chunk_floats(raw[u], vt, f);
 #pragma unroll
             for (int hh = 0; hh < NH; hh++) {
                 const float wv = hh < p.nh ? sh.ws[hh][half + FAV_HALVES * u] : 0.0f;
@@ -372,29 +411,11 @@ __device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t
     }
 }
 
-// The body of k_flash_attn_vec for blocks of at most NH heads.
-template <int NH>
-__device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
-                                          float scale, float max_bias, float softcap, int has_mask, int has_sinks,
-                                          const FavPlace& p, u64 part, FavShared& sh) {
-    const int tid = threadIdx.x, D = (int)q.ne[0], DV = (int)v.ne[0];
-    const float sc = softcap != 0.0f ? scale / softcap : scale;
-    for (int hh = 0; hh < p.nh; hh++) {
-        for (int c = tid; c < D; c += FAV_THREADS) sh.qs[hh][c] = load_float(q, c, p.iq, p.h0 + hh, p.s);
-        for (int c = tid; c < DV; c += FAV_THREADS) sh.out[hh][c] = 0.0f;
-    }
-    if (tid < FAV_MAX_HEADS) {
-        sh.mx[tid] = NEG_INF;
-        sh.sum[tid] = 0.0f;
-    }
-    __syncthreads();
-    for (int t0 = p.kv0; t0 < p.kv1; t0 += FAV_TILE) {
-        fav_scores<NH>(q, k, m, sc, softcap, max_bias, has_mask, p, t0, sh);
-        __syncthreads();
-        fav_softmax(p.nh, sh);
-        __syncthreads();
-        fav_values<NH>(v, p, t0, sh);
-    }
+// The block's result: its partial (max, sum, accumulator per head) for k_flash_attn_combine when
+// `part` is set, else the normalized rows of d (the sink added).
+__device__ __forceinline__ void fav_write(const TD& sk, const TD& d, int DV, int has_sinks, const FavPlace& p,
+                                          u64 part, FavShared& sh) {
+    const int tid = threadIdx.x;
     if (part) {
         const i64 row0 = p.h0 + d.ne[1] * (p.iq + d.ne[2] * p.s);
         for (int hh = 0; hh < p.nh; hh++) {
@@ -417,14 +438,40 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
     }
 }
 
-// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
-// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
-// first); block y: the split. Blocks of one head run the one-head body, of two the two-head one
-// (the code of a block of fewer heads is smaller and skips the others' checks).
-extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
-                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
-                                            int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
-    __shared__ FavShared sh;
+// The body of k_flash_attn_vec for blocks of at most NH heads over K and V of element type T (or
+// FAV_ANY_TYPE).
+template <int NH, int T>
+__device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
+                                          float scale, float softcap, int has_mask, int has_sinks, const FavPlace& p,
+                                          u64 part, FavShared& sh) {
+    const int tid = threadIdx.x, D = (int)q.ne[0], DV = (int)v.ne[0];
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    for (int hh = 0; hh < p.nh; hh++) {
+        for (int c = tid; c < D; c += FAV_THREADS) sh.qs[hh][c] = load_float(q, c, p.iq, p.h0 + hh, p.s);
+        for (int c = tid; c < DV; c += FAV_THREADS) sh.out[hh][c] = 0.0f;
+    }
+    if (tid < FAV_MAX_HEADS) {
+        sh.mx[tid] = NEG_INF;
+        sh.sum[tid] = 0.0f;
+    }
+    if (tid == 0) sh.live = -1;
+    __syncthreads();
+    for (int t0 = p.kv0; t0 < p.kv1; t0 += FAV_TILE) {
+        fav_scores<NH, T>(q, k, m, sc, softcap, has_mask, p, t0, sh);
+        __syncthreads();
+        // Every key of the tile masked: nothing to add (no thread writes sh.live before all have
+        // read it, since a live tile holds them at the next barrier).
+        if (sh.live != t0) continue;
+        fav_softmax(p.nh, sh);
+        __syncthreads();
+        fav_values<NH, T>(v, p, t0, sh);
+    }
+    fav_write(sk, d, DV, has_sinks, p, part, sh);
+}
+
+// Where block (blockIdx.x, blockIdx.y) of k_flash_attn_vec works (see the kernel).
+__device__ __forceinline__ FavPlace fav_place(const TD& q, const TD& k, const TD& v, const TD& m, float max_bias,
+                                              int heads_per_block, int kv_per_split) {
     const u32 kv_heads = (u32)k.ne[2], group = (u32)(q.ne[2] / k.ne[2]);
     const u32 head_blocks = (group + heads_per_block - 1) / heads_per_block;
     u32 b = blockIdx.x;
@@ -439,34 +486,68 @@ extern "C" __global__ void k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
     p.nh = min(heads_per_block, (int)group - (int)hblk * heads_per_block);
     p.kv0 = blockIdx.y * kv_per_split;
     p.kv1 = min((int)k.ne[1], p.kv0 + kv_per_split);
-    if (heads_per_block == 1)
-        fav_block<1>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
-    else if (heads_per_block == 2)
-        fav_block<2>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
-    else
-        fav_block<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, p, part, sh);
+    p.k0 = kv_row(k, 0, p.hk, p.s);
+    p.v0 = kv_row(v, 0, p.hk, p.s);
+    const int mask_heads = (int)m.ne[2] > 0 ? (int)m.ne[2] : 1, mask_seqs = (int)m.ne[3] > 0 ? (int)m.ne[3] : 1;
+    for (int hh = 0; hh < FAV_MAX_HEADS; hh++) {
+        const int h = p.h0 + min(hh, p.nh - 1);
+        p.mrow[hh] = (const u8*)m.ptr + p.iq * m.nb[1] + (h % mask_heads) * m.nb[2] + (p.s % mask_seqs) * m.nb[3];
+        p.slope[hh] = alibi_slope(max_bias, h, (int)q.ne[2]);
+    }
+    return p;
 }
 
+// part: 0 for a single split (the block writes the result), else (max, sum, DV accumulators) per
+// (row, split) for k_flash_attn_combine. Block x: head block, KV head, query, sequence (fastest
+// first); block y: the split. Blocks of one head run the one-head body, of two the two-head one
+// (the code of a block of fewer heads is smaller and skips the others' checks).
+extern "C" __global__ void __launch_bounds__(FAV_THREADS, 1) k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
+                                            float softcap, int has_mask, int has_sinks, int heads_per_block,
+                                            int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
+    __shared__ FavShared sh;
+    const FavPlace p = fav_place(q, k, v, m, max_bias, heads_per_block, kv_per_split);
+    const bool f16 = k.type == T_F16 && v.type == T_F16;
+    if (heads_per_block == 1) {
+        if (f16)
+            fav_block<1, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        else
+            fav_block<1, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    } else if (heads_per_block == 2) {
+        if (f16)
+            fav_block<2, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        else
+            fav_block<2, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    } else if (f16) {
+        fav_block<FAV_MAX_HEADS, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    } else {
+        fav_block<FAV_MAX_HEADS, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    }
+}
+
+// Threads per k_flash_attn_combine block (ROW_THREADS in dispatch/attention.rs).
+#define FA_COMBINE_THREADS 256
 // Most splits whose weights k_flash_attn_combine keeps in shared memory (more are recomputed).
 #define FA_COMBINE_SPLITS 1024
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes. The
-// threads take the splits' maxima and sums in parallel (block reductions), keep each split's
-// weight in shared memory, then sum the accumulators of every split per dimension with several
-// loads in flight.
+// threads take the splits' maxima and sums in parallel (block reductions) and keep each split's
+// weight in shared memory; then groups of DV threads (as many as fit the block) take every
+// groups-th split, each thread one dimension, loads unconditional so that several are in flight,
+// and the groups' sums meet in shared memory.
 extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) { GRID_DEPENDENCY_SYNC();
     __shared__ float weight[FA_COMBINE_SPLITS];
+    __shared__ float red[FA_COMBINE_THREADS];
     const i64 r = blockIdx.x;
     const i64 h = r % d.ne[1], iq = (r / d.ne[1]) % d.ne[2], s = r / (d.ne[1] * d.ne[2]);
-    const int DV = (int)d.ne[0], stride = DV + 2;
+    const int DV = (int)d.ne[0], stride = DV + 2, tid = threadIdx.x;
     const float* p = (const float*)part + r * splits * stride;
     const float sink = has_sinks ? load(sk, h, 0, 0, 0) : NEG_INF;
     float mx = NEG_INF;
-    for (int i = threadIdx.x; i < splits; i += blockDim.x) mx = fmaxf(mx, p[i * stride]);
+    for (int i = tid; i < splits; i += FA_COMBINE_THREADS) mx = fmaxf(mx, p[i * stride]);
     mx = fmaxf(block_max(mx), sink);
     double sum = 0.0;
     if (mx != NEG_INF) {
-        for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+        for (int i = tid; i < splits; i += FA_COMBINE_THREADS) {
             const float mi = p[i * stride], w = mi == NEG_INF ? 0.0f : expf(mi - mx);
             if (i < FA_COMBINE_SPLITS) weight[i] = w;
             sum += (double)(w * p[i * stride + 1]);
@@ -475,22 +556,29 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
     float total = (float)block_sum(sum);
     if (has_sinks && mx != NEG_INF) total += expf(sink - mx);
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;
-    for (int dv = threadIdx.x; dv < DV; dv += blockDim.x) {
+    const int groups = DV < FA_COMBINE_THREADS ? FA_COMBINE_THREADS / DV : 1, g = tid / DV;
+    for (int d0 = 0; d0 < DV; d0 += FA_COMBINE_THREADS) {
+        const int dv = d0 + tid % DV;
         float a = 0.0f;
-        if (mx != NEG_INF) {
+        if (mx != NEG_INF && g < groups && dv < DV) {
 #pragma unroll 8
-            for (int i = 0; i < splits; i++) {
-                float w;
-                if (i < FA_COMBINE_SPLITS) {
-                    w = weight[i];
-                } else {
-                    const float mi = p[i * stride];
-                    w = mi == NEG_INF ? 0.0f : expf(mi - mx);
-                }
-                if (w != 0.0f) a += w * p[i * stride + 2 + dv];
+            for (int i = g; i < splits; i += groups) {
+                const float mi = p[i * stride];
+                const float w = i < FA_COMBINE_SPLITS ? weight[i] : (mi == NEG_INF ? 0.0f : expf(mi - mx));
+                a += w * p[i * stride + 2 + dv];
             }
         }
-        store(d, dv, h, iq, s, a * inv);
+        if (groups == 1) {
+            if (dv < DV) store(d, dv, h, iq, s, a * inv);
+            continue;
+        }
+        if (g < groups) red[tid] = a;
+        __syncthreads();
+        if (tid < DV) {
+            float t = 0.0f;
+            for (int k = 0; k < groups; k++) t += red[k * DV + tid];
+            store(d, tid, h, iq, s, t * inv);
+        }
     }
 }
 

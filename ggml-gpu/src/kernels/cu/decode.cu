@@ -172,22 +172,24 @@ __device__ __forceinline__ void decode_f(const u8* row, int s, float* w) {
 // strides), int8 values at xq[col * K + k] and (scale d, d * sum of the 32 int8 values) at
 // xd[col * K/32 + k/32]. The sum of the rounded values (not of the inputs) keeps a weight offset's
 // term consistent with the rest of the dot product: its error is then that of the weights' values,
-// not of their larger unsigned part. One warp per 32 values.
+// not of their larger unsigned part. One warp per 32 values; 32-bit index arithmetic (activations
+// of fewer than 2^32 units of 32, rows of F32 contiguous along the row read directly).
 extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) { GRID_DEPENDENCY_SYNC();
-    i64 per_col = b.ne[0] / 32;
-    i64 total = per_col * b.ne[1] * b.ne[2] * b.ne[3];
-    int lane = threadIdx.x % 32;
-    for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < total; w += ((i64)gridDim.x * blockDim.x) / 32) {
-        i64 col = w / per_col, k = (w % per_col) * 32 + lane;
-        i64 i1 = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
-        float v = load(b, k, i1, i2, i3);
+    const u32 per_col = (u32)(b.ne[0] / 32), total = per_col * nrows32(b);
+    const bool f32_rows = b.type == T_F32 && b.nb[0] == 4;
+    const int lane = threadIdx.x % 32;
+    for (u32 w = (blockIdx.x * blockDim.x + threadIdx.x) / 32; w < total; w += gridDim.x * blockDim.x / 32) {
+        const u32 col = w / per_col, k = (w % per_col) * 32 + lane;
+        u32 i[3];
+        row_index(col, (u32)b.ne[1], (u32)b.ne[2], i);
+        const float v = f32_rows ? ((const float*)row_at(b, i))[k] : load(b, k, i[0], i[1], i[2]);
         float amax = fabsf(v);
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
-        float d = amax / 127.0f;
-        int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
+        const float d = amax / 127.0f;
+        const int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
         int qsum = q;
         for (int o = 16; o > 0; o >>= 1) qsum += WARP_SHFL_XOR(qsum, o);
-        ((signed char*)xq)[w * 32 + lane] = (signed char)q;
+        ((signed char*)xq)[(u64)w * 32 + lane] = (signed char)q;
         if (lane == 0) ((float2*)xd)[w] = make_float2(d, d * (float)qsum);
     }
 }
