@@ -105,7 +105,13 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
             } else if name.starts_with("k_moe_mm_") {
                 "k_moe_mm_##name(".to_string()
             } else {
-                format!("extern \"C\" __global__ void {name}(")
+                // Plain, or after its `__launch_bounds__(..)`.
+                let plain = format!("extern \"C\" __global__ void {name}(");
+                if src.contains(&plain) {
+                    plain
+                } else {
+                    format!(") {name}(")
+                }
             };
             let params = params_of(&decl);
             (name, params)
