@@ -469,6 +469,17 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
     fav_write(sk, d, DV, has_sinks, p, part, sh);
 }
 
+// fav_block for NH heads with the element type fixed when K and V are both F16.
+template <int NH>
+__device__ __forceinline__ void fav_typed(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
+                                          float scale, float softcap, int has_mask, int has_sinks, const FavPlace& p,
+                                          u64 part, FavShared& sh) {
+    if (k.type == T_F16 && v.type == T_F16)
+        fav_block<NH, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    else
+        fav_block<NH, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+}
+
 // Where block (blockIdx.x, blockIdx.y) of k_flash_attn_vec works (see the kernel).
 __device__ __forceinline__ FavPlace fav_place(const TD& q, const TD& k, const TD& v, const TD& m, float max_bias,
                                               int heads_per_block, int kv_per_split) {
@@ -506,28 +517,21 @@ extern "C" __global__ void __launch_bounds__(FAV_THREADS, 1) k_flash_attn_vec(TD
                                             int kv_per_split, u64 part) { GRID_DEPENDENCY_SYNC();
     __shared__ FavShared sh;
     const FavPlace p = fav_place(q, k, v, m, max_bias, heads_per_block, kv_per_split);
-    const bool f16 = k.type == T_F16 && v.type == T_F16;
-    if (heads_per_block == 1) {
-        if (f16)
-            fav_block<1, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-        else
-            fav_block<1, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-    } else if (heads_per_block == 2) {
-        if (f16)
-            fav_block<2, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-        else
-            fav_block<2, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-    } else if (f16) {
-        fav_block<FAV_MAX_HEADS, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-    } else {
-        fav_block<FAV_MAX_HEADS, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
-    }
+    if (heads_per_block == 1)
+        fav_typed<1>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    else if (heads_per_block == 2)
+        fav_typed<2>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+    else
+        fav_typed<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
 }
 
 // Threads per k_flash_attn_combine block (ROW_THREADS in dispatch/attention.rs).
 #define FA_COMBINE_THREADS 256
 // Most splits whose weights k_flash_attn_combine keeps in shared memory (more are recomputed).
 #define FA_COMBINE_SPLITS 1024
+
+// The weight of a split whose maximum is mi against the row's maximum mx (0 for an empty split).
+__device__ __forceinline__ float split_weight(float mi, float mx) { return mi == NEG_INF ? 0.0f : expf(mi - mx); }
 
 // Merges the `splits` partials of each row (one block per row), adds the sink, normalizes. The
 // threads take the splits' maxima and sums in parallel (block reductions) and keep each split's
@@ -548,7 +552,7 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
     double sum = 0.0;
     if (mx != NEG_INF) {
         for (int i = tid; i < splits; i += FA_COMBINE_THREADS) {
-            const float mi = p[i * stride], w = mi == NEG_INF ? 0.0f : expf(mi - mx);
+            const float w = split_weight(p[i * stride], mx);
             if (i < FA_COMBINE_SPLITS) weight[i] = w;
             sum += (double)(w * p[i * stride + 1]);
         }
@@ -563,8 +567,7 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
         if (mx != NEG_INF && g < groups && dv < DV) {
 #pragma unroll 8
             for (int i = g; i < splits; i += groups) {
-                const float mi = p[i * stride];
-                const float w = i < FA_COMBINE_SPLITS ? weight[i] : (mi == NEG_INF ? 0.0f : expf(mi - mx));
+                const float w = i < FA_COMBINE_SPLITS ? weight[i] : split_weight(p[i * stride], mx);
                 a += w * p[i * stride + 2 + dv];
             }
         }
