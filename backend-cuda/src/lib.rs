@@ -21,6 +21,7 @@ pub mod profile;
 pub mod reg;
 pub mod rendezvous;
 pub mod settings;
+pub mod spans;
 pub mod stream;
 
 pub use comm::{NcclCommunicator, ReducePath, ReducePolicy, SameGpuCommunicator};

@@ -2,9 +2,11 @@
 //! with `GGML_TP_CUDA_PROFILE=1` the GPU time of every launched node, summed per kind of node (op,
 //! types and shapes), measured with CUDA events while a hold kernel keeps the stream busy so that
 //! the events time the kernels and not the host (such calls run eagerly, without graphs); with
-//! `GGML_TP_CUDA_STATS=1` the graph cache's counters and the host time spent queueing `compute`.
+//! `GGML_TP_CUDA_STATS=1` the graph cache's counters, the host time spent queueing `compute` and
+//! the GPU spans of the calls ([`crate::spans`]).
 
 use crate::graph_cache::GraphStats;
+use crate::spans::CallSpans;
 use ggml_core::{Graph, TensorId};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -54,6 +56,8 @@ struct Totals {
 /// Accumulated diagnostics of one backend.
 #[derive(Default)]
 pub struct Diagnostics {
+    /// GPU spans of whole calls (with the counters, not the per-node profile).
+    pub spans: CallSpans,
     by_label: HashMap<String, Totals>,
     profiled_calls: u64,
     compute_calls: u64,
@@ -112,14 +116,15 @@ impl Diagnostics {
         s
     }
 
-    /// The graph counters and host queueing time.
+    /// The graph counters, host queueing time and the calls' GPU spans.
     pub fn stats_report(&self, device: &str, graphs: GraphStats) -> String {
         let host_us = self.compute_host.as_secs_f64() * 1e6;
         format!(
-            "{device} graphs: {graphs:?}; compute calls {}, host {:.1} us per call; fused launches (all devices) {:?}\n",
+            "{device} graphs: {graphs:?}; compute calls {}, host {:.1} us per call; fused launches (all devices) {:?}\n{}",
             self.compute_calls,
             host_us / self.compute_calls.max(1) as f64,
-            ggml_gpu::dispatch::fusion_counts()
+            ggml_gpu::dispatch::fusion_counts(),
+            self.spans.report(device)
         )
     }
 }

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GGML_TP_CUDA_GRAPHS` | capture and replay repeated subgraphs as CUDA graphs (default on) |
 //! | `GGML_TP_CUDA_PROFILE` | print the GPU time per kind of node when a backend is dropped (default off) |
-//! | `GGML_TP_CUDA_STATS` | print the graph cache's counters and the host time of `compute` when a backend is dropped (default off) |
+//! | `GGML_TP_CUDA_STATS` | print the graph cache's counters, the host time of `compute` and the GPU span of each call (timing events around it) when a backend is dropped (default off) |
 //! | `GGML_TP_ONESHOT_MAX_BYTES` | largest AllReduce message (bytes on the wire) the one-shot peer-to-peer kernel takes (a byte count, or `off`: never; default 2 MiB) |
 //! | `GGML_TP_CUDA_LOGICAL` | present every GPU as this many logical devices (own streams, memory held to an equal share of the card, copies and AllReduce within the card; default 1) |
 //! | `GGML_TP_CUDA_PDL` | kernels launched as programmatic dependents of the one before them on compute capability 9.0 and later: a kernel's blocks start while the previous kernel's last blocks run, and wait for its results at their first instruction (default on) |
@@ -22,7 +22,7 @@ pub struct Settings {
     pub graphs: bool,
     /// `GGML_TP_CUDA_PROFILE`: the per-node GPU time profile.
     pub profile: bool,
-    /// `GGML_TP_CUDA_STATS`: the graph counters and host queueing time.
+    /// `GGML_TP_CUDA_STATS`: the graph counters, host queueing time and GPU spans of calls.
     pub stats: bool,
     /// `GGML_TP_ONESHOT_MAX_BYTES` ([`usize::MAX`] for `off`); none: the policy's default.
     pub oneshot_max_bytes: Option<usize>,

@@ -9,6 +9,7 @@ use crate::kernels::Kernels;
 use crate::memory::CudaBuffer;
 use crate::profile::{self, Diagnostics};
 use crate::settings::settings;
+use crate::spans;
 use crate::{cu, err};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys, CudaEvent, CudaGraph, CudaStream, PushKernelArg as _};
@@ -390,9 +391,14 @@ impl Backend for CudaBackend {
         match &self.diagnostics {
             Some(d) if self.profiling => self.launch_profiled(graph, nodes, d),
             Some(d) => {
+                let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
                 let start = Instant::now();
+                let first = cu("record event", self.stream.record_event(timing))?;
                 let r = self.compute_in_runs(graph, nodes);
-                d.lock().add_compute(start.elapsed());
+                let last = cu("record event", self.stream.record_event(timing))?;
+                let mut d = d.lock();
+                d.add_compute(start.elapsed());
+                d.spans.push(spans::call_label(graph, nodes), first, last)?;
                 r
             }
             None => self.compute_in_runs(graph, nodes),
@@ -414,11 +420,15 @@ impl Backend for CudaBackend {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         if let Some(d) = &self.diagnostics {
-            let d = d.lock();
+            let mut d = d.lock();
             let name = self.device.name();
             if self.profiling {
                 eprint!("{}", d.profile_report(&name));
             } else {
+                let finished = self.stream.synchronize().is_ok() && d.spans.finish().is_ok();
+                if !finished {
+                    eprintln!("{name}: the calls' GPU spans could not be read");
+                }
                 eprint!("{}", d.stats_report(&name, self.graphs.lock().stats()));
             }
         }
