@@ -160,63 +160,13 @@ struct ElemF16 {
     __device__ static u16 put(float v) { return f16_bits(v); }
 };
 
-// Four consecutive elements of type T, moved as one access (16 bytes of F32, 8 of 16-bit types).
-template <typename T> struct Quad;
-template <> struct Quad<float> {
-    float4 v;
-    __device__ float at(int j) const { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
-    __device__ void set(int j, float f) { (j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w) = f; }
-};
-template <> struct Quad<u16> {
-    ushort4 v;
-    __device__ u16 at(int j) const { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
-    __device__ void set(int j, u16 h) { (j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w) = h; }
-};
-
-// Rank pointers are read with constant indices (the loops over AR_MAX_RANKS unroll), so they stay
-// in registers; quads of four elements when every rank's data allows, single elements otherwise.
 template <typename E>
 __device__ void sum_local(ArPeers data, int nranks, u64 n) {
-    typedef typename E::T T;
-    const u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x, step = (u64)gridDim.x * blockDim.x;
-    bool quads = n % 4 == 0;
-#pragma unroll
-    for (int r = 0; r < AR_MAX_RANKS; ++r)
-        if (r < nranks) quads = quads && data.stage[r] % (4 * sizeof(T)) == 0;
-    if (quads) {
-        for (u64 i = first; i < n / 4; i += step) {
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int r = 0; r < AR_MAX_RANKS; ++r) {
-                if (r >= nranks) break;
-                const Quad<T> q = ((const Quad<T>*)data.stage[r])[i];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[j] += E::get(q.at(j));
-            }
-            Quad<T> out;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) out.set(j, E::put(acc[j]));
-#pragma unroll
-            for (int r = 0; r < AR_MAX_RANKS; ++r) {
-                if (r >= nranks) break;
-                ((Quad<T>*)data.stage[r])[i] = out;
-            }
-        }
-        return;
-    }
-    for (u64 i = first; i < n; i += step) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         float acc = 0.0f;
-#pragma unroll
-        for (int r = 0; r < AR_MAX_RANKS; ++r) {
-            if (r >= nranks) break;
-            acc += E::get(((const T*)data.stage[r])[i]);
-        }
-        const T v = E::put(acc);
-#pragma unroll
-        for (int r = 0; r < AR_MAX_RANKS; ++r) {
-            if (r >= nranks) break;
-            ((T*)data.stage[r])[i] = v;
-        }
+        for (int r = 0; r < nranks; ++r) acc += E::get(((const typename E::T*)data.stage[r])[i]);
+        const typename E::T v = E::put(acc);
+        for (int r = 0; r < nranks; ++r) ((typename E::T*)data.stage[r])[i] = v;
     }
 }
 
