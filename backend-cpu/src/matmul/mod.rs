@@ -30,6 +30,8 @@ mod quant;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 #[cfg(target_arch = "x86_64")]
+mod quant_offset_x86;
+#[cfg(target_arch = "x86_64")]
 mod quant_x86;
 pub mod simd;
 pub(crate) mod vec;
