@@ -14,7 +14,8 @@
 //! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`, `quant_avx512.rs`) multiply one
 //!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
 //!   columns per block load (integer dot per block, scaled by both block scales), every column's
-//!   result bit-identical whichever kernel computed it;
+//!   result bit-identical whichever kernel computed it; on x86 the columns outside groups of 4
+//!   (all of decode's) of Q4_0 / Q5_0 go through `quant_offset_x86.rs`;
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
@@ -29,6 +30,8 @@ mod float;
 mod quant;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
+#[cfg(target_arch = "x86_64")]
+mod quant_offset_x86;
 #[cfg(target_arch = "x86_64")]
 mod quant_x86;
 pub mod simd;

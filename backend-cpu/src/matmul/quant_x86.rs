@@ -9,6 +9,7 @@ use super::quant::{
     act_layout, rd16, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K,
     Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
+use super::quant_offset_x86::{offset_rows, SmallOffset};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -171,6 +172,10 @@ impl LegacyX86 for Q4_0 {
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
     }
+    #[inline(always)]
+    unsafe fn unpack_u(p: *const u8) -> __m256i {
+        unsafe { nibbles_x86(p.add(2)) }
+    }
 }
 impl LegacyX86 for Q4_1 {
     const OFFSET: u8 = 0;
@@ -190,6 +195,17 @@ impl LegacyX86 for Q5_0 {
             _mm256_or_si256(
                 nibbles_x86(p.add(6)),
                 _mm256_andnot_si256(bits_x86(p.add(2)), _mm256_set1_epi8(-16)),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn unpack_u(p: *const u8) -> __m256i {
+        // q + 16: the nibble plus 16 where bit 4 is set.
+        // SAFETY: AVX2 enabled by the caller; `p` points to a whole block.
+        unsafe {
+            _mm256_or_si256(
+                nibbles_x86(p.add(6)),
+                _mm256_and_si256(bits_x86(p.add(2)), _mm256_set1_epi8(16)),
             )
         }
     }
@@ -562,6 +578,27 @@ impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
     }
 }
 
+/// Q4_0 / Q5_0: groups of four columns through the generic and prompt kernels, the remaining
+/// columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
+#[inline(always)]
+unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    use super::quant::rows_with;
+    let grouped = cols.start + cols.len() / 4 * 4;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if grouped > cols.start {
+            let kern = LegacyK::<T, D>(nb, PhantomData);
+            rows_with(&kern, job, rows.clone(), cols.start..grouped);
+        }
+        offset_rows::<T, D>(job, nb, rows, grouped..cols.end);
+    }
+}
+
 #[inline(always)]
 unsafe fn rows_any<D: DotI8>(
     wt: DType,
@@ -574,9 +611,9 @@ unsafe fn rows_any<D: DotI8>(
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
-            DType::Q4_0 => rows_with(&LegacyK::<Q4_0, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4_0 => rows_small_offset::<Q4_0, D>(job, nb, rows, cols),
             DType::Q4_1 => rows_with(&LegacyK::<Q4_1, D>(nb, PhantomData), job, rows, cols),
-            DType::Q5_0 => rows_with(&LegacyK::<Q5_0, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5_0 => rows_small_offset::<Q5_0, D>(job, nb, rows, cols),
             DType::Q5_1 => rows_with(&LegacyK::<Q5_1, D>(nb, PhantomData), job, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
