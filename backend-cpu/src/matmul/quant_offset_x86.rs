@@ -23,32 +23,26 @@ impl SmallOffset for Q4_0 {}
 impl SmallOffset for Q5_0 {}
 
 /// Per block of one activation column: `OFFSET` times the activation sums in the lanes of
-/// [`DotI8::dot_us`], and the activation scale.
-struct ColumnTerms {
-    excess: Vec<__m256i>,
-    scale: Vec<f32>,
-}
+/// [`DotI8::dot_us`], and the activation scale (one allocation per column and tile).
+struct ColumnTerms(Vec<(__m256i, f32)>);
 
 impl ColumnTerms {
     /// The terms of the Q8_0 row at `act` (`nb` blocks) against quants offset by `offset`.
     #[inline(always)]
     unsafe fn new<D: DotI8>(act: *const u8, nb: usize, offset: u8) -> Self {
         let (aq, asz) = act_layout(false);
-        let mut terms = ColumnTerms {
-            excess: Vec::with_capacity(nb),
-            scale: Vec::with_capacity(nb),
-        };
-        // SAFETY: AVX2 enabled by the caller; the row holds `nb` blocks.
+        let mut terms = Vec::with_capacity(nb);
+        // SAFETY: AVX2 enabled by the caller; the row holds `nb` blocks. (A loop, not a closure:
+        // closures do not inherit the caller's target features.)
         unsafe {
             let off = _mm256_set1_epi8(offset as i8);
             for i in 0..nb {
                 let a = act.add(i * asz);
                 let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
-                terms.excess.push(D::dot_us(off, y));
-                terms.scale.push(F16c::cvt(rd16(a)));
+                terms.push((D::dot_us(off, y), F16c::cvt(rd16(a))));
             }
         }
-        terms
+        ColumnTerms(terms)
     }
 }
 
@@ -68,8 +62,9 @@ unsafe fn offset_step<T: SmallOffset, D: DotI8>(
         let p = w.add(i * T::SIZE);
         let q = T::unpack_u(p);
         let y = _mm256_loadu_si256(y as *const __m256i);
-        let s = _mm256_sub_epi32(D::dot_us(q, y), *terms.excess.get_unchecked(i));
-        let scale = _mm256_set1_ps(T::dm::<F16c>(p).0 * *terms.scale.get_unchecked(i));
+        let &(excess, act_scale) = terms.0.get_unchecked(i);
+        let s = _mm256_sub_epi32(D::dot_us(q, y), excess);
+        let scale = _mm256_set1_ps(T::dm::<F16c>(p).0 * act_scale);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
     }
 }

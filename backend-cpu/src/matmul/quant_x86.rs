@@ -6,8 +6,8 @@
 //! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`).
 
 use super::quant::{
-    act_layout, rd16, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4, RowKernel, Q4K,
-    Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
+    act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
+    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
 use super::quant_offset_x86::{offset_rows, SmallOffset};
 use super::vec::F32Vec;
@@ -587,7 +587,6 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
-    use super::quant::rows_with;
     let grouped = cols.start + cols.len() / 4 * 4;
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -607,7 +606,6 @@ unsafe fn rows_any<D: DotI8>(
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
-    use super::quant::rows_with;
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
