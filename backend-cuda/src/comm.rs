@@ -464,7 +464,11 @@ impl Communicator for SameGpuCommunicator {
             cu("record event", e.record(b.stream()))?;
             cu("stream wait", lead.stream().wait(e))?;
         }
-        p2p::sum_same_gpu(lead, &ptrs, dtype, count)?;
+        lead.timed(
+            || format!("all_reduce {dtype} x{count} ({} logical devices)", ptrs.len()),
+            false,
+            || p2p::sum_same_gpu(lead, &ptrs, dtype, count),
+        )?;
         cu("record event", events[0].record(lead.stream()))?;
         for b in &self.backends[1..] {
             cu("stream wait", b.stream().wait(&events[0]))?;

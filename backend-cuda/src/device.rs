@@ -8,9 +8,10 @@
 use crate::kernels::Kernels;
 use crate::memory::{CudaBuffer, CudaBufferType, DeviceMemory, PinnedBufferType};
 use crate::p2p::CommKernels;
+use crate::spans::TraceOrigin;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, CudaStream};
 use ggml_core::{
     Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Graph, Layout, MemoryInfo, Result,
     TensorId,
@@ -26,6 +27,9 @@ pub struct CudaGpu {
     cc: (i32, i32),
     kernels: OnceLock<std::result::Result<Arc<Kernels>, String>>,
     comm_kernels: OnceLock<std::result::Result<Arc<CommKernels>, String>>,
+    /// The origin of its streams' timelines (`GGML_TP_CUDA_TRACE`), recorded by the first stream
+    /// that traces.
+    trace_origin: OnceLock<std::result::Result<Arc<TraceOrigin>, String>>,
 }
 
 impl CudaGpu {
@@ -40,7 +44,17 @@ impl CudaGpu {
             cc,
             kernels: OnceLock::new(),
             comm_kernels: OnceLock::new(),
+            trace_origin: OnceLock::new(),
         }))
+    }
+
+    /// The common origin of the timelines of this GPU's streams, recorded on `stream` if it is the
+    /// first to ask.
+    pub fn trace_origin(&self, stream: &CudaStream) -> Result<Arc<TraceOrigin>> {
+        self.trace_origin
+            .get_or_init(|| TraceOrigin::record(stream).map(Arc::new))
+            .clone()
+            .map_err(|e| err(format!("timeline origin: {e}")))
     }
 
     /// The CUDA device ordinal.

@@ -88,6 +88,7 @@ impl CudaBackend {
         if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(err(format!("cublasSetWorkspace: {status:?}")));
         }
+        let diagnostics = Self::diagnostics(&device, &stream, settings)?;
         Ok(CudaBackend {
             device,
             stream,
@@ -96,9 +97,55 @@ impl CudaBackend {
             blas: Mutex::new(handle),
             _blas_workspace: workspace,
             scratch: Mutex::new(Scratch::default()),
-            diagnostics: (profiling || settings.stats).then(|| Mutex::new(Diagnostics::default())),
+            diagnostics,
             profiling,
         })
+    }
+
+    /// The diagnostics the settings ask for, with the timeline's origin when they trace.
+    fn diagnostics(
+        device: &CudaDevice,
+        stream: &CudaStream,
+        settings: &crate::settings::Settings,
+    ) -> Result<Option<Mutex<Diagnostics>>> {
+        if !settings.profile && !settings.stats {
+            return Ok(None);
+        }
+        let mut d = Diagnostics::default();
+        if settings.trace_calls > 0 && !settings.profile {
+            let origin = device.gpu().trace_origin(stream)?;
+            d.spans.keep_trace(origin, settings.trace_calls);
+        }
+        Ok(Some(Mutex::new(d)))
+    }
+
+    /// Queues what `queue` queues on this stream; with `GGML_TP_CUDA_STATS` between two timing
+    /// events, kept as a call span of kind `label` (made only then), its host time counted with the
+    /// `compute` calls' when `is_compute`.
+    pub(crate) fn timed(
+        &self,
+        label: impl FnOnce() -> String,
+        is_compute: bool,
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let Some(d) = self.diagnostics.as_ref().filter(|_| !self.profiling) else {
+            return queue();
+        };
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let begin = Instant::now();
+        let first = cu("record event", self.stream.record_event(timing))?;
+        let r = queue();
+        let last = cu("record event", self.stream.record_event(timing))?;
+        let host = spans::HostSpan {
+            begin,
+            end: Instant::now(),
+        };
+        let mut d = d.lock();
+        if is_compute {
+            d.add_compute(host.end - host.begin);
+        }
+        d.spans.push(label(), first, last, host)?;
+        r
     }
 
     /// Counters of the CUDA graph cache.
@@ -390,18 +437,11 @@ impl Backend for CudaBackend {
         self.bind()?;
         match &self.diagnostics {
             Some(d) if self.profiling => self.launch_profiled(graph, nodes, d),
-            Some(d) => {
-                let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-                let start = Instant::now();
-                let first = cu("record event", self.stream.record_event(timing))?;
-                let r = self.compute_in_runs(graph, nodes);
-                let last = cu("record event", self.stream.record_event(timing))?;
-                let mut d = d.lock();
-                d.add_compute(start.elapsed());
-                d.spans.push(spans::call_label(graph, nodes), first, last)?;
-                r
-            }
-            None => self.compute_in_runs(graph, nodes),
+            _ => self.timed(
+                || spans::call_label(graph, nodes),
+                true,
+                || self.compute_in_runs(graph, nodes),
+            ),
         }
     }
     fn synchronize(&self) -> Result<()> {

@@ -1,9 +1,10 @@
 //! ggml-gpu's settings, read once from the environment through [`ggml_core::env`]; each switch turns
-//! one dispatch path off for A/B measurements:
+//! one dispatch path off (or moves a tuning point) for A/B measurements:
 //!
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
+//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a `k_flash_attn_vec` launch aims for, splitting the keys to reach them (default 512) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
@@ -14,6 +15,8 @@ use std::sync::OnceLock;
 pub struct Settings {
     /// `GGML_TP_ATTN_VEC`: decode attention may take `k_flash_attn_vec`.
     pub attn_vec: bool,
+    /// `GGML_TP_ATTN_VEC_BLOCKS`: the blocks decode attention aims for (none: the dispatch's default).
+    pub attn_vec_blocks: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
     pub group_products: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
@@ -25,6 +28,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             attn_vec: true,
+            attn_vec_blocks: None,
             group_products: true,
             fuse_decode: true,
         }
@@ -37,6 +41,7 @@ impl Settings {
         let d = Settings::default();
         Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
+            attn_vec_blocks: ggml_core::env::count("GGML_TP_ATTN_VEC_BLOCKS"),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
         }

@@ -144,21 +144,22 @@ struct VecPlan {
 }
 
 /// The plan for `group` query heads per KV head, `rows_per_head` = KV heads x queries x
-/// sequences, over `n_kv` keys: the heads of a group share a block (up to [`FAV_MAX_HEADS`]) when
-/// the shared blocks, one per tile at most, still fill half of [`FA_TARGET_BLOCKS`]; otherwise one
-/// head per block. Then as many splits as bring the blocks to [`FA_TARGET_BLOCKS`], one tile each
-/// at least.
-fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize) -> VecPlan {
+/// sequences, over `n_kv` keys, aiming at `target` blocks ([`FA_TARGET_BLOCKS`] unless
+/// `GGML_TP_ATTN_VEC_BLOCKS` says otherwise): the heads of a group share a block (up to
+/// [`FAV_MAX_HEADS`]) when the shared blocks, one per tile at most, still fill half of the target;
+/// otherwise one head per block. Then as many splits as bring the blocks to the target, one tile
+/// each at least.
+fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize, target: usize) -> VecPlan {
     let tiles = n_kv.div_ceil(FAV_TILE).max(1);
     let shared = group.clamp(1, FAV_MAX_HEADS);
     let shared_blocks = group.div_ceil(shared) * rows_per_head.max(1);
-    let heads_per_block = if shared_blocks * tiles >= FA_TARGET_BLOCKS / 2 {
+    let heads_per_block = if shared_blocks * tiles >= target / 2 {
         shared
     } else {
         1
     };
     let blocks = group.div_ceil(heads_per_block) * rows_per_head.max(1);
-    let wanted = FA_TARGET_BLOCKS.div_ceil(blocks).clamp(1, tiles);
+    let wanted = target.div_ceil(blocks).clamp(1, tiles);
     let kv_per_split = tiles.div_ceil(wanted) * FAV_TILE;
     VecPlan {
         heads_per_block,
@@ -206,7 +207,10 @@ fn vec_fits(a: &Attn) -> bool {
 fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let [_, n_q, heads, seqs] = a.lq.ne;
     let [_, n_kv, kv_heads, _] = a.lk.ne;
-    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv);
+    let target = crate::settings::settings()
+        .attn_vec_blocks
+        .unwrap_or(FA_TARGET_BLOCKS);
+    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv, target);
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAV_THREADS);
     let split = (plan.splits, plan.kv_per_split);
@@ -471,7 +475,7 @@ mod tests {
         for group in [1, 4, 6, 7, 8] {
             for rows_per_head in [1, 2, 8, 40, 1024] {
                 for n_kv in [0, 1, 7, 63, 64, 65, 255, 256, 257, 4100, 32_768, 131_072] {
-                    let plan = vec_plan(group, rows_per_head, n_kv);
+                    let plan = vec_plan(group, rows_per_head, n_kv, FA_TARGET_BLOCKS);
                     assert_covers(plan, group, rows_per_head, n_kv);
                 }
             }
@@ -482,26 +486,26 @@ mod tests {
     fn vec_plans_fill_the_gpu_at_decode() {
         // Llama-3.1-8B decode (8 KV heads, groups of 4): few keys give one head per block and
         // one tile per split; 16 keys need no combine.
-        let short = vec_plan(4, 8, 16);
+        let short = vec_plan(4, 8, 16, FA_TARGET_BLOCKS);
         assert_eq!(
             (short.heads_per_block, short.blocks, short.splits),
             (1, 32, 1)
         );
-        let p = vec_plan(4, 8, 256);
+        let p = vec_plan(4, 8, 256, FA_TARGET_BLOCKS);
         assert_eq!(
             (p.heads_per_block, p.blocks, p.splits, p.kv_per_split),
             (1, 32, 4, 64)
         );
         // A long KV: the group shares its loads and the splits bring the blocks to the target.
-        let long = vec_plan(4, 8, 32_768);
+        let long = vec_plan(4, 8, 32_768, FA_TARGET_BLOCKS);
         assert_eq!((long.heads_per_block, long.blocks), (4, 8));
         assert_eq!(long.blocks * long.splits, FA_TARGET_BLOCKS);
         assert_eq!(long.kv_per_split, 32_768 / 64);
         // Groups beyond one block's heads: 6 = 4 + 2, 8 = 4 + 4.
-        assert_eq!(vec_plan(6, 64, 4100).blocks, 128);
-        assert_eq!(vec_plan(8, 64, 4100).heads_per_block, 4);
+        assert_eq!(vec_plan(6, 64, 4100, FA_TARGET_BLOCKS).blocks, 128);
+        assert_eq!(vec_plan(8, 64, 4100, FA_TARGET_BLOCKS).heads_per_block, 4);
         // Many blocks already: one split.
-        assert_eq!(vec_plan(1, 4096, 1000).splits, 1);
+        assert_eq!(vec_plan(1, 4096, 1000, FA_TARGET_BLOCKS).splits, 1);
     }
 
     #[test]
