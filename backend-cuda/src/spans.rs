@@ -262,13 +262,13 @@ mod tests {
             host: (1.0, 2.5),
             gpu: (gpu, gpu + 10.0),
         };
-        let lines = trace_lines("cuda:1", [entry("a", 30.0), entry("b", 5.25)].iter());
+        let lines = trace_lines("cuda:1", [entry("a", 30.0), entry("b", 5.5)].iter());
         let first = lines.lines().next().unwrap();
         assert_eq!(first, "trace cuda:1 host 1.0 2.5 gpu 30.0 40.0 | a");
         let starts: Vec<f64> = lines
             .lines()
             .map(|l| l.split_whitespace().nth(6).unwrap().parse().unwrap())
             .collect();
-        assert_eq!(starts, vec![30.0, 5.25]);
+        assert_eq!(starts, vec![30.0, 5.5]);
     }
 }
