@@ -17,12 +17,32 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Reads from device memory of these sizes go through a page-locked bounce buffer: a copy into
-/// pageable memory is several times slower (the logits of a decode step are ~0.5 MB).
+/// pageable memory is several times slower (the logits of a decode step are ~0.5 MB). Writes of
+/// up to `STAGED_MAX` bytes go through it too: a copy from page-locked memory has landed when it
+/// returns, so the write waits for the device once (before the copy), not twice.
 const STAGED_MIN: usize = 64 << 10;
 const STAGED_MAX: usize = 64 << 20;
 
-/// The process's bounce buffer of [`CudaBuffer::get`] (portable: any device copies into it).
+/// The process's bounce buffer of [`CudaBuffer::get`] and `set` (portable: any device copies
+/// through it).
 static STAGING: Mutex<Option<PinnedMemory>> = parking_lot::const_mutex(None);
+
+/// Runs `copy` on the first `len` bytes of the bounce buffer (grown as needed), under its lock.
+fn with_staging(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+    copy: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let mut staging = STAGING.lock();
+    if staging.as_ref().is_none_or(|s| s.size < len) {
+        *staging = None;
+        *staging = Some(PinnedMemory::new(ctx.clone(), len.next_power_of_two().max(STAGED_MIN))?);
+    }
+    let pinned = staging.as_ref().expect("staging set above");
+    // SAFETY: the pinned buffer holds at least `len` bytes and is only used under the lock.
+    let bounce = unsafe { std::slice::from_raw_parts_mut(pinned.ptr, len) };
+    copy(bounce)
+}
 
 /// The device memory of one CUDA device (`cuda:K`): its context, the bytes of its live
 /// [`CudaBuffer`]s, and for a logical device the share of the card it may hold (an allocation past
@@ -242,10 +262,17 @@ impl Buffer for CudaBuffer {
             return Ok(());
         }
         self.quiesce()?;
+        let dst = self.ptr + offset as u64;
+        if data.len() <= STAGED_MAX {
+            // From page-locked memory the copy returns once it has landed: no second wait.
+            return with_staging(&self.ctx, data.len(), |bounce| {
+                bounce.copy_from_slice(data);
+                // SAFETY: the range lies inside the allocation.
+                cu("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(dst, bounce) })
+            });
+        }
         // SAFETY: the range lies inside the allocation.
-        cu("cuMemcpyHtoD", unsafe {
-            result::memcpy_htod_sync(self.ptr + offset as u64, data)
-        })?;
+        cu("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(dst, data) })?;
         // From pageable memory the copy returns once staged, before its DMA lands; the backends'
         // streams do not wait for the legacy stream, so wait here.
         self.quiesce()
@@ -258,24 +285,14 @@ impl Buffer for CudaBuffer {
         self.quiesce()?;
         let src = self.ptr + offset as u64;
         if (STAGED_MIN..=STAGED_MAX).contains(&out.len()) {
-            let mut staging = STAGING.lock();
-            let fits = staging.as_ref().is_some_and(|s| s.size >= out.len());
-            if !fits {
-                *staging = None;
-                *staging = Some(PinnedMemory::new(
-                    self.ctx.clone(),
-                    out.len().next_power_of_two(),
-                )?);
-            }
-            let pinned = staging.as_ref().expect("staging set above");
-            // SAFETY: the pinned buffer holds at least `out.len()` bytes and is only used under the
-            // lock; the range lies inside the allocation.
-            let bounce = unsafe { std::slice::from_raw_parts_mut(pinned.ptr, out.len()) };
-            cu("cuMemcpyDtoH", unsafe {
-                result::memcpy_dtoh_sync(bounce, src)
-            })?;
-            out.copy_from_slice(bounce);
-            return Ok(());
+            return with_staging(&self.ctx, out.len(), |bounce| {
+                // SAFETY: the range lies inside the allocation.
+                cu("cuMemcpyDtoH", unsafe {
+                    result::memcpy_dtoh_sync(bounce, src)
+                })?;
+                out.copy_from_slice(bounce);
+                Ok(())
+            });
         }
         // SAFETY: the range lies inside the allocation.
         cu("cuMemcpyDtoH", unsafe {

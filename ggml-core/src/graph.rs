@@ -209,10 +209,14 @@ impl Graph {
                 what: "get_f32".into(),
             });
         }
-        let b = self.get_bytes(id)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        if !t.is_contiguous() {
+            return Err(layout_err("get", format!("{} is not contiguous", t.name)));
+        }
+        let d = self.data(id)?;
+        let mut out = vec![0f32; t.nbytes() / 4];
+        d.buffer
+            .get(d.offset, bytemuck::cast_slice_mut(out.as_mut_slice()))?;
+        Ok(out)
     }
 
     pub fn set_name(&mut self, id: TensorId, name: impl Into<String>) {

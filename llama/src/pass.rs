@@ -274,25 +274,27 @@ fn run(
     lap(2);
     sched.compute(g)?;
     lap(3);
-    let data = g.get_f32(built.logits)?;
+    let mut data = g.get_f32(built.logits)?;
     lap(4);
     let n_vocab = model.config.n_vocab;
-    let mut rows = data.chunks_exact(n_vocab);
-    Ok(parts
-        .iter()
-        .map(|p| {
-            let positions = p.out_positions();
-            let data = rows
-                .by_ref()
-                .take(positions.len())
-                .flatten()
-                .copied()
-                .collect();
-            Logits {
-                n_vocab,
-                positions,
-                data,
-            }
-        })
-        .collect())
+    // Each part's rows, split off the end (the first part keeps the read buffer itself).
+    let positions: Vec<_> = parts.iter().map(|p| p.out_positions()).collect();
+    let rows: usize = positions.iter().map(Vec::len).sum();
+    data.truncate(rows * n_vocab);
+    let mut logits = Vec::with_capacity(parts.len());
+    for positions in positions.into_iter().rev() {
+        let start = data.len() - positions.len() * n_vocab;
+        let rows = if start == 0 {
+            std::mem::take(&mut data)
+        } else {
+            data.split_off(start)
+        };
+        logits.push(Logits {
+            n_vocab,
+            positions,
+            data: rows,
+        });
+    }
+    logits.reverse();
+    Ok(logits)
 }

@@ -32,15 +32,11 @@ impl Head {
     pub fn load(ld: &Loader, cfg: &ModelConfig) -> Result<Head, ModelError> {
         let (d, v) = (cfg.n_embd, cfg.n_vocab);
         let m = || WeightSplit::Mirrored;
-        let has_output = ld.info("output.weight").is_some();
-        // With a head of its own, the table is only read by row lookups: in tensor parallelism each
-        // device keeps a slice of every row (the lookup's result is gathered); a tied table stays
-        // whole for the head.
-        let embd_split = match ld.info("token_embd.weight") {
-            Some((dtype, _)) if has_output => WeightSplit::axis(0, d, dtype.block_size()),
-            _ => m(),
-        };
-        let tok_embd = ld.get("token_embd.weight", &[d, v], embd_split, Home::First)?;
+        // Every device keeps the whole table: a lookup in a table split by columns would leave each
+        // device a slice of the rows, whose gather goes through host memory and holds every device
+        // at the start of each pass (16 ms of a 512-token prompt of Llama-3.1-8B over two logical
+        // H200s, BENCHMARKS.md). The copies cost (N - 1) / N of the table more memory.
+        let tok_embd = ld.get("token_embd.weight", &[d, v], m(), Home::First)?;
         let output_norm = ld.get("output_norm.weight", &[d], m(), Home::Last)?;
         let output = match ld.opt(
             "output.weight",
