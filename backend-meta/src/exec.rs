@@ -216,6 +216,11 @@ impl MetaBackend {
             }
             self.join_stage(d, prog, &stage.after, barrier)?;
         }
+        // Every driver has queued all of its work before any waits for its device: a driver
+        // blocked in a synchronize can hold up another driver's launches (on one GPU's logical
+        // devices the last stage of a decode step was queued only once the first device had
+        // finished its own, BENCHMARKS.md).
+        barrier.wait()?;
         backend.synchronize()
     }
 
