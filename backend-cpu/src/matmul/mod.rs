@@ -15,7 +15,7 @@
 //!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
 //!   columns per block load (integer dot per block, scaled by both block scales), every column's
 //!   result bit-identical whichever kernel computed it; on x86 the columns outside groups of 4
-//!   (all of decode's) of Q4_0 / Q5_0 go through `quant_offset_x86.rs`;
+//!   (all of decode's) of Q4_0 / Q5_0 / Q4_1 / Q5_1 go through `quant_offset_x86.rs`;
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
