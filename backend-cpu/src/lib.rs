@@ -1,5 +1,5 @@
 //! backend-cpu: the CPU backend of ggml-tp. Every op of the graph for every type, multi-threaded over
-//! rows with rayon, presented as one or several virtual devices (`cpu:0`, `cpu:1`, ...), each with its
+//! rows (a compute's ops on its stream's [`team::Team`], other calls on rayon), presented as one or several virtual devices (`cpu:0`, `cpu:1`, ...), each with its
 //! own thread pool and memory budget.
 
 pub mod comm;
@@ -10,6 +10,7 @@ pub mod memory;
 pub mod reg;
 pub mod settings;
 pub mod stream;
+pub mod team;
 pub mod view;
 
 pub use comm::CpuCommunicator;

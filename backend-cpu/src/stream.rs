@@ -7,6 +7,7 @@
 
 use crate::device::{build_pool, on_device_worker, CpuDevice};
 use crate::kernels::{self, NodeViews};
+use crate::team::Team;
 use crate::view::TView;
 use ggml_core::{Backend, DataRef, Device, Error, Event, Graph, Result, TensorId};
 use parking_lot::RwLock;
@@ -29,12 +30,22 @@ impl Event for CpuEvent {
 pub struct CpuBackend {
     device: Arc<CpuDevice>,
     pool: RwLock<Arc<ThreadPool>>,
+    /// The fork-join of this stream's computes, as many threads as the pool.
+    team: RwLock<Arc<Team>>,
 }
 
 impl CpuBackend {
     pub fn new(device: Arc<CpuDevice>) -> Self {
-        let pool = RwLock::new(device.pool());
-        CpuBackend { device, pool }
+        let pool = device.pool();
+        let team = RwLock::new(Arc::new(Team::new(
+            &device.name(),
+            pool.current_num_threads(),
+        )));
+        CpuBackend {
+            device,
+            pool: RwLock::new(pool),
+            team,
+        }
     }
 }
 
@@ -62,7 +73,7 @@ pub fn host_view(graph: &Graph, id: TensorId) -> Result<TView> {
 }
 
 /// Computes `nodes` of `graph` in order on the current thread (kernels split their rows among the
-/// threads of the current pool).
+/// threads of the current team or pool, see [`crate::team::par_tasks`]).
 fn compute_nodes(graph: &Graph, nodes: &[TensorId]) -> Result<()> {
     for &node in nodes {
         let t = graph.tensor(node);
@@ -121,11 +132,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        // One hand-over to the pool for the whole node list: kernels then split their rows among
-        // the pool's threads without a cross-thread round trip per node. On a device worker
-        // (this device's or another's) the nodes run where they are.
-        if on_device_worker() {
-            return compute_nodes(graph, nodes);
+        // One hand-over to the pool for the whole node list; kernels then split their rows among
+        // this thread and the team's spinning helpers, one atomic hand-over per node. On a device
+        // worker (this device's or another's) the nodes run where they are.
+        let team = self.team.read().clone();
+        if on_device_worker() || team.helpers() > 0 {
+            return team.compute(|| compute_nodes(graph, nodes));
         }
         let pool = self.pool.read().clone();
         pool.install(|| compute_nodes(graph, nodes))
@@ -141,6 +153,8 @@ impl Backend for CpuBackend {
     }
     fn set_threads(&self, n: usize) {
         if let Ok(pool) = build_pool(&self.device.name(), n) {
+            *self.team.write() =
+                Arc::new(Team::new(&self.device.name(), pool.current_num_threads()));
             *self.pool.write() = pool;
         }
     }

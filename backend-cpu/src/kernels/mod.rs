@@ -1,6 +1,6 @@
 //! The CPU kernels and their dispatch: [`compute_node`] runs one graph node given host views of its
 //! sources and result; [`supports`] says which op/type combinations the kernels handle. Every kernel
-//! splits its work over rows on the current rayon pool so that each task writes disjoint bytes.
+//! splits its work over rows ([`crate::team::par_tasks`]) so that each task writes disjoint bytes.
 
 pub mod attention;
 pub mod copy;

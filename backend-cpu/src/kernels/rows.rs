@@ -5,7 +5,6 @@
 use crate::view::TView;
 use ggml_core::quant::{dequantize_row, quantize_row};
 use ggml_core::{DType, Error, Result};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Row index (i1, i2, i3) of flat row `r` for a shape `ne`.
@@ -16,7 +15,7 @@ pub fn unravel(r: usize, ne: &[usize; 4]) -> [usize; 3] {
     [i1, r % ne[2], r / ne[2]]
 }
 
-/// Runs `f` over disjoint ranges of `0..nrows` on the current rayon pool. `row_cost` is a rough number
+/// Runs `f` over disjoint ranges of `0..nrows` in parallel ([`crate::team::par_tasks`]). `row_cost` is a rough number
 /// of element operations per row, used to keep tasks from being too small.
 pub fn par_rows<F>(nrows: usize, row_cost: usize, f: F) -> Result<()>
 where
@@ -25,16 +24,14 @@ where
     if nrows == 0 {
         return Ok(());
     }
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::team::threads().max(1);
     let min_rows = (16384 / row_cost.max(1)).max(1);
     let chunk = nrows.div_ceil(threads * 4).max(min_rows);
     let nchunks = nrows.div_ceil(chunk);
     if nchunks == 1 {
         return f(0..nrows);
     }
-    (0..nchunks)
-        .into_par_iter()
-        .try_for_each(|c| f(c * chunk..((c + 1) * chunk).min(nrows)))
+    crate::team::par_tasks(nchunks, |c| f(c * chunk..((c + 1) * chunk).min(nrows)))
 }
 
 /// Per-thread scratch space for row conversions.

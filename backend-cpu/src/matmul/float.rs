@@ -15,7 +15,6 @@
 use super::vec::{F32Vec, Scalar8};
 use super::{Job, SimdLevel};
 use ggml_core::DType;
-use rayon::prelude::*;
 use std::ops::Range;
 
 const WT_F32: u8 = 0;
@@ -380,7 +379,7 @@ pub(crate) unsafe fn rows(
     }
 }
 
-/// Whole float-weight job through the blocked GEMM, parallel over the current rayon pool.
+/// Whole float-weight job through the blocked GEMM, in parallel ([`crate::team::par_tasks`]).
 ///
 /// # Safety
 /// As for [`rows`], for all rows and columns of the job.
@@ -394,22 +393,25 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
     let n = job.acts.len();
     let n_panels = n.div_ceil(nr);
     let mut bpack = vec![0f32; n_panels * nr * k];
-    bpack
-        .par_chunks_mut(nr * k)
-        .enumerate()
-        .for_each(|(p, out)| {
-            // SAFETY: activation columns are valid `k`-element f32 rows (caller).
-            unsafe {
-                match nr {
-                    NR_AVX2 => pack_b_panel::<NR_AVX2>(job, k, p, out),
-                    NR_AVX512 => pack_b_panel::<NR_AVX512>(job, k, p, out),
-                    _ => pack_b_panel::<NR_SCALAR>(job, k, p, out),
-                }
+    let panels = super::OutRows(bpack.as_mut_ptr() as *mut u8);
+    let panel_bytes = nr * k * 4;
+    let _infallible = crate::team::par_tasks(n_panels, |p| {
+        // SAFETY: each task fills its own panel of `bpack`, which outlives the loop; activation
+        // columns are valid `k`-element f32 rows (caller).
+        unsafe {
+            let out =
+                std::slice::from_raw_parts_mut(panels.row(p, panel_bytes) as *mut f32, nr * k);
+            match nr {
+                NR_AVX2 => pack_b_panel::<NR_AVX2>(job, k, p, out),
+                NR_AVX512 => pack_b_panel::<NR_AVX512>(job, k, p, out),
+                _ => pack_b_panel::<NR_SCALAR>(job, k, p, out),
             }
-        });
+        }
+        Ok(())
+    });
     let mc = mr * MC_PANELS;
     let m_tiles = job.m.div_ceil(mc);
-    let threads = rayon::current_num_threads();
+    let threads = crate::team::threads();
     let n_split = (4 * threads).div_ceil(m_tiles).clamp(1, n_panels.max(1));
     let per = n_panels.div_ceil(n_split);
     let tasks: Vec<(Range<usize>, Range<usize>)> = (0..m_tiles)
@@ -419,7 +421,8 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
         })
         .filter(|(_, p)| !p.is_empty())
         .collect();
-    tasks.into_par_iter().for_each(|(m, panels)| {
+    let _infallible = crate::team::par_tasks(tasks.len(), |i| {
+        let (m, panels) = tasks[i].clone();
         let t = GemmTask {
             wt,
             job,
@@ -440,5 +443,6 @@ pub(crate) unsafe fn gemm(level: SimdLevel, wt: DType, job: &Job, k: usize) {
                 _ => gemm_task_any::<Scalar8, NR_SCALAR>(&t),
             }
         }
+        Ok(())
     });
 }

@@ -15,14 +15,14 @@
 //!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
 //!   columns per block load (integer dot per block, scaled by both block scales), every column's
 //!   result bit-identical whichever kernel computed it; on x86 the columns outside groups of 4
-//!   (all of decode's) of Q4_0 / Q5_0 go through `quant_offset_x86.rs`;
+//!   (all of decode's) of Q4_0 / Q5_0 / Q4_1 / Q5_1 go through `quant_offset_x86.rs`;
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
 //!   activations; ggml instead rounds the activations to F16): the same row kernels (`float.rs`)
 //!   for fewer than [`GEMM_MIN_COLS`] columns, the cache-blocked GEMM otherwise.
 //!
-//! Work is spread over the caller's rayon pool. The SIMD level comes from [`simd::level`]
+//! Work is spread over the caller's team or rayon pool ([`crate::team::par_tasks`]). The SIMD level comes from [`simd::level`]
 //! (run-time detection, `GGML_TP_SIMD` override); [`mul_mat_with`] / [`mul_mat_id_with`] take an
 //! explicit level (tests, benchmarks).
 
@@ -45,7 +45,6 @@ pub use simd::SimdLevel;
 use crate::view::TView;
 use ggml_core::quant::{quantize_row, vec_dot_type};
 use ggml_core::{DType, Error, Result};
-use rayon::prelude::*;
 
 /// Float-weight jobs with at least this many columns use the blocked GEMM.
 pub const GEMM_MIN_COLS: usize = 8;
@@ -180,11 +179,14 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
     }
     // F32 rows with contiguous elements are read in place, others converted element by element.
     let direct = bt == DType::F32 && b.layout.rows_contiguous();
-    buf.par_chunks_mut(row_bytes)
-        .enumerate()
-        .try_for_each_init(
-            || vec![0f32; k],
-            |tmp, (r, out)| -> Result<()> {
+    let out_base = OutRows(buf.as_mut_ptr());
+    crate::kernels::rows::par_rows(nrows, k, |range| {
+        let mut tmp = Vec::new();
+        for r in range {
+            // SAFETY: tasks get disjoint row ranges of `buf`, which outlives the loop.
+            let out =
+                unsafe { std::slice::from_raw_parts_mut(out_base.row(r, row_bytes), row_bytes) };
+            {
                 let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
                 let p = b.row_ptr(i1, i2, i3);
                 let row: &[f32] = if direct && (p as usize).is_multiple_of(4) {
@@ -192,20 +194,20 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
                     // written during the call.
                     unsafe { std::slice::from_raw_parts(p as *const f32, k) }
                 } else {
-                    for (i0, t) in tmp.iter_mut().enumerate() {
-                        // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
-                        *t = unsafe { b.get_f32([i0, i1, i2, i3]) };
-                    }
-                    tmp
+                    tmp.clear();
+                    // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
+                    tmp.extend((0..k).map(|i0| unsafe { b.get_f32([i0, i1, i2, i3]) }));
+                    &tmp
                 };
                 if out_t == DType::F32 {
                     out.copy_from_slice(bytemuck::cast_slice(row));
-                    Ok(())
                 } else {
-                    quantize_row(out_t, row, out)
+                    quantize_row(out_t, row, out)?;
                 }
-            },
-        )?;
+            }
+        }
+        Ok(())
+    })?;
     Ok(Prepared {
         buf,
         row_bytes,
@@ -214,9 +216,22 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
     })
 }
 
-/// Runs every job at `level` on the current rayon pool.
+/// The rows of a buffer that parallel tasks fill (each task its own rows).
+struct OutRows(*mut u8);
+
+// SAFETY: tasks write disjoint rows through it (see `prepare`).
+unsafe impl Send for OutRows {}
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    fn row(&self, r: usize, row_bytes: usize) -> *mut u8 {
+        self.0.wrapping_add(r * row_bytes)
+    }
+}
+
+/// Runs every job at `level` in parallel ([`crate::team::par_tasks`]).
 fn run_jobs(level: SimdLevel, wt: DType, k: usize, jobs: &[Job]) {
-    let threads = rayon::current_num_threads();
+    let threads = crate::team::threads();
     let mut tiles = Vec::new();
     for (j, job) in jobs.iter().enumerate() {
         let n = job.acts.len();
@@ -244,7 +259,8 @@ fn run_jobs(level: SimdLevel, wt: DType, k: usize, jobs: &[Job]) {
             }
         }
     }
-    tiles.into_par_iter().for_each(|(j, rows, cols)| {
+    let _infallible = crate::team::par_tasks(tiles.len(), |t| {
+        let (j, rows, cols) = tiles[t].clone();
         // SAFETY: tiles cover disjoint destination elements; pointers come from validated views.
         unsafe {
             if wt.is_float() {
@@ -253,6 +269,7 @@ fn run_jobs(level: SimdLevel, wt: DType, k: usize, jobs: &[Job]) {
                 quant::rows(level, wt, &jobs[j], k, rows, cols)
             }
         }
+        Ok(())
     });
 }
 

@@ -1,5 +1,8 @@
-//! x86 one-column kernel of the signed 4- and 5-bit legacy formats (Q4_0, Q5_0), the decode
-//! products of most legacy models.
+//! x86 one-column kernels of the 4- and 5-bit legacy formats, the decode products of most legacy
+//! models: the offset kernel of the signed ones (Q4_0, Q5_0) and, at the end, the kernel of the
+//! `d * q + m` ones (Q4_1, Q5_1, [`min_rows`]), whose Q8_1 activation scales and sums are converted
+//! once per column and tile instead of once per weight row (same values, same order of the float
+//! steps as the generic kernel's, so again bit-identical).
 //!
 //! The generic kernel (`quant_x86::legacy`) multiplies signed quants with signed activations, which
 //! at AVX2 costs two `vpsignb` per block before the unsigned x signed `vpmaddubsw`. Here the
@@ -122,6 +125,91 @@ pub(super) unsafe fn offset_rows<T: SmallOffset, D: DotI8>(
             for m in rows.clone() {
                 let w = job.w.add(m * job.w_stride);
                 *job.dsts[c].add(m) = offset_row::<T, D>(w, act, &terms, nb);
+            }
+        }
+    }
+}
+
+/// Per block of one Q8_1 activation column: its scale and scaled sum, converted once per column
+/// and tile for the `d * q + m` formats (Q4_1, Q5_1).
+struct MinColumnTerms(Vec<(f32, f32)>);
+
+impl MinColumnTerms {
+    #[inline(always)]
+    unsafe fn new(act: *const u8, nb: usize) -> Self {
+        let (_, asz) = act_layout(true);
+        let mut terms = Vec::with_capacity(nb);
+        for i in 0..nb {
+            // SAFETY: the row holds `nb` blocks (caller).
+            unsafe {
+                let a = act.add(i * asz);
+                terms.push((F16c::cvt(rd16(a)), F16c::cvt(rd16(a.add(2)))));
+            }
+        }
+        MinColumnTerms(terms)
+    }
+}
+
+/// Block `i` of weight row `w` against the column of `terms` (quants at `y`): the generic
+/// kernel's `legacy_step` for one row and column with the activation terms converted beforehand.
+#[inline(always)]
+unsafe fn min_step<T: LegacyX86, D: DotI8>(
+    w: *const u8,
+    y: *const u8,
+    terms: &MinColumnTerms,
+    i: usize,
+    acc: &mut __m256,
+    msum: &mut f32,
+) {
+    // SAFETY: AVX2/FMA enabled by the caller; block `i` exists in the row and the column.
+    unsafe {
+        let p = w.add(i * T::SIZE);
+        let q = T::unpack_x86(p);
+        let y = _mm256_loadu_si256(y as *const __m256i);
+        let &(da, sa) = terms.0.get_unchecked(i);
+        let (d, m) = T::dm::<F16c>(p);
+        let scale = _mm256_set1_ps(d * da);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D::dot_us(q, y)), scale, *acc);
+        *msum += m * sa;
+    }
+}
+
+/// `rows` x `cols` of a job with `d * q + m` weights `T` of `nb` blocks per row, column by column.
+///
+/// # Safety
+/// As for `quant::rows`, with AVX2/FMA/F16C (and what `D` needs) enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn min_rows<T: LegacyX86, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let (aq, asz) = act_layout(true);
+    // SAFETY: the job's pointers are valid for `rows` x `cols` and these destination elements are
+    // written by this thread only (caller).
+    unsafe {
+        for c in cols {
+            let act = job.acts[c];
+            let terms = MinColumnTerms::new(act, nb);
+            for m in rows.clone() {
+                let w = job.w.add(m * job.w_stride);
+                let mut acc0 = [[_mm256_setzero_ps(); 1]];
+                let mut acc1 = [[_mm256_setzero_ps(); 1]];
+                let mut msum = [[0f32; 1]];
+                let mut i = 0;
+                while i + 2 <= nb {
+                    let y = act.add(i * asz + aq);
+                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum[0][0]);
+                    let y = act.add((i + 1) * asz + aq);
+                    min_step::<T, D>(w, y, &terms, i + 1, &mut acc1[0][0], &mut msum[0][0]);
+                    i += 2;
+                }
+                if i < nb {
+                    let y = act.add(i * asz + aq);
+                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum[0][0]);
+                }
+                *job.dsts[c].add(m) = finish(&acc0, &acc1, &msum)[0][0];
             }
         }
     }

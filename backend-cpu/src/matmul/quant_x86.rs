@@ -9,7 +9,7 @@ use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
     RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
-use super::quant_offset_x86::{offset_rows, SmallOffset};
+use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -598,6 +598,26 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     }
 }
 
+/// Q4_1 / Q5_1: groups of four columns through the generic and prompt kernels, the remaining
+/// columns through the one-column kernel of `quant_offset_x86`.
+#[inline(always)]
+unsafe fn rows_min<T: LegacyX86, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let grouped = cols.start + cols.len() / 4 * 4;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if grouped > cols.start {
+            let kern = LegacyK::<T, D>(nb, PhantomData);
+            rows_with(&kern, job, rows.clone(), cols.start..grouped);
+        }
+        min_rows::<T, D>(job, nb, rows, grouped..cols.end);
+    }
+}
+
 #[inline(always)]
 unsafe fn rows_any<D: DotI8>(
     wt: DType,
@@ -610,9 +630,9 @@ unsafe fn rows_any<D: DotI8>(
     unsafe {
         match wt {
             DType::Q4_0 => rows_small_offset::<Q4_0, D>(job, nb, rows, cols),
-            DType::Q4_1 => rows_with(&LegacyK::<Q4_1, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4_1 => rows_min::<Q4_1, D>(job, nb, rows, cols),
             DType::Q5_0 => rows_small_offset::<Q5_0, D>(job, nb, rows, cols),
-            DType::Q5_1 => rows_with(&LegacyK::<Q5_1, D>(nb, PhantomData), job, rows, cols),
+            DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
             DType::Q4K => rows_with(&KQuantK::<Q4K, D>(nb, PhantomData), job, rows, cols),
