@@ -465,7 +465,12 @@ impl Communicator for SameGpuCommunicator {
             cu("stream wait", lead.stream().wait(e))?;
         }
         lead.timed(
-            || format!("all_reduce {dtype} x{count} ({} logical devices)", ptrs.len()),
+            || {
+                format!(
+                    "all_reduce {dtype} x{count} ({} logical devices)",
+                    ptrs.len()
+                )
+            },
             false,
             || p2p::sum_same_gpu(lead, &ptrs, dtype, count),
         )?;

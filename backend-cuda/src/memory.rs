@@ -36,7 +36,10 @@ fn with_staging(
     let mut staging = STAGING.lock();
     if staging.as_ref().is_none_or(|s| s.size < len) {
         *staging = None;
-        *staging = Some(PinnedMemory::new(ctx.clone(), len.next_power_of_two().max(STAGED_MIN))?);
+        *staging = Some(PinnedMemory::new(
+            ctx.clone(),
+            len.next_power_of_two().max(STAGED_MIN),
+        )?);
     }
     let pinned = staging.as_ref().expect("staging set above");
     // SAFETY: the pinned buffer holds at least `len` bytes and is only used under the lock.
@@ -268,11 +271,15 @@ impl Buffer for CudaBuffer {
             return with_staging(&self.ctx, data.len(), |bounce| {
                 bounce.copy_from_slice(data);
                 // SAFETY: the range lies inside the allocation.
-                cu("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(dst, bounce) })
+                cu("cuMemcpyHtoD", unsafe {
+                    result::memcpy_htod_sync(dst, bounce)
+                })
             });
         }
         // SAFETY: the range lies inside the allocation.
-        cu("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(dst, data) })?;
+        cu("cuMemcpyHtoD", unsafe {
+            result::memcpy_htod_sync(dst, data)
+        })?;
         // From pageable memory the copy returns once staged, before its DMA lands; the backends'
         // streams do not wait for the legacy stream, so wait here.
         self.quiesce()
