@@ -182,14 +182,19 @@ impl Graph {
 
     /// Reads the bytes of a contiguous tensor.
     pub fn get_bytes(&self, id: TensorId) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.tensor(id).nbytes()];
+        self.read_into(id, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads a contiguous tensor into `out` (its size in bytes).
+    fn read_into(&self, id: TensorId, out: &mut [u8]) -> Result<()> {
         let t = self.tensor(id);
         if !t.is_contiguous() {
             return Err(layout_err("get", format!("{} is not contiguous", t.name)));
         }
         let d = self.data(id)?;
-        let mut out = vec![0u8; t.nbytes()];
-        d.buffer.get(d.offset, &mut out)?;
-        Ok(out)
+        d.buffer.get(d.offset, out)
     }
 
     pub fn set_f32(&self, id: TensorId, values: &[f32]) -> Result<()> {
@@ -209,13 +214,8 @@ impl Graph {
                 what: "get_f32".into(),
             });
         }
-        if !t.is_contiguous() {
-            return Err(layout_err("get", format!("{} is not contiguous", t.name)));
-        }
-        let d = self.data(id)?;
         let mut out = vec![0f32; t.nbytes() / 4];
-        d.buffer
-            .get(d.offset, bytemuck::cast_slice_mut(out.as_mut_slice()))?;
+        self.read_into(id, bytemuck::cast_slice_mut(out.as_mut_slice()))?;
         Ok(out)
     }
 

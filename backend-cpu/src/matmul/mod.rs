@@ -186,24 +186,22 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
             // SAFETY: tasks get disjoint row ranges of `buf`, which outlives the loop.
             let out =
                 unsafe { std::slice::from_raw_parts_mut(out_base.row(r, row_bytes), row_bytes) };
-            {
-                let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
-                let p = b.row_ptr(i1, i2, i3);
-                let row: &[f32] = if direct && (p as usize).is_multiple_of(4) {
-                    // SAFETY: row (i1, i2, i3) of b holds `k` contiguous aligned f32, live and not
-                    // written during the call.
-                    unsafe { std::slice::from_raw_parts(p as *const f32, k) }
-                } else {
-                    tmp.clear();
-                    // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
-                    tmp.extend((0..k).map(|i0| unsafe { b.get_f32([i0, i1, i2, i3]) }));
-                    &tmp
-                };
-                if out_t == DType::F32 {
-                    out.copy_from_slice(bytemuck::cast_slice(row));
-                } else {
-                    quantize_row(out_t, row, out)?;
-                }
+            let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
+            let p = b.row_ptr(i1, i2, i3);
+            let row: &[f32] = if direct && (p as usize).is_multiple_of(4) {
+                // SAFETY: row (i1, i2, i3) of b holds `k` contiguous aligned f32, live and not
+                // written during the call.
+                unsafe { std::slice::from_raw_parts(p as *const f32, k) }
+            } else {
+                tmp.clear();
+                // SAFETY: (i0, i1, i2, i3) is inside b, whose memory is live and not written during the call.
+                tmp.extend((0..k).map(|i0| unsafe { b.get_f32([i0, i1, i2, i3]) }));
+                &tmp
+            };
+            if out_t == DType::F32 {
+                out.copy_from_slice(bytemuck::cast_slice(row));
+            } else {
+                quantize_row(out_t, row, out)?;
             }
         }
         Ok(())
