@@ -1,12 +1,13 @@
 //! Kernel micro-benchmark on cuda:0: matrix-vector products at Llama-3-8B shapes in each weight
 //! format (GB/s of weight bytes and the fraction of 3.70 TB/s; weight copies cycled past the L2
 //! cache), a few column counts, GEMM TFLOP/s at the 512-token prompt shapes with F32 and F16
-//! activations, and flash attention decode over a long KV cache. GEMV and attention times come
+//! activations, and decode attention over padded KV cache views. GEMV and attention times come
 //! from CUDA events around the replay of a CUDA graph of many computes (kernel time, no host launch
 //! gaps); GEMM times from events around many direct computes queued behind a large GEMM. Medians of
 //! several rounds.
 //!
-//! `cargo run --release -p backend-cuda --example gemv_bw`
+//! `cargo run --release -p backend-cuda --example gemv_bw [SECTION...]` (sections: launch, gemv,
+//! columns, gemm, prompt-attention, decode-attention; all without arguments)
 
 use backend_cuda::{cuda_devices, CudaBackend};
 use ggml_core::sched::Scheduler;
@@ -195,6 +196,24 @@ fn kernel_time(backend: &CudaBackend, busy: &Bench, bench: &Bench, iters: usize)
     })
 }
 
+/// The benchmark's sections, by the names the command line picks them with.
+const SECTIONS: [(&str, fn(&Ctx)); 6] = [
+    ("launch", launch_gaps),
+    ("gemv", gemv_types),
+    ("columns", gemv_columns),
+    ("gemm", gemm_prompt),
+    ("prompt-attention", prompt_attention),
+    ("decode-attention", decode_attention),
+];
+
+/// The device every section runs on, and a large product that keeps the stream busy.
+struct Ctx {
+    cuda: Arc<CudaBackend>,
+    backend: Arc<dyn Backend>,
+    busy: Bench,
+}
+
+/// Runs the sections named on the command line (all without arguments).
 fn main() {
     let devs = match cuda_devices() {
         Ok(d) => d,
@@ -203,26 +222,51 @@ fn main() {
             return;
         }
     };
+    let wanted: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(bad) = wanted
+        .iter()
+        .find(|w| !SECTIONS.iter().any(|(name, _)| name == w))
+    {
+        let names: Vec<&str> = SECTIONS.iter().map(|(n, _)| *n).collect();
+        eprintln!("unknown section {bad}; sections: {}", names.join(", "));
+        std::process::exit(2);
+    }
     let dev = devs[0].clone();
     let cuda = Arc::new(CudaBackend::new(dev.clone()).expect("backend"));
     let backend: Arc<dyn Backend> = cuda.clone();
     use ggml_core::Device as _;
     println!("device: {} {}", dev.name(), dev.description());
     let busy = mul_mat(&backend, DType::F16, 4096, 4096, 4096);
+    let ctx = Ctx {
+        cuda,
+        backend,
+        busy,
+    };
+    for (name, section) in SECTIONS {
+        if wanted.is_empty() || wanted.iter().any(|w| w == name) {
+            section(&ctx);
+        }
+    }
+}
 
+fn launch_gaps(c: &Ctx) {
     println!("\nhost-launched GEMV, 1 column, 4096 x 4096 (includes launch gaps):");
     for t in [DType::Q4_0, DType::F16] {
-        let b = mul_mat(&backend, t, 4096, 4096, 1);
-        println!("{t}: {:.1} us", time(&cuda, &busy, &b, 200) * 1e6);
+        let b = mul_mat(&c.backend, t, 4096, 4096, 1);
+        println!("{t}: {:.1} us", time(&c.cuda, &c.busy, &b, 200) * 1e6);
     }
+}
 
+/// The product shapes of Llama-3-8B: (K, M) of q/o, k/v, gate/up and down.
+const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)];
+
+fn gemv_types(c: &Ctx) {
     println!(
         "\nGEMV, 1 column (weights [K, M] x F32 vector), weights from HBM (copies cycled past L2),"
     );
     println!("kernel time per product from graph replay:");
     println!("| type | M x K | us | GB/s | of 3.70 TB/s |");
     println!("|---|---|---|---|---|");
-    let shapes = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)];
     let types = [
         DType::Q4_0,
         DType::Q8_0,
@@ -235,10 +279,10 @@ fn main() {
         DType::MXFP4,
     ];
     for t in types {
-        for (k, m) in shapes {
+        for (k, m) in SHAPES {
             let copies = cold_copies(t, k, m);
-            let b = mul_mats(&backend, t, (k, m, 1), DType::F32, copies);
-            let s = kernel_time(&cuda, &busy, &b, 10) / copies as f64;
+            let b = mul_mats(&c.backend, t, (k, m, 1), DType::F32, copies);
+            let s = kernel_time(&c.cuda, &c.busy, &b, 10) / copies as f64;
             let bytes = (k / t.block_size() * t.type_size() * m) as f64;
             println!(
                 "| {t} | {m} x {k} | {:.1} | {:.0} | {:.2} |",
@@ -248,40 +292,46 @@ fn main() {
             );
         }
     }
+}
 
+fn gemv_columns(c: &Ctx) {
     println!("\nGEMV columns (M x K = 14336 x 4096, weights from HBM): GB/s of weight bytes");
     for t in [DType::Q4_0, DType::Q4K, DType::F16] {
         let mut line = format!("{t}:");
         for n in [1, 2, 3, 4, 8] {
             let copies = cold_copies(t, 4096, 14336);
-            let b = mul_mats(&backend, t, (4096, 14336, n), DType::F32, copies);
-            let s = kernel_time(&cuda, &busy, &b, 5) / copies as f64;
+            let b = mul_mats(&c.backend, t, (4096, 14336, n), DType::F32, copies);
+            let s = kernel_time(&c.cuda, &c.busy, &b, 5) / copies as f64;
             let bytes = (4096 / t.block_size() * t.type_size() * 14336) as f64;
             line += &format!("  N={n} {:.0}", bytes / s / 1e9);
         }
         println!("{line}");
     }
+}
 
+fn gemm_prompt(c: &Ctx) {
     println!("\nGEMM, 512 columns (Llama-3-8B prompt shapes), us and TFLOP/s per product:");
     println!("| weights | M x K | F32 activations | F16 activations |");
     println!("|---|---|---|---|");
     for t in [DType::F16, DType::BF16, DType::Q4_0, DType::Q4K, DType::F32] {
-        for (k, m) in shapes {
+        for (k, m) in SHAPES {
             let mut line = format!("| {t} | {m} x {k} |");
             for b_type in [DType::F32, DType::F16] {
                 let copies = 4;
-                let b = mul_mats(&backend, t, (k, m, 512), b_type, copies);
-                let s = time(&cuda, &busy, &b, 5) / copies as f64;
+                let b = mul_mats(&c.backend, t, (k, m, 512), b_type, copies);
+                let s = time(&c.cuda, &c.busy, &b, 5) / copies as f64;
                 let tflops = 2.0 * 512.0 * (k * m) as f64 / s / 1e12;
                 line += &format!(" {:.1} us, {tflops:.0} |", s * 1e6);
             }
             println!("{line}");
         }
     }
+}
 
+fn prompt_attention(c: &Ctx) {
     println!("\nprompt attention block (512 tokens, 32 heads, 8 KV heads, D 128), us per compute:");
     let fa_then_o = |with_o: bool| {
-        Bench::new(&backend, |g| {
+        Bench::new(&c.backend, |g| {
             let q = g.new_input(DType::F32, &[128, 32, 512]).unwrap();
             let k = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
             let v = g.new_input(DType::F16, &[128, 512, 8]).unwrap();
@@ -303,12 +353,12 @@ fn main() {
             ]
         })
     };
-    let fa = time(&cuda, &busy, &fa_then_o(false), 10);
-    let fa_o = time(&cuda, &busy, &fa_then_o(true), 10);
+    let fa = time(&c.cuda, &c.busy, &fa_then_o(false), 10);
+    let fa_o = time(&c.cuda, &c.busy, &fa_then_o(true), 10);
     let o_alone = time(
-        &cuda,
-        &busy,
-        &mul_mat(&backend, DType::F16, 4096, 4096, 512),
+        &c.cuda,
+        &c.busy,
+        &mul_mat(&c.backend, DType::F16, 4096, 4096, 512),
         10,
     );
     println!(
@@ -318,29 +368,55 @@ fn main() {
         (fa_o - fa) * 1e6,
         o_alone * 1e6
     );
+}
 
-    println!("\nflash attention decode (32 heads, 8 KV heads, D 128, F16 K/V, one query):");
-    for n_kv in [1024, 8192, 32768] {
-        let b = Bench::new(&backend, |g| {
+/// Keys of the KV cache view the model attends: the used ones rounded up to this (llama's
+/// `KV_PAD`), the rest masked.
+const KV_PAD: usize = 256;
+
+/// Decode attention as the model runs it: one query of 32 heads against `used` keys of a KV
+/// cache view padded to [`KV_PAD`] (the padding masked), 8 KV heads of D 128, F16 K and V; one
+/// attention per layer copy, enough copies that K and V come from HBM.
+fn decode_attention(c: &Ctx) {
+    println!(
+        "\ndecode attention (32 heads, 8 KV heads, D 128, F16 K/V, one query, padded cache view),"
+    );
+    println!("kernel time per attention from graph replay (the combine of splits included):");
+    println!("| keys used | keys in view | us | GB/s of used K/V bytes |");
+    println!("|---|---|---|---|");
+    for used in [16usize, 200, 1024, 4096, 8192, 32768] {
+        let n_kv = used.next_multiple_of(KV_PAD);
+        let kv_bytes = 2 * 128 * n_kv * 8 * 2;
+        let copies = COLD_BYTES.div_ceil(kv_bytes).clamp(1, 64);
+        let b = Bench::new(&c.backend, |g| {
             let q = g.new_input(DType::F32, &[128, 1, 32, 1]).unwrap();
-            let k = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
-            let v = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
-            let out = g
-                .flash_attn_ext(q, k, v, None, None, 0.088, 0.0, 0.0)
-                .unwrap();
-            g.output(out);
-            vec![
+            let mask = g.new_input(DType::F32, &[n_kv, 1]).unwrap();
+            let mask_row: Vec<f32> = (0..n_kv)
+                .map(|j| if j < used { 0.0 } else { f32::NEG_INFINITY })
+                .collect();
+            let mut inputs = vec![
                 (q, bytemuck::cast_slice(&values(128 * 32, 1)).to_vec()),
-                (k, weight_bytes(DType::F16, 128, n_kv * 8)),
-                (v, weight_bytes(DType::F16, 128, n_kv * 8)),
-            ]
+                (mask, bytemuck::cast_slice(&mask_row).to_vec()),
+            ];
+            let rows = weight_bytes(DType::F16, 128, n_kv * 8);
+            for _ in 0..copies {
+                let k = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
+                let v = g.new_input(DType::F16, &[128, n_kv, 8, 1]).unwrap();
+                let out = g
+                    .flash_attn_ext(q, k, v, Some(mask), None, 0.088, 0.0, 0.0)
+                    .unwrap();
+                g.output(out);
+                inputs.push((k, rows.clone()));
+                inputs.push((v, rows.clone()));
+            }
+            inputs
         });
-        let s = kernel_time(&cuda, &busy, &b, 20);
-        let bytes = (2 * 128 * n_kv * 8 * 2) as f64;
+        let s = kernel_time(&c.cuda, &c.busy, &b, 4) / copies as f64;
+        let used_bytes = (2 * 128 * used * 8 * 2) as f64;
         println!(
-            "n_kv {n_kv}: {:.1} us, {:.0} GB/s of K/V bytes",
+            "| {used} | {n_kv} | {:.1} | {:.0} |",
             s * 1e6,
-            bytes / s / 1e9
+            used_bytes / s / 1e9
         );
     }
 }

@@ -1,12 +1,12 @@
 //! flash_attn_ext dispatch. Few queries per KV head (decode), or a backend without batched BLAS,
 //! go to `k_flash_attn_vec` when K and V are F16/BF16/F32 rows of whole 16-byte chunks (blocks of
-//! up to [`FAV_MAX_HEADS`] query heads of a GQA group, the keys split over blocks in tiles of
-//! [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and sequence); either splits
-//! over the keys when the rows alone leave the GPU idle, merged by `k_flash_attn_combine`. Many
-//! queries (prompt processing) take the BLAS path: per sequence and chunk of queries, scores =
-//! K·Q^T as one strided batched GEMM over the KV heads (the query heads of a GQA group are one
-//! operand), `k_attn_softmax` to probabilities, and one batched GEMM per query head of a group
-//! writing P·V into the result in place.
+//! up to [`FAV_MAX_HEADS`] query heads of a GQA group, fewer for wide V rows, the keys split over
+//! blocks in tiles of [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and
+//! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
+//! `k_flash_attn_combine`. Many queries (prompt processing) take the BLAS path: per sequence and
+//! chunk of queries, scores = K·Q^T as one strided batched GEMM over the KV heads (the query heads
+//! of a group are one operand), `k_attn_softmax` to probabilities, and one batched GEMM per query
+//! head of a group writing P·V into the result in place.
 
 use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
@@ -27,6 +27,10 @@ const FAV_TILE: usize = 64;
 const FAV_MAX_HEADS: usize = 4;
 /// Longest K or V row (bytes) of `k_flash_attn_vec`.
 const FAV_MAX_ROW_BYTES: usize = 1024;
+/// Bytes of a K or V row one `k_flash_attn_vec` pass reads.
+const FAV_PASS_BYTES: usize = 256;
+/// Heads times V passes of the per-thread sums of a `k_flash_attn_vec` block.
+const FAV_SLOTS: usize = 4;
 /// Fewest queries per sequence for the BLAS path.
 const FA_BLAS_MIN_QUERIES: usize = 16;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
@@ -146,12 +150,18 @@ struct VecPlan {
 /// The plan for `group` query heads per KV head, `rows_per_head` = KV heads x queries x
 /// sequences, over `n_kv` keys, aiming at `target` blocks ([`FA_TARGET_BLOCKS`] unless
 /// `GGML_TP_ATTN_VEC_BLOCKS` says otherwise): the heads of a group share a block (up to
-/// [`FAV_MAX_HEADS`]) when the shared blocks, one per tile at most, still fill half of the target;
+/// `max_heads`) when the shared blocks, one per tile at most, still fill half of the target;
 /// otherwise one head per block. Then as many splits as bring the blocks to the target, one tile
 /// each at least.
-fn vec_plan(group: usize, rows_per_head: usize, n_kv: usize, target: usize) -> VecPlan {
+fn vec_plan(
+    group: usize,
+    rows_per_head: usize,
+    n_kv: usize,
+    target: usize,
+    max_heads: usize,
+) -> VecPlan {
     let tiles = n_kv.div_ceil(FAV_TILE).max(1);
-    let shared = group.clamp(1, FAV_MAX_HEADS);
+    let shared = group.clamp(1, max_heads.max(1));
     let shared_blocks = group.div_ceil(shared) * rows_per_head.max(1);
     let heads_per_block = if shared_blocks * tiles >= target / 2 {
         shared
@@ -202,6 +212,14 @@ fn vec_fits(a: &Attn) -> bool {
         && a.lk.ne[1] < (1 << 30)
 }
 
+/// Most query heads of a `k_flash_attn_vec` block over V laid out as `lv`: each thread keeps
+/// [`FAV_SLOTS`] sums of 16 bytes of V, one per head and pass of [`FAV_PASS_BYTES`] (passes
+/// rounded up to a power of two, as the kernel's bodies of 1, 2 and 4 heads take them).
+fn vec_max_heads(lv: &Layout) -> usize {
+    let passes = (lv.ne[0] * lv.dtype.type_size()).div_ceil(FAV_PASS_BYTES);
+    (FAV_SLOTS / passes.max(1).next_power_of_two()).clamp(1, FAV_MAX_HEADS)
+}
+
 /// `k_flash_attn_vec`: blocks of query heads of one group per KV head, query and sequence, and
 /// split of the keys.
 fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
@@ -210,7 +228,13 @@ fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let target = crate::settings::settings()
         .attn_vec_blocks
         .unwrap_or(FA_TARGET_BLOCKS);
-    let plan = vec_plan(heads / kv_heads, kv_heads * n_q * seqs, n_kv, target);
+    let plan = vec_plan(
+        heads / kv_heads,
+        kv_heads * n_q * seqs,
+        n_kv,
+        target,
+        vec_max_heads(a.lv),
+    );
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAV_THREADS);
     let split = (plan.splits, plan.kv_per_split);
@@ -475,7 +499,8 @@ mod tests {
         for group in [1, 4, 6, 7, 8] {
             for rows_per_head in [1, 2, 8, 40, 1024] {
                 for n_kv in [0, 1, 7, 63, 64, 65, 255, 256, 257, 4100, 32_768, 131_072] {
-                    let plan = vec_plan(group, rows_per_head, n_kv, FA_TARGET_BLOCKS);
+                    let plan =
+                        vec_plan(group, rows_per_head, n_kv, FA_TARGET_BLOCKS, FAV_MAX_HEADS);
                     assert_covers(plan, group, rows_per_head, n_kv);
                 }
             }
@@ -486,26 +511,55 @@ mod tests {
     fn vec_plans_fill_the_gpu_at_decode() {
         // Llama-3.1-8B decode (8 KV heads, groups of 4): few keys give one head per block and
         // one tile per split; 16 keys need no combine.
-        let short = vec_plan(4, 8, 16, FA_TARGET_BLOCKS);
+        let short = vec_plan(4, 8, 16, FA_TARGET_BLOCKS, FAV_MAX_HEADS);
         assert_eq!(
             (short.heads_per_block, short.blocks, short.splits),
             (1, 32, 1)
         );
-        let p = vec_plan(4, 8, 256, FA_TARGET_BLOCKS);
+        let p = vec_plan(4, 8, 256, FA_TARGET_BLOCKS, FAV_MAX_HEADS);
         assert_eq!(
             (p.heads_per_block, p.blocks, p.splits, p.kv_per_split),
             (1, 32, 4, 64)
         );
         // A long KV: the group shares its loads and the splits bring the blocks to the target.
-        let long = vec_plan(4, 8, 32_768, FA_TARGET_BLOCKS);
+        let long = vec_plan(4, 8, 32_768, FA_TARGET_BLOCKS, FAV_MAX_HEADS);
         assert_eq!((long.heads_per_block, long.blocks), (4, 8));
         assert_eq!(long.blocks * long.splits, FA_TARGET_BLOCKS);
         assert_eq!(long.kv_per_split, 32_768 / 64);
         // Groups beyond one block's heads: 6 = 4 + 2, 8 = 4 + 4.
-        assert_eq!(vec_plan(6, 64, 4100, FA_TARGET_BLOCKS).blocks, 128);
-        assert_eq!(vec_plan(8, 64, 4100, FA_TARGET_BLOCKS).heads_per_block, 4);
+        assert_eq!(
+            vec_plan(6, 64, 4100, FA_TARGET_BLOCKS, FAV_MAX_HEADS).blocks,
+            128
+        );
+        assert_eq!(
+            vec_plan(8, 64, 4100, FA_TARGET_BLOCKS, FAV_MAX_HEADS).heads_per_block,
+            4
+        );
         // Many blocks already: one split.
-        assert_eq!(vec_plan(1, 4096, 1000, FA_TARGET_BLOCKS).splits, 1);
+        assert_eq!(
+            vec_plan(1, 4096, 1000, FA_TARGET_BLOCKS, FAV_MAX_HEADS).splits,
+            1
+        );
+    }
+
+    #[test]
+    fn wide_values_take_fewer_heads_per_block() {
+        let heads = |dtype, d| vec_max_heads(&Layout::contiguous(dtype, [d, 100, 2, 1]));
+        assert_eq!(heads(DType::F16, 64), 4);
+        assert_eq!(heads(DType::F16, 128), 4);
+        assert_eq!(heads(DType::BF16, 256), 2);
+        assert_eq!(heads(DType::F32, 128), 2);
+        assert_eq!(
+            heads(DType::F16, 384),
+            1,
+            "three passes take the four-pass body"
+        );
+        assert_eq!(heads(DType::F16, 512), 1);
+        for max_heads in [1, 2] {
+            let plan = vec_plan(8, 2, 32_768, FA_TARGET_BLOCKS, max_heads);
+            assert_eq!(plan.heads_per_block, max_heads);
+            assert_covers(plan, 8, 2, 32_768);
+        }
     }
 
     #[test]
@@ -538,6 +592,8 @@ mod tests {
             ("FAV_TILE", FAV_TILE),
             ("FAV_MAX_HEADS", FAV_MAX_HEADS),
             ("FAV_MAX_ROW_BYTES", FAV_MAX_ROW_BYTES),
+            ("FAV_PASS_BYTES", FAV_PASS_BYTES),
+            ("FAV_SLOTS", FAV_SLOTS),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
         }

@@ -18,9 +18,9 @@
 //! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros
 //! for them.
 
-/// The kernel sources, in compilation order (`common.cu` first, `decode.cu` before `gemv.cu`,
-/// `gemv.cu` before `moe.cu`).
-pub const SOURCES: [(&str, &str); 11] = [
+/// The kernel sources, in compilation order (`common.cu` first, `attention.cu` before
+/// `attention_vec.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before `moe.cu`).
+pub const SOURCES: [(&str, &str); 12] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -28,6 +28,7 @@ pub const SOURCES: [(&str, &str); 11] = [
     ("rows.cu", include_str!("cu/rows.cu")),
     ("sort.cu", include_str!("cu/sort.cu")),
     ("attention.cu", include_str!("cu/attention.cu")),
+    ("attention_vec.cu", include_str!("cu/attention_vec.cu")),
     ("decode.cu", include_str!("cu/decode.cu")),
     ("gemv.cu", include_str!("cu/gemv.cu")),
     ("moe.cu", include_str!("cu/moe.cu")),
