@@ -12,6 +12,7 @@
 //! | `GGML_TP_CUDA_LOGICAL` | present every GPU as this many logical devices (own streams, memory held to an equal share of the card, copies and AllReduce within the card; default 1) |
 //! | `GGML_TP_CUDA_PDL` | kernels launched as programmatic dependents of the one before them on compute capability 9.0 and later: a kernel's blocks start while the previous kernel's last blocks run, and wait for its results at their first instruction (default on) |
 //! | `GGML_TP_NCCL_LIB` | the NCCL library tried first (default: `libnccl.so`, then `libnccl.so.2`) |
+//! | `GGML_TP_CUDA_PROGRAM` | a file whose text NVRTC compiles instead of the built-in kernel program (for kernel experiments on a GPU machine without a Rust toolchain; it must define every kernel; default: none) |
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -35,6 +36,8 @@ pub struct Settings {
     pub logical: usize,
     /// `GGML_TP_CUDA_PDL`: programmatic dependent launches where the GPU has them.
     pub dependent_launch: bool,
+    /// `GGML_TP_CUDA_PROGRAM`: the kernel program's text from this file instead of the built-in one.
+    pub program: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -49,6 +52,7 @@ impl Default for Settings {
             nccl_lib: None,
             logical: 1,
             dependent_launch: true,
+            program: None,
         }
     }
 }
@@ -67,6 +71,7 @@ impl Settings {
             nccl_lib: ggml_core::env::path("GGML_TP_NCCL_LIB"),
             logical: ggml_core::env::count("GGML_TP_CUDA_LOGICAL").unwrap_or(d.logical),
             dependent_launch: ggml_core::env::flag("GGML_TP_CUDA_PDL", d.dependent_launch),
+            program: ggml_core::env::path("GGML_TP_CUDA_PROGRAM"),
         }
     }
 }

@@ -27,11 +27,21 @@ fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
         options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1)],
         ..Default::default()
     };
-    let ptx = compile_ptx_with_opts(program(Vendor::Cuda), opts)
+    let ptx = compile_ptx_with_opts(program_text()?, opts)
         .map_err(|e| format!("NVRTC compile failed: {e:?}"))?
         .to_src();
     cache.push((cc, ptx.clone()));
     Ok(ptx)
+}
+
+/// The program NVRTC compiles: the built-in one, or the text of the file `GGML_TP_CUDA_PROGRAM`
+/// names.
+fn program_text() -> std::result::Result<String, String> {
+    match &crate::settings::settings().program {
+        None => Ok(program(Vendor::Cuda)),
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("GGML_TP_CUDA_PROGRAM {}: {e}", path.display())),
+    }
 }
 
 /// The loaded kernels of one device.
@@ -89,7 +99,7 @@ mod tests {
             options: vec!["--gpu-architecture=compute_90".into()],
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(program(Vendor::Cuda), opts);
+        let ptx = compile_ptx_with_opts(program_text()?, opts);
         assert!(ptx.is_ok(), "{ptx:?}");
     }
 }
