@@ -4,7 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
-//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a `k_flash_attn_vec` launch aims for, splitting the keys to reach them (default 512) |
+//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a `k_flash_attn_vec` launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
