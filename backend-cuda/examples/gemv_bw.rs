@@ -196,8 +196,11 @@ fn kernel_time(backend: &CudaBackend, busy: &Bench, bench: &Bench, iters: usize)
     })
 }
 
-/// The benchmark's sections, by the names the command line picks them with.
-const SECTIONS: [(&str, fn(&Ctx)); 6] = [
+/// A section of the benchmark: the name the command line picks it with, and what it runs.
+type Section = (&'static str, fn(&Ctx));
+
+/// The benchmark's sections.
+const SECTIONS: [Section; 6] = [
     ("launch", launch_gaps),
     ("gemv", gemv_types),
     ("columns", gemv_columns),

@@ -99,7 +99,7 @@ mod tests {
             options: vec!["--gpu-architecture=compute_90".into()],
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(program_text()?, opts);
+        let ptx = compile_ptx_with_opts(program(Vendor::Cuda), opts);
         assert!(ptx.is_ok(), "{ptx:?}");
     }
 }
