@@ -316,3 +316,61 @@ fn flash_attn_vec_splits_and_head_blocks() {
     );
     run(set, seed);
 }
+
+#[test]
+fn flash_attn_warps_head_sizes_groups_and_splits() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    // The shapes of k_flash_attn_warps: rows of 64, 128 and 256 F16 or BF16 elements, groups of
+    // 1, 2, 3 (a 4-head body with a head unused), 4 and 8 (two blocks per group), several queries
+    // and sequences, splits of the keys (merged by the combine) and single-split blocks.
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 64,
+            dv: 64,
+            seqs: 2,
+            sinks: true,
+            ..AttnCase::new(DType::F16, 12, 4, 2, 3000)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 256,
+            dv: 256,
+            softcap: 30.0,
+            ..AttnCase::new(DType::BF16, 8, 8, 1, 2100)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            max_bias: 8.0,
+            kv_view: true,
+            ..AttnCase::new(DType::BF16, 64, 8, 1, 700)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 64,
+            dv: 64,
+            ..AttnCase::new(DType::F16, 2, 1, 4, 33)
+        },
+    );
+    // A long cache mostly padding: whole splits see no unmasked key; a short one of 8 keys in a
+    // 256-key view (one batch of one group).
+    for (keys, used) in [(8192, 5000), (256, 8)] {
+        push_attn_masked(
+            &mut set,
+            AttnCase {
+                kv_view: true,
+                sinks: used == 8,
+                ..AttnCase::new(DType::F16, 32, 8, 1, keys)
+            },
+            Gen::PrefixMask(used),
+        );
+    }
+    run(set, seed);
+}

@@ -84,6 +84,19 @@ __device__ __forceinline__ float* part_sum(u64 part, i64 rows, i64 r, int i, int
     return part_max(part, rows, r, i, splits, DV) + rows * splits;
 }
 
+// The output scale of one head of a single-split block (maximum mx, sum of weights sum): the
+// inverse of the sum, the sink counted when the node has sinks; 0 when nothing was seen.
+__device__ __forceinline__ float attn_out_scale(const TD& sk, int has_sinks, i64 h, float mx, float sum) {
+    float total = sum, scale_out = 1.0f;
+    if (has_sinks) {
+        const float sink = load(sk, h, 0, 0, 0);
+        const float nm = fmaxf(mx, sink);
+        scale_out = mx == NEG_INF ? 0.0f : expf(mx - nm);
+        total = total * scale_out + expf(sink - nm);
+    }
+    return total == 0.0f ? 0.0f : scale_out / total;
+}
+
 // part: 0 for a single split (the block writes the result), else the partials of
 // k_flash_attn_combine (see part_acc).
 extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias,
@@ -165,15 +178,7 @@ extern "C" __global__ void k_flash_attn(TD q, TD k, TD v, TD m, TD sk, TD d, flo
             p[dv] = red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv];
         return;
     }
-    float scale_out = 1.0f;
-    if (has_sinks) {
-        float sink = load(sk, h, 0, 0, 0);
-        float nm = fmaxf(mx, sink);
-        float alpha = mx == NEG_INF ? 0.0f : expf(mx - nm);
-        scale_out = alpha;
-        sum = sum * alpha + expf(sink - nm);
-    }
-    float inv = sum == 0.0f ? 0.0f : scale_out / sum;
+    const float inv = attn_out_scale(sk, has_sinks, h, mx, sum);
     for (int dv = threadIdx.x; dv < DV; dv += FA_THREADS)
         store(d, dv, h, iq, s, (red[0][dv] + red[1][dv] + red[2][dv] + red[3][dv]) * inv);
 }

@@ -133,9 +133,10 @@ __device__ __forceinline__ FavPlace fav_place(const TD& q, const TD& k, const TD
 }
 
 // The keys [lo, hi) of the block's split from its first to its last key that some head of the
-// block sees unmasked (empty when there is none; the whole split without a mask).
-__device__ __forceinline__ void fav_live_keys(const TD& m, int has_mask, const FavPlace& p, FavShared& sh, int& lo,
-                                              int& hi) {
+// block sees unmasked (empty when there is none; the whole split without a mask). sh_first and
+// sh_last: shared memory for each group of 32 threads' finds (FAV_THREADS / 32 each).
+__device__ __forceinline__ void fav_live_keys(const TD& m, int has_mask, const FavPlace& p, int* sh_first,
+                                              int* sh_last, int& lo, int& hi) {
     lo = p.kv0;
     hi = p.kv1;
     if (!has_mask) return;
@@ -155,15 +156,15 @@ __device__ __forceinline__ void fav_live_keys(const TD& m, int has_mask, const F
         last = max(last, WARP_SHFL_XOR(last, o));
     }
     if (tid % 32 == 0) {
-        sh.first[tid / 32] = first;
-        sh.last[tid / 32] = last;
+        sh_first[tid / 32] = first;
+        sh_last[tid / 32] = last;
     }
     __syncthreads();
     first = p.kv1;
     last = p.kv0 - 1;
     for (int g = 0; g < FAV_THREADS / 32; g++) {
-        first = min(first, sh.first[g]);
-        last = max(last, sh.last[g]);
+        first = min(first, sh_first[g]);
+        last = max(last, sh_last[g]);
     }
     if (last < first) {
         lo = hi = p.kv0;
@@ -338,14 +339,7 @@ __device__ __forceinline__ void fav_write(const TD& v, const TD& sk, const TD& d
                 *part_sum(part, rows, row0 + hh, blockIdx.y, gridDim.y, DV) = sh.sum[hh];
             }
         } else {
-            float total = sh.sum[hh], scale_out = 1.0f;
-            if (has_sinks) {
-                const float sink = load_float(sk, h, 0, 0, 0);
-                const float nm = fmaxf(sh.mx[hh], sink);
-                scale_out = sh.mx[hh] == NEG_INF ? 0.0f : expf(sh.mx[hh] - nm);
-                total = total * scale_out + expf(sink - nm);
-            }
-            inv = total == 0.0f ? 0.0f : scale_out / total;
+            inv = attn_out_scale(sk, has_sinks, h, sh.mx[hh], sh.sum[hh]);
         }
         float* out = part ? part_acc(part, row0 + hh, blockIdx.y, gridDim.y, DV) : 0;
         for (int dv = tid; dv < DV; dv += FAV_THREADS) {
@@ -382,7 +376,7 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
     }
     if (tid < 2) sh.live[tid] = -1;
     int lo, hi;
-    fav_live_keys(m, has_mask, p, sh, lo, hi);
+    fav_live_keys(m, has_mask, p, sh.first, sh.last, lo, hi);
     __syncthreads();
     float acc[NH][FAV_SLOTS / NH][8];
 #pragma unroll
