@@ -26,6 +26,7 @@
 //! (run-time detection, `GGML_TP_SIMD` override); [`mul_mat_with`] / [`mul_mat_id_with`] take an
 //! explicit level (tests, benchmarks).
 
+mod act_quant;
 mod float;
 mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -43,7 +44,7 @@ mod tests;
 pub use simd::SimdLevel;
 
 use crate::view::TView;
-use ggml_core::quant::{quantize_row, vec_dot_type};
+use ggml_core::quant::vec_dot_type;
 use ggml_core::{DType, Error, Result};
 
 /// Float-weight jobs with at least this many columns use the blocked GEMM.
@@ -142,8 +143,9 @@ impl Prepared {
     }
 }
 
-/// Converts / quantizes the rows of `b` for weights of type `wt`, in parallel.
-fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
+/// Converts / quantizes the rows of `b` for weights of type `wt`, in parallel (activations
+/// quantized at `level`, see [`act_quant`]).
+fn prepare(op: &'static str, level: SimdLevel, wt: DType, b: &TView) -> Result<Prepared> {
     let bt = b.dtype();
     if !bt.is_float() {
         return Err(unsupported(bt, &format!("{op} (CPU) as activations")));
@@ -201,7 +203,7 @@ fn prepare(op: &'static str, wt: DType, b: &TView) -> Result<Prepared> {
             if out_t == DType::F32 {
                 out.copy_from_slice(bytemuck::cast_slice(row));
             } else {
-                quantize_row(out_t, row, out)?;
+                act_quant::quantize_act(level, out_t, row, out)?;
             }
         }
         Ok(())
@@ -293,7 +295,7 @@ pub fn mul_mat_with(level: SimdLevel, a: &TView, b: &TView, dst: &TView) -> Resu
         return Err(shape_err(OP, format!("cannot multiply {an:?} by {bn:?}")));
     }
     check_dst(OP, dst, [an[1], bn[1], bn[2], bn[3]])?;
-    let prep = prepare(OP, a.dtype(), b)?;
+    let prep = prepare(OP, level, a.dtype(), b)?;
     let (r2, r3) = (bn[2] / an[2], bn[3] / an[3]);
     let mut jobs = Vec::with_capacity(bn[2] * bn[3]);
     for i3 in 0..bn[3] {
@@ -373,7 +375,7 @@ pub fn mul_mat_id_with(
             per_expert[slot].push((u, t));
         }
     }
-    let prep = prepare(OP, experts.dtype(), b)?;
+    let prep = prepare(OP, level, experts.dtype(), b)?;
     let jobs: Vec<Job> = per_expert
         .iter()
         .enumerate()
