@@ -4,8 +4,8 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
-//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (defaults: 256 for `k_flash_attn_vec`, 512 for `k_flash_attn_warps`) |
-//! | `GGML_TP_ATTN_WARPS` | decode attention over F16/BF16 rows of 64, 128 or 256 elements takes `k_flash_attn_warps` (default on; off keeps `k_flash_attn_vec`) |
+//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (defaults: 256 for `k_flash_attn_vec`, 384 for `k_flash_attn_warps`) |
+//! | `GGML_TP_ATTN_WARPS` | decode attention over F16/BF16 rows of 64, 128 or 256 elements takes `k_flash_attn_warps_{64,128,256}` (default on; off keeps `k_flash_attn_vec`) |
 //! | `GGML_TP_ATTN_SPLIT_KEYS` | fewest keys of a `k_flash_attn_warps` split (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |

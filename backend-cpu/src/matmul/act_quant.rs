@@ -16,7 +16,12 @@ use ggml_core::{DType, Result};
 
 /// Quantizes the f32 row `src` to `dtype` into `dst` (a whole row of blocks), with the vector
 /// quantizer where `level` and `dtype` have one.
-pub(crate) fn quantize_act(level: SimdLevel, dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+pub(crate) fn quantize_act(
+    level: SimdLevel,
+    dtype: DType,
+    src: &[f32],
+    dst: &mut [u8],
+) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     if matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512)
         && matches!(dtype, DType::Q8_0 | DType::Q8_1)
@@ -43,7 +48,9 @@ mod x86 {
     #[inline(always)]
     unsafe fn half_bits(x: f32) -> u16 {
         // SAFETY: F16C enabled by the caller.
-        unsafe { _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x))) as u16 }
+        unsafe {
+            _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x))) as u16
+        }
     }
 
     /// `y` rounded half away from zero as the reference does (clamped to ±2^23, truncated, then
@@ -55,7 +62,10 @@ mod x86 {
             let lim = _mm256_set1_ps(8_388_608.0);
             // min/max return their second operand for a NaN: NaN stays NaN (and truncates to
             // 0x80000000, whose low byte is 0, as `NaN as i32` is 0).
-            let c = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), lim), _mm256_min_ps(lim, y));
+            let c = _mm256_max_ps(
+                _mm256_sub_ps(_mm256_setzero_ps(), lim),
+                _mm256_min_ps(lim, y),
+            );
             let i = _mm256_cvttps_epi32(c);
             let f = _mm256_sub_ps(c, _mm256_cvtepi32_ps(i));
             let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(f, _mm256_set1_ps(0.5)));
@@ -109,12 +119,16 @@ mod x86 {
                 for (j, vi) in v.iter().enumerate() {
                     let q = round_half_away(_mm256_mul_ps(*vi, idv));
                     // The sum of the 8-bit values (the lanes' low bytes, sign-extended).
-                    sum = _mm256_add_epi32(sum, _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(q)));
+                    sum =
+                        _mm256_add_epi32(sum, _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(q)));
                     (out.add(qoff + 8 * j) as *mut u64).write_unaligned(low_bytes(q));
                 }
                 (out as *mut u16).write_unaligned(half_bits(d));
                 if q8_1 {
-                    let s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256::<1>(sum));
+                    let s4 = _mm_add_epi32(
+                        _mm256_castsi256_si128(sum),
+                        _mm256_extracti128_si256::<1>(sum),
+                    );
                     let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
                     let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2));
                     let total = _mm_cvtsi128_si32(s1);
@@ -143,7 +157,11 @@ mod tests {
         one[7] = -3.5;
         out.push(one);
         out.push((0..32).map(|i| (i as f32 - 16.0) * 0.5).collect());
-        out.push((0..32).map(|i| (i as f32 - 16.0) * 127.0 / 16.0 + 0.5).collect());
+        out.push(
+            (0..32)
+                .map(|i| (i as f32 - 16.0) * 127.0 / 16.0 + 0.5)
+                .collect(),
+        );
         out.push((0..32).map(|i| f32::from_bits(1 + i)).collect());
         out.push((0..32).map(|i| if i == 3 { 3e38 } else { -1e38 }).collect());
         out

@@ -44,8 +44,9 @@ const FAW_GROUPS: usize = FAW_THREADS as usize / 32;
 const FAW_BATCH: usize = 8;
 /// The head sizes (K = V) `k_flash_attn_warps` is built for.
 const FAW_HEAD_SIZES: [usize; 3] = [64, 128, 256];
-/// Blocks a `k_flash_attn_warps` launch aims for (about four per SM of an H200).
-const FAW_TARGET_BLOCKS: usize = 512;
+/// Blocks a `k_flash_attn_warps` launch aims for: one wave of the 128-element kernel on an H200
+/// (three blocks per SM at its 168 registers, 132 SMs).
+const FAW_TARGET_BLOCKS: usize = 384;
 /// Fewest keys of one `k_flash_attn_warps` split (`GGML_TP_ATTN_SPLIT_KEYS`).
 const FAW_MIN_SPLIT_KEYS: usize = 256;
 /// Fewest queries per sequence for the BLAS path.
@@ -327,10 +328,15 @@ fn warp_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
         s.attn_vec_blocks.unwrap_or(FAW_TARGET_BLOCKS),
         s.attn_split_keys.unwrap_or(FAW_MIN_SPLIT_KEYS),
     );
+    let kernel = match a.lq.ne[0] {
+        64 => "k_flash_attn_warps_64",
+        128 => "k_flash_attn_warps_128",
+        _ => "k_flash_attn_warps_256",
+    };
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAW_THREADS);
     let split = (plan.splits, plan.kv_per_split);
-    attend_in_splits(r, a, "k_flash_attn_warps", blocks, heads_per_block, split)
+    attend_in_splits(r, a, kernel, blocks, heads_per_block, split)
 }
 
 /// Launches `kernel` (`k_flash_attn`, `k_flash_attn_vec` or `k_flash_attn_warps`) on `blocks` blocks of `threads`
@@ -652,8 +658,9 @@ mod tests {
             (4, 8, 1)
         );
         let long = warps_plan(4, 8, 32_768, FAW_TARGET_BLOCKS, FAW_MIN_SPLIT_KEYS);
-        assert_eq!(long.blocks * long.splits, FAW_TARGET_BLOCKS);
-        assert_eq!(long.kv_per_split, 512);
+        let blocks = long.blocks * long.splits;
+        assert!(blocks <= FAW_TARGET_BLOCKS && blocks > FAW_TARGET_BLOCKS * 9 / 10);
+        assert_eq!((long.splits, long.kv_per_split), (47, 704));
         // 4,096 keys: the fewest keys per split bound the splits.
         let mid = warps_plan(4, 8, 4096, FAW_TARGET_BLOCKS, FAW_MIN_SPLIT_KEYS);
         assert_eq!((mid.splits, mid.kv_per_split), (16, 256));

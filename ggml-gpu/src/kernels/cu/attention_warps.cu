@@ -281,21 +281,41 @@ __device__ __forceinline__ void faw_rows(const TD& q, const TD& k, const TD& v, 
     }
 }
 
-// part: 0 for a single split (the block writes the result), else the partials of
-// k_flash_attn_combine (see part_acc). Blocks as k_flash_attn_vec's: block x the head block, KV
-// head, query and sequence (fastest first), block y the split.
-extern "C" __global__ void __launch_bounds__(FAW_THREADS) k_flash_attn_warps(TD q, TD k, TD v, TD m, TD sk, TD d,
-                                                                             float scale, float max_bias, float softcap,
-                                                                             int has_mask, int has_sinks,
-                                                                             int heads_per_block, int kv_per_split,
-                                                                             u64 part) { GRID_DEPENDENCY_SYNC();
+// The kernel of rows of D elements: part is 0 for a single split (the block writes the result),
+// else the partials of k_flash_attn_combine (see part_acc). Blocks as k_flash_attn_vec's: block
+// x the head block, KV head, query and sequence (fastest first), block y the split.
+template <int D>
+__device__ __forceinline__ void faw_kernel(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
+                                           const TD& d, float scale, float max_bias, float softcap, int has_mask,
+                                           int has_sinks, int heads_per_block, int kv_per_split, u64 part) {
     __shared__ FawShared sh;
     const FavPlace p = fav_place(q, k, v, m, max_bias, heads_per_block, kv_per_split);
-    const int D = (int)q.ne[0];
-    if (D == 64)
-        faw_rows<64>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, heads_per_block, p, part, sh);
-    else if (D == 128)
-        faw_rows<128>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, heads_per_block, p, part, sh);
-    else
-        faw_rows<256>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, heads_per_block, p, part, sh);
+    faw_rows<D>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, heads_per_block, p, part, sh);
+}
+
+// One kernel per head size, so that each gets its own register budget (a block's registers are
+// those of its largest body): 127 at D 64 (four blocks per SM), 168 at D 128 (three), 255 at D 256
+// (two), compiled for sm_90.
+extern "C" __global__ void __launch_bounds__(FAW_THREADS, 4) k_flash_attn_warps_64(
+    TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks,
+    int heads_per_block, int kv_per_split, u64 part) {
+    GRID_DEPENDENCY_SYNC();
+    faw_kernel<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block, kv_per_split,
+                   part);
+}
+
+extern "C" __global__ void __launch_bounds__(FAW_THREADS, 3) k_flash_attn_warps_128(
+    TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks,
+    int heads_per_block, int kv_per_split, u64 part) {
+    GRID_DEPENDENCY_SYNC();
+    faw_kernel<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block, kv_per_split,
+                    part);
+}
+
+extern "C" __global__ void __launch_bounds__(FAW_THREADS, 2) k_flash_attn_warps_256(
+    TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks,
+    int heads_per_block, int kv_per_split, u64 part) {
+    GRID_DEPENDENCY_SYNC();
+    faw_kernel<256>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block, kv_per_split,
+                    part);
 }
