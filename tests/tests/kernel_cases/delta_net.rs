@@ -23,5 +23,17 @@ fn gated_delta_net_model_sizes() {
             push_delta_net(&mut set, s, share, tokens == 2);
         }
     }
+    // Key heads of 256 (eight lanes per column) and of 72 (four lanes, some keys unused), value
+    // heads of 40 (a partial column tile).
+    for (dk, dv) in [(256, 64), (72, 40)] {
+        let s = DeltaNetShape {
+            dk,
+            dv,
+            key_heads: 1,
+            heads: 2,
+            tokens: 70,
+        };
+        push_delta_net(&mut set, s, HeadShare::Grouped, false);
+    }
     run(set, seed);
 }

@@ -1,50 +1,88 @@
 // The gated delta rule (gated_delta_net): the whole batch in one launch. Every value column of a
-// head's state S[key, value] evolves on its own given the keys and queries, so each thread owns
-// one column (DN_MAX_DK keys at most, in its registers / local memory) of one value head: grid
-// (value heads, column tiles of blockDim), the token's key and query staged in shared memory.
-// gb holds per head and token the log decay g, then beta. Per token t: S = e^g S, u = beta (v - S^T k), S += k u^T, o = S^T q. The result holds the outputs
-// [Dv, H, T] and then the final state in the layout of the state operand [Dk, Dv, H].
+// head's state S[key, value] evolves on its own given the keys and queries, so a group of `lanes`
+// neighbouring threads (4 for key heads of up to 128, 8 up to 256: DN_KEYS_PER_LANE keys each, in
+// registers) owns one column of one value head: grid (value heads, column tiles of blockDim /
+// lanes), the token's key and query staged in shared memory, the column's two dot products per
+// token summed over its lanes by exchanges. Lane l of a group holds keys l, l + lanes, ... (the
+// group reads consecutive shared-memory words). gb holds per head and token the log decay g, then
+// beta. Per token t: S = e^g S, u = beta (v - S^T k), S += k u^T, o = S^T q. The result holds the
+// outputs [Dv, H, T] and then the final state in the layout of the state operand [Dk, Dv, H].
 
 #define DN_MAX_DK 256
+#define DN_KEYS_PER_LANE 32
 
-extern "C" __global__ void k_gated_delta_net(TD q, TD k, TD v, TD gb, TD s0, TD d, int tiled) { GRID_DEPENDENCY_SYNC();
-    __shared__ float sk[DN_MAX_DK];
-    __shared__ float sq[DN_MAX_DK];
-    float s[DN_MAX_DK];
-    const i64 dk = k.ne[0], hk = k.ne[1], n_tok = k.ne[2];
+// The sum of x over the `lanes` (a power of two, at most 32) neighbouring lanes of a group.
+__device__ __forceinline__ float dn_group_sum(float x, int lanes) {
+    for (int o = 1; o < lanes; o <<= 1) x += WARP_SHFL_XOR(x, o);
+    return x;
+}
+
+// The rule for groups of L lanes per column (see the kernel).
+template <int L>
+__device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, const TD& gb, const TD& s0, const TD& d,
+                                        int tiled, float (&sk)[DN_MAX_DK], float (&sq)[DN_MAX_DK]) {
+    float s[DN_KEYS_PER_LANE];
+    const int dk = (int)k.ne[0];
+    const i64 hk = k.ne[1], n_tok = k.ne[2];
     const i64 dv = v.ne[0], nh = v.ne[1];
     const i64 h = blockIdx.x;
-    const i64 j = (i64)blockIdx.y * blockDim.x + threadIdx.x;
+    const int sub = (int)threadIdx.x % L;
+    const i64 j = ((i64)blockIdx.y * blockDim.x + threadIdx.x) / L;
     const i64 kh = tiled ? h % hk : h / (nh / hk);
     const bool live = j < dv;
-    if (live) {
-        for (i64 i = 0; i < dk; i++) s[i] = load(s0, i, j, h, 0);
+#pragma unroll
+    for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
+        const int i = e * L + sub;
+        s[e] = live && i < dk ? load(s0, i, j, h, 0) : 0.0f;
     }
     for (i64 t = 0; t < n_tok; t++) {
         __syncthreads();
-        for (i64 i = threadIdx.x; i < dk; i += blockDim.x) {
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
             sk[i] = load(k, i, kh, t, 0);
             sq[i] = load(q, i, kh, t, 0);
         }
         __syncthreads();
-        if (!live) continue;
+        // Every lane of a group takes part in its exchanges, live or not (a group is live or not
+        // as a whole: its lanes share j).
         const float decay = expf(load(gb, h, t, 0, 0));
         float r = 0.0f;
-        for (i64 i = 0; i < dk; i++) {
-            s[i] *= decay;
-            r += s[i] * sk[i];
+#pragma unroll
+        for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
+            const int i = e * L + sub;
+            s[e] *= decay;
+            if (i < dk) r += s[e] * sk[i];
         }
-        const float u = load(gb, h, t, 1, 0) * (load(v, j, h, t, 0) - r);
+        r = dn_group_sum(r, L);
+        const float u = live ? load(gb, h, t, 1, 0) * (load(v, j, h, t, 0) - r) : 0.0f;
         float o = 0.0f;
-        for (i64 i = 0; i < dk; i++) {
-            s[i] += sk[i] * u;
-            o += s[i] * sq[i];
+#pragma unroll
+        for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
+            const int i = e * L + sub;
+            if (i < dk) {
+                s[e] += sk[i] * u;
+                o += s[e] * sq[i];
+            }
         }
-        store(d, j, h, t, 0, o);
+        o = dn_group_sum(o, L);
+        if (live && sub == 0) store(d, j, h, t, 0, o);
     }
     if (!live) return;
-    for (i64 i = 0; i < dk; i++) {
+#pragma unroll
+    for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
+        const int i = e * L + sub;
+        if (i >= dk) continue;
         const i64 f = n_tok * dv * nh + (h * dv + j) * dk + i;
-        store(d, f % dv, (f / dv) % nh, f / (dv * nh), 0, s[i]);
+        store(d, f % dv, (f / dv) % nh, f / (dv * nh), 0, s[e]);
     }
+}
+
+// lanes: 4 or 8 per value column.
+extern "C" __global__ void k_gated_delta_net(TD q, TD k, TD v, TD gb, TD s0, TD d, int tiled, int lanes) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ float sk[DN_MAX_DK];
+    __shared__ float sq[DN_MAX_DK];
+    if (lanes == 8)
+        dn_rule<8>(q, k, v, gb, s0, d, tiled, sk, sq);
+    else
+        dn_rule<4>(q, k, v, gb, s0, d, tiled, sk, sq);
 }
