@@ -10,6 +10,7 @@
 //! * `gguf-synth`: write the random-weight benchmark models (`ggml-tp bench --synthetic`) as GGUF.
 //! * `device-pack`, `device-chunks`: pack release binaries, fixtures and model parts for a remote GPU
 //!   machine that takes a limited amount of data per call.
+//! * `ptxas`: each CUDA kernel's registers, stack and spills, from NVRTC and ptxas, without a GPU.
 
 mod ci;
 mod demo;
@@ -19,6 +20,7 @@ mod manifest;
 mod models;
 mod paths;
 mod process;
+mod ptxas;
 mod python;
 mod synth;
 
@@ -98,6 +100,17 @@ enum Command {
         #[arg(long = "fixtures", value_name = "PATH")]
         fixtures: Vec<String>,
     },
+    /// Each CUDA kernel's registers, stack frame and spills, without a GPU: NVRTC and ptxas from
+    /// NVIDIA's CUDA wheels (fetched into the user's cache), the program as `ggml-tp` compiles it
+    /// (or `GGML_TP_CUDA_PROGRAM`'s file).
+    Ptxas {
+        /// Target architecture.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+        /// Only kernels whose name contains this.
+        #[arg(default_value = "")]
+        filter: String,
+    },
     /// Cut a model file into parts that each fit one call to a remote GPU machine, with a script
     /// that joins them there and checks the sha256.
     DeviceChunks {
@@ -144,6 +157,7 @@ fn main() -> ExitCode {
             fixtures,
             out,
         }),
+        Command::Ptxas { arch, filter } => ptxas::report(&arch, &filter),
         Command::DeviceChunks {
             model,
             out,

@@ -18,7 +18,9 @@ use std::sync::Arc;
 /// architecture share it; the driver caches the machine code it makes from it).
 static PTX: Mutex<Vec<((i32, i32), String)>> = Mutex::new(Vec::new());
 
-fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
+/// The PTX NVRTC makes of the program (the built-in one, or `GGML_TP_CUDA_PROGRAM`'s) for compute
+/// capability `cc`; needs the NVRTC library, not a GPU (`cargo xtask ptxas` reads it).
+pub fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
     let mut cache = PTX.lock();
     if let Some((_, p)) = cache.iter().find(|(c, _)| *c == cc) {
         return Ok(p.clone());

@@ -63,7 +63,7 @@ mod tests {
             let lanes = lanes_per_column(dk);
             assert!(lanes * DN_KEYS_PER_LANE >= dk, "dk {dk}");
             assert!(
-                32 % lanes == 0 && DN_THREADS as usize % lanes == 0,
+                32usize.is_multiple_of(lanes) && (DN_THREADS as usize).is_multiple_of(lanes),
                 "dk {dk}"
             );
         }
