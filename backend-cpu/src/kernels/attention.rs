@@ -4,7 +4,7 @@
 //! sequences), sinks, logit softcap, ALiBi slopes and grouped-query heads. Result [Dv, H, Nq, S].
 
 use super::norm::alibi_slope;
-use super::rows::{load_row, par_rows, unravel, with_out_row, Scratch};
+use super::rows::{load_row, load_row_into, par_rows, unravel, with_out_row, Scratch};
 use super::vector::{row_ops, RowOps};
 use crate::view::TView;
 use ggml_core::{DType, Error, Result};
@@ -47,13 +47,16 @@ pub fn flash_attn_ext(
         let ops = row_ops();
         let mut acc = OnlineSoftmax::new(dv, ops);
         // K/V rows converted to f32 once per (kv head, sequence) for the whole task, instead of once
-        // per query row (prompts have many query rows per head).
+        // per query row (prompts have many query rows per head), and only as far as a row's
+        // visible keys reach (a KV cache's padded tail is never converted).
         let dk = lq.ne[0];
         let cache_bytes = n_head_kv * lq.ne[3] * n_kv * (dk + dv) * 4;
         let use_cache =
             (k.dtype() != DType::F32 || v.dtype() != DType::F32) && cache_bytes <= 256 << 20;
-        let mut cache: Vec<Option<(Vec<f32>, Vec<f32>)>> =
-            vec![None; if use_cache { n_head_kv * lq.ne[3] } else { 0 }];
+        let mut cache: Vec<Option<Converted>> =
+            (0..if use_cache { n_head_kv * lq.ne[3] } else { 0 })
+                .map(|_| None)
+                .collect();
         for r in range {
             let [h, iq, s] = unravel(r, &d.ne);
             let hk = h / group;
@@ -66,20 +69,13 @@ pub fn flash_attn_ext(
                     None => None,
                 };
                 acc.reset();
-                let converted = if use_cache {
-                    let slot = &mut cache[hk + s * n_head_kv];
-                    if slot.is_none() {
-                        *slot = Some(convert_kv(k, v, hk, s, &mut sk, &mut sv)?);
-                    }
-                    slot.as_ref()
+                let mut converted = if use_cache {
+                    Some(
+                        cache[hk + s * n_head_kv]
+                            .get_or_insert_with(|| Converted::new(n_kv, dk, dv)),
+                    )
                 } else {
                     None
-                };
-                let values = Values {
-                    v,
-                    hk,
-                    s,
-                    converted,
                 };
                 let mut chunk = Chunk::default();
                 for j in 0..n_kv {
@@ -87,8 +83,8 @@ pub fn flash_attn_ext(
                     if mv == f32::NEG_INFINITY {
                         continue;
                     }
-                    let kr = match converted {
-                        Some((kc, _)) => &kc[j * dk..(j + 1) * dk],
+                    let kr = match converted.as_deref_mut() {
+                        Some(c) => c.key(k, v, [j, hk, s])?,
                         None => load_row(k, [j, hk, s], &mut sk.f)?,
                     };
                     let mut x = ops.dot(qr, kr) * scale;
@@ -96,9 +92,21 @@ pub fn flash_attn_ext(
                         x = softcap * x.tanh();
                     }
                     if chunk.push(j, x + mv) {
+                        let values = Values {
+                            v,
+                            hk,
+                            s,
+                            converted: converted.as_deref(),
+                        };
                         acc.add_chunk(&mut chunk, &values, &mut sv)?;
                     }
                 }
+                let values = Values {
+                    v,
+                    hk,
+                    s,
+                    converted: converted.as_deref(),
+                };
                 acc.add_chunk(&mut chunk, &values, &mut sv)?;
                 if let Some(sk_view) = sinks {
                     acc.add_sink(sk_view.get_f32([h, 0, 0, 0]));
@@ -162,25 +170,49 @@ fn check_shapes(
     Ok(())
 }
 
-/// Every K and V row of KV head `hk` in sequence `s`, converted to F32 and packed.
-///
-/// # Safety
-/// `hk` and `s` must be in range of `k` and `v`.
-unsafe fn convert_kv(
-    k: &TView,
-    v: &TView,
-    hk: usize,
-    s: usize,
-    sk: &mut Scratch,
-    sv: &mut Scratch,
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let (n_kv, dk, dv) = (k.layout.ne[1], k.layout.ne[0], v.layout.ne[0]);
-    let (mut kc, mut vc) = (vec![0f32; n_kv * dk], vec![0f32; n_kv * dv]);
-    for j in 0..n_kv {
-        kc[j * dk..(j + 1) * dk].copy_from_slice(load_row(k, [j, hk, s], &mut sk.f)?);
-        vc[j * dv..(j + 1) * dv].copy_from_slice(load_row(v, [j, hk, s], &mut sv.f)?);
+/// The K and V rows of one (KV head, sequence) converted to F32 and packed, keys `0 .. len` so far.
+struct Converted {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    dk: usize,
+    dv: usize,
+    len: usize,
+}
+
+impl Converted {
+    fn new(n_kv: usize, dk: usize, dv: usize) -> Self {
+        Converted {
+            k: vec![0f32; n_kv * dk],
+            v: vec![0f32; n_kv * dv],
+            dk,
+            dv,
+            len: 0,
+        }
     }
-    Ok((kc, vc))
+
+    /// The converted K row of key `j` of KV head `hk` in sequence `s` (`[j, hk, s]`), converting
+    /// the K and V rows of every key up to it first.
+    ///
+    /// # Safety
+    /// `j`, `hk` and `s` must be in range of `k` and `v`, the same for every call on `self`.
+    unsafe fn key(&mut self, k: &TView, v: &TView, [j, hk, s]: [usize; 3]) -> Result<&[f32]> {
+        let (dk, dv) = (self.dk, self.dv);
+        while self.len <= j {
+            let r = self.len;
+            // SAFETY: key r <= j is in range (caller).
+            unsafe {
+                load_row_into(k, [r, hk, s], &mut self.k[r * dk..(r + 1) * dk])?;
+                load_row_into(v, [r, hk, s], &mut self.v[r * dv..(r + 1) * dv])?;
+            }
+            self.len += 1;
+        }
+        Ok(&self.k[j * dk..(j + 1) * dk])
+    }
+
+    /// The converted V row of key `j` (converted already: [`Converted::key`] of `j` came first).
+    fn value(&self, j: usize) -> &[f32] {
+        &self.v[j * self.dv..(j + 1) * self.dv]
+    }
 }
 
 /// Scores of a query row's visible keys collected before their weights are computed together
@@ -220,7 +252,7 @@ struct Values<'a> {
     v: &'a TView,
     hk: usize,
     s: usize,
-    converted: Option<&'a (Vec<f32>, Vec<f32>)>,
+    converted: Option<&'a Converted>,
 }
 
 impl Values<'_> {
@@ -229,9 +261,8 @@ impl Values<'_> {
     /// # Safety
     /// `j` must be a key of `v`.
     unsafe fn row<'b>(&'b self, j: usize, sv: &'b mut Scratch) -> Result<&'b [f32]> {
-        let dv = self.v.layout.ne[0];
         match self.converted {
-            Some((_, vc)) => Ok(&vc[j * dv..(j + 1) * dv]),
+            Some(c) => Ok(c.value(j)),
             // SAFETY: `j` is a key of `v` (caller); `hk` and `s` are in range (flash_attn_ext).
             None => unsafe { load_row(self.v, [j, self.hk, self.s], &mut sv.f) },
         }
