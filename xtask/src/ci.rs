@@ -2,7 +2,7 @@
 //!
 //! Steps: `cargo fmt --check`, clippy with `-D warnings`, the workspace's release build and a
 //! `cargo check` of every other entry of `FEATURE_BUILDS` (the program's vendor features, the library
-//! alone), then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after
+//! alone), a `cargo check` of the workspace for aarch64 (the NEON kernels), then the tests (`cargo nextest run`, or `cargo test` when nextest is not installed), after
 //! fetching the real models (`cargo xtask models`) that the logit checks use and setting up the
 //! Pythons the tests drive: gguf-py for the GGUF cross-check (`GGML_TP_GGUF_PYTHON`) and the
 //! official openai client for the server's SDK test (`GGML_TP_OPENAI_PYTHON`, a venv in the user's
@@ -168,8 +168,48 @@ fn steps() -> Result<Vec<Step>> {
         ),
     ];
     steps.extend(FEATURE_BUILDS.iter().map(|b| build_step(b, &members)));
+    steps.push(cross_check_step());
     steps.push(test_step());
     Ok(steps)
+}
+
+/// The other target whose build CI checks: aarch64, where the CPU backend's NEON kernels compile
+/// (this machine cannot run them).
+const CROSS_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// `cargo check` of every target of the workspace for [`CROSS_TARGET`], its standard library
+/// added through rustup when missing; skipped, saying why, where rustup cannot add it.
+fn cross_check_step() -> Step {
+    let name = format!("check workspace --target {CROSS_TARGET}");
+    let args = ensure_rust_target(CROSS_TARGET).map(|()| {
+        [
+            "check",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--target",
+            CROSS_TARGET,
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    Step { name, args }
+}
+
+/// Adds the standard library of `target` with rustup unless it is installed.
+fn ensure_rust_target(target: &str) -> std::result::Result<(), String> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map_err(|e| format!("rustup not found: {e}"))?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == target)
+    {
+        return Ok(());
+    }
+    process::run(Command::new("rustup").args(["target", "add", target]))
+        .map_err(|e| format!("rustup could not add the {target} standard library: {e:#}"))
 }
 
 fn secs(d: Duration) -> String {
