@@ -4,11 +4,11 @@
 //! blocks in tiles of [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and
 //! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
 //! `k_flash_attn_combine`. Of those, F16 or BF16 K and V with rows of 64, 128 or 256 elements
-//! take `k_flash_attn_warps` (attention_warps.cu: each group of 32 lanes works alone on its keys;
-//! splits of at least [`FAW_MIN_SPLIT_KEYS`]). Many queries (prompt processing) take the BLAS path: per sequence and
-//! chunk of queries, scores = K·Q^T as one strided batched GEMM over the KV heads (the query heads
-//! of a group are one operand), `k_attn_softmax` to probabilities, and one batched GEMM per query
-//! head of a group writing P·V into the result in place.
+//! take `k_flash_attn_warps_*` (attention_warps.cu: each group of 32 lanes works alone on its
+//! keys; splits of at least [`FAW_MIN_SPLIT_KEYS`]). Many queries (prompt processing) take the
+//! BLAS path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over
+//! the KV heads (the query heads of a group are one operand), `k_attn_softmax` to probabilities,
+//! and one batched GEMM per query head of a group writing P·V into the result in place.
 
 use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
@@ -42,8 +42,12 @@ const FAW_THREADS: u32 = 128;
 const FAW_GROUPS: usize = FAW_THREADS as usize / 32;
 /// Keys one group of `k_flash_attn_warps` takes at a time (`FAW_BATCH`).
 const FAW_BATCH: usize = 8;
-/// The head sizes (K = V) `k_flash_attn_warps` is built for.
-const FAW_HEAD_SIZES: [usize; 3] = [64, 128, 256];
+/// The head sizes (K = V) `k_flash_attn_warps` is built for, with the kernel of each.
+const FAW_KERNELS: [(usize, &str); 3] = [
+    (64, "k_flash_attn_warps_64"),
+    (128, "k_flash_attn_warps_128"),
+    (256, "k_flash_attn_warps_256"),
+];
 /// Blocks a `k_flash_attn_warps` launch aims for: one wave of the 128-element kernel on an H200
 /// (three blocks per SM at its 168 registers, 132 SMs).
 const FAW_TARGET_BLOCKS: usize = 384;
@@ -136,10 +140,9 @@ pub(super) fn flash_attn_ext(
     if r.has_gemm_batched() && blas_fits(&a) {
         through_blas(r, &a)
     } else if vec_attention_on() && vec_fits(&a) {
-        if warps_attention_on() && warps_fit(&a) {
-            warp_blocks(r, &a)
-        } else {
-            vec_blocks(r, &a)
+        match warps_kernel(&a).filter(|_| warps_attention_on()) {
+            Some(kernel) => warp_blocks(r, &a, kernel),
+            None => vec_blocks(r, &a),
         }
     } else {
         row_blocks(r, &a)
@@ -276,15 +279,16 @@ fn warps_attention_on() -> bool {
     crate::settings::settings().attn_warps
 }
 
-/// Whether a node that fits `k_flash_attn_vec` takes `k_flash_attn_warps`: K and V both F16 or
-/// both BF16, and Q, K and V rows of one of its head sizes.
-fn warps_fit(a: &Attn) -> bool {
+/// The `k_flash_attn_warps` kernel of a node that fits `k_flash_attn_vec`, if it takes one: K and
+/// V both F16 or both BF16, and Q, K and V rows of one of its head sizes.
+fn warps_kernel(a: &Attn) -> Option<&'static str> {
     let d = a.lq.ne[0];
-    matches!(a.lk.dtype, DType::F16 | DType::BF16)
-        && a.lv.dtype == a.lk.dtype
-        && FAW_HEAD_SIZES.contains(&d)
-        && a.lk.ne[0] == d
-        && a.lv.ne[0] == d
+    let types = matches!(a.lk.dtype, DType::F16 | DType::BF16) && a.lv.dtype == a.lk.dtype;
+    let rows = a.lk.ne[0] == d && a.lv.ne[0] == d;
+    FAW_KERNELS
+        .iter()
+        .find(|&&(size, _)| types && rows && size == d)
+        .map(|&(_, kernel)| kernel)
 }
 
 /// The plan of `k_flash_attn_warps` for `group` query heads per KV head, `rows_per_head` = KV
@@ -315,9 +319,9 @@ fn warps_plan(
     }
 }
 
-/// `k_flash_attn_warps`: blocks of query heads of one group per KV head, query and sequence, and
-/// split of the keys.
-fn warp_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+/// `kernel` (a `k_flash_attn_warps`): blocks of query heads of one group per KV head, query and
+/// sequence, and split of the keys.
+fn warp_blocks(r: &dyn Runner, a: &Attn, kernel: &'static str) -> Result<()> {
     let [_, n_q, heads, seqs] = a.lq.ne;
     let [_, n_kv, kv_heads, _] = a.lk.ne;
     let s = crate::settings::settings();
@@ -328,19 +332,14 @@ fn warp_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
         s.attn_vec_blocks.unwrap_or(FAW_TARGET_BLOCKS),
         s.attn_split_keys.unwrap_or(FAW_MIN_SPLIT_KEYS),
     );
-    let kernel = match a.lq.ne[0] {
-        64 => "k_flash_attn_warps_64",
-        128 => "k_flash_attn_warps_128",
-        _ => "k_flash_attn_warps_256",
-    };
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAW_THREADS);
     let split = (plan.splits, plan.kv_per_split);
     attend_in_splits(r, a, kernel, blocks, heads_per_block, split)
 }
 
-/// Launches `kernel` (`k_flash_attn`, `k_flash_attn_vec` or `k_flash_attn_warps`) on `blocks` blocks of `threads`
-/// threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
+/// Launches `kernel` (`k_flash_attn`, `k_flash_attn_vec` or a `k_flash_attn_warps_*`) on `blocks`
+/// blocks of `threads` threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
 /// kernel's own arguments `own`, the keys per split and the per-split partials (none for one
 /// split, when the kernel writes the result); then `k_flash_attn_combine` merges the partials.
 fn attend_in_splits(
@@ -720,7 +719,7 @@ mod tests {
             ("FAV_SLOTS", FAV_SLOTS),
             ("FAW_THREADS", FAW_THREADS as usize),
             ("FAW_BATCH", FAW_BATCH),
-            ("FAW_MAX_D", FAW_HEAD_SIZES[2]),
+            ("FAW_MAX_D", FAW_KERNELS[2].0),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
         }
