@@ -30,8 +30,7 @@ SYNTH=$!
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/gpu.txt" 2>&1
 # Decode attention alone: the default, the previous kernel, and the plan's two settings.
-for env in "" GGML_TP_ATTN_WARPS=0 GGML_TP_ATTN_SPLIT_KEYS=64 GGML_TP_ATTN_SPLIT_KEYS=128 \
-    GGML_TP_ATTN_SPLIT_KEYS=512 GGML_TP_ATTN_VEC_BLOCKS=256 GGML_TP_ATTN_VEC_BLOCKS=528; do
+for env in "" GGML_TP_ATTN_VEC=0 GGML_TP_ATTN_VEC_BLOCKS=128 GGML_TP_ATTN_VEC_BLOCKS=512; do
     echo "== ${env:-default}"
     env $env timeout 60 ./gemv_bw decode-attention 2>&1 | tail -9
 done >"$R/attention.txt" 2>&1

@@ -4,9 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
-//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (defaults: 256 for `k_flash_attn_vec`, 384 for `k_flash_attn_warps`) |
-//! | `GGML_TP_ATTN_WARPS` | decode attention over F16/BF16 rows of 64, 128 or 256 elements takes `k_flash_attn_warps_{64,128,256}` (default on; off keeps `k_flash_attn_vec`) |
-//! | `GGML_TP_ATTN_SPLIT_KEYS` | fewest keys of a `k_flash_attn_warps` split (default 256) |
+//! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
@@ -19,11 +17,6 @@ pub struct Settings {
     pub attn_vec: bool,
     /// `GGML_TP_ATTN_VEC_BLOCKS`: the blocks decode attention aims for (none: the dispatch's default).
     pub attn_vec_blocks: Option<usize>,
-    /// `GGML_TP_ATTN_WARPS`: decode attention may take `k_flash_attn_warps`.
-    pub attn_warps: bool,
-    /// `GGML_TP_ATTN_SPLIT_KEYS`: the fewest keys of a `k_flash_attn_warps` split (none: the
-    /// dispatch's default).
-    pub attn_split_keys: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
     pub group_products: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
@@ -36,8 +29,6 @@ impl Default for Settings {
         Settings {
             attn_vec: true,
             attn_vec_blocks: None,
-            attn_warps: true,
-            attn_split_keys: None,
             group_products: true,
             fuse_decode: true,
         }
@@ -51,8 +42,6 @@ impl Settings {
         Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
             attn_vec_blocks: ggml_core::env::count("GGML_TP_ATTN_VEC_BLOCKS"),
-            attn_warps: ggml_core::env::flag("GGML_TP_ATTN_WARPS", d.attn_warps),
-            attn_split_keys: ggml_core::env::count("GGML_TP_ATTN_SPLIT_KEYS"),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
         }

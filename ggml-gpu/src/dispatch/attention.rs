@@ -3,9 +3,7 @@
 //! up to [`FAV_MAX_HEADS`] query heads of a GQA group, fewer for wide V rows, the keys split over
 //! blocks in tiles of [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and
 //! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
-//! `k_flash_attn_combine`. Of those, F16 or BF16 K and V with rows of 64, 128 or 256 elements
-//! take `k_flash_attn_warps_*` (attention_warps.cu: each group of 32 lanes works alone on its
-//! keys; splits of at least [`FAW_MIN_SPLIT_KEYS`]). Many queries (prompt processing) take the
+//! `k_flash_attn_combine`. Many queries (prompt processing) take the
 //! BLAS path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over
 //! the KV heads (the query heads of a group are one operand), `k_attn_softmax` to probabilities,
 //! and one batched GEMM per query head of a group writing P·V into the result in place.
@@ -36,23 +34,6 @@ const FAV_MAX_ROW_BYTES: usize = 1024;
 const FAV_PASS_BYTES: usize = 256;
 /// Heads times V passes of the per-thread sums of a `k_flash_attn_vec` block.
 const FAV_SLOTS: usize = 4;
-/// Threads per `k_flash_attn_warps` block (`FAW_THREADS` in attention_warps.cu).
-const FAW_THREADS: u32 = 128;
-/// Groups of 32 lanes per `k_flash_attn_warps` block, each working alone on its keys.
-const FAW_GROUPS: usize = FAW_THREADS as usize / 32;
-/// Keys one group of `k_flash_attn_warps` takes at a time (`FAW_BATCH`).
-const FAW_BATCH: usize = 8;
-/// The head sizes (K = V) `k_flash_attn_warps` is built for, with the kernel of each.
-const FAW_KERNELS: [(usize, &str); 3] = [
-    (64, "k_flash_attn_warps_64"),
-    (128, "k_flash_attn_warps_128"),
-    (256, "k_flash_attn_warps_256"),
-];
-/// Blocks a `k_flash_attn_warps` launch aims for: one wave of the 128-element kernel on an H200
-/// (three blocks per SM at its 168 registers, 132 SMs).
-const FAW_TARGET_BLOCKS: usize = 384;
-/// Fewest keys of one `k_flash_attn_warps` split (`GGML_TP_ATTN_SPLIT_KEYS`).
-const FAW_MIN_SPLIT_KEYS: usize = 256;
 /// Fewest queries per sequence for the BLAS path.
 const FA_BLAS_MIN_QUERIES: usize = 16;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
@@ -140,10 +121,7 @@ pub(super) fn flash_attn_ext(
     if r.has_gemm_batched() && blas_fits(&a) {
         through_blas(r, &a)
     } else if vec_attention_on() && vec_fits(&a) {
-        match warps_kernel(&a).filter(|_| warps_attention_on()) {
-            Some(kernel) => warp_blocks(r, &a, kernel),
-            None => vec_blocks(r, &a),
-        }
+        vec_blocks(r, &a)
     } else {
         row_blocks(r, &a)
     }
@@ -273,72 +251,7 @@ fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     attend_in_splits(r, a, "k_flash_attn", (rows, FA_THREADS), vec![], split)
 }
 
-/// Whether decode attention may take `k_flash_attn_warps` (`GGML_TP_ATTN_WARPS=0` keeps
-/// `k_flash_attn_vec`, for A/B measurements).
-fn warps_attention_on() -> bool {
-    crate::settings::settings().attn_warps
-}
-
-/// The `k_flash_attn_warps` kernel of a node that fits `k_flash_attn_vec`, if it takes one: K and
-/// V both F16 or both BF16, and Q, K and V rows of one of its head sizes.
-fn warps_kernel(a: &Attn) -> Option<&'static str> {
-    let d = a.lq.ne[0];
-    let types = matches!(a.lk.dtype, DType::F16 | DType::BF16) && a.lv.dtype == a.lk.dtype;
-    let rows = a.lk.ne[0] == d && a.lv.ne[0] == d;
-    FAW_KERNELS
-        .iter()
-        .find(|&&(size, _)| types && rows && size == d)
-        .map(|&(_, kernel)| kernel)
-}
-
-/// The plan of `k_flash_attn_warps` for `group` query heads per KV head, `rows_per_head` = KV
-/// heads x queries x sequences, over `n_kv` keys: the heads of a group share a block (up to
-/// [`FAV_MAX_HEADS`]); then as many splits as bring the blocks to `target`, each at least
-/// `min_keys` long (and whole rounds of the block's groups of lanes).
-fn warps_plan(
-    group: usize,
-    rows_per_head: usize,
-    n_kv: usize,
-    target: usize,
-    min_keys: usize,
-) -> VecPlan {
-    let heads_per_block = group.clamp(1, FAV_MAX_HEADS);
-    let blocks = group.div_ceil(heads_per_block) * rows_per_head.max(1);
-    let round = FAW_GROUPS * FAW_BATCH;
-    let wanted = target.div_ceil(blocks).max(1);
-    let kv_per_split = n_kv
-        .div_ceil(wanted)
-        .max(min_keys)
-        .next_multiple_of(round)
-        .max(round);
-    VecPlan {
-        heads_per_block,
-        blocks,
-        splits: n_kv.div_ceil(kv_per_split).max(1),
-        kv_per_split,
-    }
-}
-
-/// `kernel` (a `k_flash_attn_warps`): blocks of query heads of one group per KV head, query and
-/// sequence, and split of the keys.
-fn warp_blocks(r: &dyn Runner, a: &Attn, kernel: &'static str) -> Result<()> {
-    let [_, n_q, heads, seqs] = a.lq.ne;
-    let [_, n_kv, kv_heads, _] = a.lk.ne;
-    let s = crate::settings::settings();
-    let plan = warps_plan(
-        heads / kv_heads,
-        kv_heads * n_q * seqs,
-        n_kv,
-        s.attn_vec_blocks.unwrap_or(FAW_TARGET_BLOCKS),
-        s.attn_split_keys.unwrap_or(FAW_MIN_SPLIT_KEYS),
-    );
-    let heads_per_block = args![plan.heads_per_block as i32];
-    let blocks = (plan.blocks, FAW_THREADS);
-    let split = (plan.splits, plan.kv_per_split);
-    attend_in_splits(r, a, kernel, blocks, heads_per_block, split)
-}
-
-/// Launches `kernel` (`k_flash_attn`, `k_flash_attn_vec` or a `k_flash_attn_warps_*`) on `blocks`
+/// Launches `kernel` (`k_flash_attn` or `k_flash_attn_vec`) on `blocks`
 /// blocks of `threads` threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
 /// kernel's own arguments `own`, the keys per split and the per-split partials (none for one
 /// split, when the kernel writes the result); then `k_flash_attn_combine` merges the partials.
@@ -633,39 +546,6 @@ mod tests {
     }
 
     #[test]
-    fn warp_plans_cover_the_keys_in_whole_rounds() {
-        for group in [1, 3, 4, 6, 8] {
-            for rows_per_head in [1, 2, 8, 40, 1024] {
-                for n_kv in [0, 1, 7, 31, 32, 33, 255, 256, 257, 4100, 32_768, 131_072] {
-                    for min_keys in [1, 64, 256, 1000] {
-                        let plan = warps_plan(group, rows_per_head, n_kv, 512, min_keys);
-                        assert_covers(plan, group, rows_per_head, n_kv, FAW_GROUPS * FAW_BATCH);
-                        assert!(plan.splits == 1 || plan.kv_per_split >= min_keys);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn warp_plans_split_only_long_caches() {
-        // Llama-3.1-8B decode (8 KV heads, groups of 4): a 256-key cache view is one split (no
-        // combine), 32,768 keys are split until the blocks reach the target.
-        let short = warps_plan(4, 8, 256, FAW_TARGET_BLOCKS, FAW_MIN_SPLIT_KEYS);
-        assert_eq!(
-            (short.heads_per_block, short.blocks, short.splits),
-            (4, 8, 1)
-        );
-        let long = warps_plan(4, 8, 32_768, FAW_TARGET_BLOCKS, FAW_MIN_SPLIT_KEYS);
-        let blocks = long.blocks * long.splits;
-        assert!(blocks <= FAW_TARGET_BLOCKS && blocks > FAW_TARGET_BLOCKS * 9 / 10);
-        assert_eq!((long.splits, long.kv_per_split), (47, 704));
-        // 4,096 keys: the fewest keys per split bound the splits.
-        let mid = warps_plan(4, 8, 4096, FAW_TARGET_BLOCKS, FAW_MIN_SPLIT_KEYS);
-        assert_eq!((mid.splits, mid.kv_per_split), (16, 256));
-    }
-
-    #[test]
     fn wide_values_take_fewer_heads_per_block() {
         let heads = |dtype, d| vec_max_heads(&Layout::contiguous(dtype, [d, 100, 2, 1]));
         assert_eq!(heads(DType::F16, 64), 4);
@@ -717,9 +597,6 @@ mod tests {
             ("FAV_MAX_ROW_BYTES", FAV_MAX_ROW_BYTES),
             ("FAV_PASS_BYTES", FAV_PASS_BYTES),
             ("FAV_SLOTS", FAV_SLOTS),
-            ("FAW_THREADS", FAW_THREADS as usize),
-            ("FAW_BATCH", FAW_BATCH),
-            ("FAW_MAX_D", FAW_KERNELS[2].0),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
         }

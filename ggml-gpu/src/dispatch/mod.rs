@@ -188,7 +188,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 39] = [
+pub const NAMED_KERNELS: [&str; 36] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -216,9 +216,6 @@ pub const NAMED_KERNELS: [&str; 39] = [
     "k_argsort",
     "k_flash_attn",
     "k_flash_attn_vec",
-    "k_flash_attn_warps_64",
-    "k_flash_attn_warps_128",
-    "k_flash_attn_warps_256",
     "k_flash_attn_combine",
     "k_attn_softmax",
     "k_quantize_q8",

@@ -19,9 +19,8 @@
 //! for them.
 
 /// The kernel sources, in compilation order (`common.cu` first, `attention.cu` before
-/// `attention_vec.cu` before `attention_warps.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before
-/// `moe.cu`).
-pub const SOURCES: [(&str, &str); 13] = [
+/// `attention_vec.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before `moe.cu`).
+pub const SOURCES: [(&str, &str); 12] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -30,7 +29,6 @@ pub const SOURCES: [(&str, &str); 13] = [
     ("sort.cu", include_str!("cu/sort.cu")),
     ("attention.cu", include_str!("cu/attention.cu")),
     ("attention_vec.cu", include_str!("cu/attention_vec.cu")),
-    ("attention_warps.cu", include_str!("cu/attention_warps.cu")),
     ("decode.cu", include_str!("cu/decode.cu")),
     ("gemv.cu", include_str!("cu/gemv.cu")),
     ("moe.cu", include_str!("cu/moe.cu")),

@@ -318,10 +318,10 @@ fn flash_attn_vec_splits_and_head_blocks() {
 }
 
 #[test]
-fn flash_attn_warps_head_sizes_groups_and_splits() {
+fn flash_attn_vec_head_sizes_groups_and_splits() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    // The shapes of k_flash_attn_warps: rows of 64, 128 and 256 F16 or BF16 elements, groups of
+    // Decode attention's head sizes: rows of 64, 128 and 256 F16 or BF16 elements, groups of
     // 1, 2, 3 (a 4-head body with a head unused), 4 and 8 (two blocks per group), several queries
     // and sequences, splits of the keys (merged by the combine) and single-split blocks.
     push_attn(
