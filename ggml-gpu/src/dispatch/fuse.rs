@@ -2,7 +2,10 @@
 //! layer has, a norm (rms_norm / norm) followed by the mul by its weight row and preceded by the
 //! residual add, run as one `k_norm_rows` launch when adjacent. The fused kernel writes every
 //! result of the chain, so the intermediates stay valid for other consumers and no consumer
-//! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). Adjacent
+//! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). A chain
+//! whose result the next launch multiplies with quantized weights also writes that result rounded
+//! to 8 bits, as `k_quantize_q8` rounds it, where the products read it ([`gemv::mark_rounded`]):
+//! the products skip their own rounding launch. Adjacent
 //! single-column products of one activation (q, k and v; gate and up: the model builder puts them
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
@@ -12,7 +15,9 @@
 use super::fuse_decode as decode;
 use super::fuse_moe as moe;
 use super::gemv::{self, MAX_GROUP};
-use super::rows::{broadcasts_rows, norm_launch, row_contiguous, vec_width, NORM_ADD, NORM_MUL};
+use super::rows::{
+    broadcasts_rows, norm_launch, norm_rounds_to_q8, row_contiguous, vec_width, NORM_ADD, NORM_MUL,
+};
 use super::{args, compute_node, Runner, TDesc};
 use ggml_core::{DType, Error, Graph, Layout, Op, Result, TensorId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +58,9 @@ pub struct FusionCounts {
     pub rope_cache: u64,
     /// Norm chains (`k_norm_rows` with the add or the mul).
     pub norm_chains: u64,
+    /// Of those, chains that also rounded their result to 8 bits for the quantized products after
+    /// them (no `k_quantize_q8` launch there).
+    pub norm_q8: u64,
     /// Groups of products of one activation (`k_gemv_group_*`).
     pub product_groups: u64,
     /// Expert mixes of MoE layers (`k_moe_weighted_sum`).
@@ -69,13 +77,14 @@ enum Fused {
     ProductsGlu,
     RopeCache,
     NormChain,
+    NormQ8,
     ProductGroup,
     ExpertSum,
     Router,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -84,6 +93,7 @@ pub fn fusion_counts() -> FusionCounts {
         products_glu: c(Fused::ProductsGlu),
         rope_cache: c(Fused::RopeCache),
         norm_chains: c(Fused::NormChain),
+        norm_q8: c(Fused::NormQ8),
         product_groups: c(Fused::ProductGroup),
         expert_sums: c(Fused::ExpertSum),
         routers: c(Fused::Router),
@@ -108,21 +118,37 @@ pub fn launch_groups(graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
 
 /// Computes `nodes` of `graph` through `r` in order, fusing the chains of [`fusion_groups`].
 pub fn compute_nodes(r: &dyn Runner, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-    for group in fusion_groups(graph, nodes) {
-        let done = launch_fused(r, graph, &group).map_err(|e| at(graph, group[0], e))?;
+    let groups = fusion_groups(graph, nodes);
+    let mut rounded = false;
+    for (i, group) in groups.iter().enumerate() {
+        if !rounded {
+            gemv::forget_rounded();
+        }
+        let next = groups.get(i + 1).map(|g| g[0]);
+        let done;
+        (done, rounded) =
+            launch_fused(r, graph, group, next).map_err(|e| at(graph, group[0], e))?;
         for &node in &group[done..] {
             compute_node(r, graph, node).map_err(|e| at(graph, node, e))?;
         }
     }
+    gemv::forget_rounded();
     Ok(())
 }
 
 /// Launches the fused chain or product group `group` (from [`chain_len`]) where its memory allows;
 /// returns how many of its leading nodes that computed (0 for none, and for a single node). Gate
-/// and up whose gated unit cannot join them still run as one grouped launch.
-fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usize> {
+/// and up whose gated unit cannot join them still run as one grouped launch. Second: whether a
+/// norm chain also left the 8-bit copy of its result for `next`, the first node of the next group
+/// (see [`chain_q8`]).
+fn launch_fused(
+    r: &dyn Runner,
+    graph: &Graph,
+    group: &[TensorId],
+    next: Option<TensorId>,
+) -> Result<(usize, bool)> {
     let whole = |launched: bool| if launched { group.len() } else { 0 };
-    Ok(match (group, &graph.tensor(group[0]).op) {
+    let done = match (group, &graph.tensor(group[0]).op) {
         ([_], _) => 0,
         (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
             if counted(
@@ -155,8 +181,16 @@ fn launch_fused(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<usi
             Fused::ExpertSum,
             moe::launch_expert_sum(r, graph, group)?,
         )),
-        _ => whole(counted(Fused::NormChain, launch_chain(r, graph, group)?)),
-    })
+        _ => {
+            let launched = launch_chain(r, graph, group, chain_q8(graph, group, next))?;
+            let rounded = launched == Some(true);
+            if counted(Fused::NormChain, launched.is_some()) && rounded {
+                COUNTS[Fused::NormQ8 as usize].fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok((whole(launched.is_some()), rounded));
+        }
+    };
+    Ok((done, false))
 }
 
 /// `e` with the op and name of the node it happened at.
@@ -364,9 +398,31 @@ pub(super) fn spans_apart(written: &[(u64, u64)], read: &[(u64, u64)]) -> bool {
     })
 }
 
-/// Launches the chain `group` (from [`chain_len`]) as one `k_norm_rows`; `false` (nothing
-/// launched) when its memory overlaps.
-fn launch_chain(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<bool> {
+/// Whether the chain `group` should also round its last result to 8 bits: `next` multiplies it
+/// (as the activation of at most [`gemv::MAX_COLUMNS`] columns) with quantized weights, which the
+/// GEMV kernels take with 8-bit activations.
+fn chain_q8(graph: &Graph, group: &[TensorId], next: Option<TensorId>) -> bool {
+    let last = *group.last().expect("groups are not empty");
+    let l = graph.layout(last);
+    next.is_some_and(|n| {
+        let t = graph.tensor(n);
+        t.op == Op::MulMat
+            && t.src[1] == last
+            && graph.layout(t.src[0]).dtype.is_quantized()
+            && l.nrows() <= gemv::MAX_COLUMNS
+            && l.is_contiguous()
+    })
+}
+
+/// Launches the chain `group` (from [`chain_len`]) as one `k_norm_rows`, with `q8` also its last
+/// result's 8-bit copy where the kernel can make it ([`gemv::mark_rounded`] records it). Whether
+/// it made that copy; `None` (nothing launched) when the chain's memory overlaps.
+fn launch_chain(
+    r: &dyn Runner,
+    graph: &Graph,
+    group: &[TensorId],
+    q8: bool,
+) -> Result<Option<bool>> {
     let has_add = graph.tensor(group[0]).op == Op::Add;
     let norm = group[usize::from(has_add)];
     let mul = group.get(usize::from(has_add) + 1).copied();
@@ -403,19 +459,31 @@ fn launch_chain(r: &dyn Runner, graph: &Graph, group: &[TensorId]) -> Result<boo
         read.push(w);
     }
     if !aliasing_is_safe(&written, &read) {
-        return Ok(false);
+        return Ok(None);
     }
     let flags = if has_add { NORM_ADD } else { 0 } | if mul.is_some() { NORM_MUL } else { 0 };
     let ne0 = nt.layout.ne[0];
     let v = vec_width(ne0, &[written, read].concat());
+    let rows = nt.layout.nrows();
+    let last = if mul.is_some() { m } else { n };
+    let q8 = q8 && norm_rounds_to_q8(ne0, v);
+    let targets = if q8 {
+        Some(gemv::q8_scratch(r, ne0 * rows)?)
+    } else {
+        None
+    };
     let launch = norm_launch(
         ne0,
-        nt.layout.nrows(),
+        rows,
         v,
+        targets,
         args![a, b, s, n, w, m, eps, rms, flags],
     );
     r.launch(&launch)?;
-    Ok(true)
+    if q8 {
+        gemv::mark_rounded(last.ptr, ne0 * rows);
+    }
+    Ok(Some(q8))
 }
 
 #[cfg(test)]

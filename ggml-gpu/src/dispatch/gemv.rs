@@ -182,7 +182,32 @@ pub(super) fn weights(r: &dyn Runner, a: TDesc, la: &Layout) -> Result<(TDesc, L
     Ok((copy, Layout::contiguous(DType::F32, la.ne)))
 }
 
+/// Where the 8-bit activations of `n` values and their scales go: scratch slots the products'
+/// [`activations`] read, and which a norm chain before them may fill ([`mark_rounded`]).
+pub(super) fn q8_scratch(r: &dyn Runner, n: usize) -> Result<(u64, u64)> {
+    Ok((r.scratch(SLOT_XQ, n)?, r.scratch(SLOT_XD, n / 32 * 8)?))
+}
+
+thread_local! {
+    /// The F32 activations (address, count) whose 8-bit copy the launch just queued wrote into
+    /// [`q8_scratch`]: the next products over them skip `k_quantize_q8`. Set by the norm chain
+    /// of [`super::fuse`], taken by the next [`activations`], cleared after every launch group.
+    static ROUNDED: std::cell::Cell<Option<(u64, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Records that the launch just queued wrote the 8-bit copy of the `n` F32 values at `ptr` into
+/// [`q8_scratch`].
+pub(super) fn mark_rounded(ptr: u64, n: usize) {
+    ROUNDED.with(|c| c.set(Some((ptr, n))));
+}
+
+/// Forgets [`mark_rounded`]'s record (the launch group after the one that made it has run).
+pub(super) fn forget_rounded() {
+    ROUNDED.with(|c| c.set(None));
+}
+
 /// The activations `b` as the kernels for weights of type `wt` take them; sets `x`, `xd`, `vec`.
+/// Quantized weights take an 8-bit copy, made here unless the launch before wrote it.
 pub(super) fn activations(
     r: &dyn Runner,
     b: TDesc,
@@ -192,9 +217,11 @@ pub(super) fn activations(
 ) -> Result<()> {
     let n = lb.nelements();
     if wt.is_quantized() {
-        let xq = r.scratch(SLOT_XQ, n)?;
-        let xd = r.scratch(SLOT_XD, n / 32 * 8)?;
-        r.launch(&Launch::elementwise("k_quantize_q8", n, args![b, xq, xd]))?;
+        let (xq, xd) = q8_scratch(r, n)?;
+        let rounded = ROUNDED.with(|c| c.take()) == Some((b.ptr, n));
+        if !(rounded && lb.dtype == DType::F32 && lb.is_contiguous()) {
+            r.launch(&Launch::elementwise("k_quantize_q8", n, args![b, xq, xd]))?;
+        }
         args.x = xq;
         args.xd = xd;
     } else if lb.dtype == DType::F32 && lb.is_contiguous() {

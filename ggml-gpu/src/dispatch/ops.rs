@@ -189,7 +189,13 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             {
                 let v = vec_width(ne0, &[a, d]);
                 let x = TDesc::absent();
-                norm_launch(ne0, nrows, v, args![a, x, x, d, x, x, *eps, rms, 0i32])
+                norm_launch(
+                    ne0,
+                    nrows,
+                    v,
+                    None,
+                    args![a, x, x, d, x, x, *eps, rms, 0i32],
+                )
             } else {
                 Launch::rows("k_norm", nrows, 256, 0, args![a, d, *eps, rms])
             }

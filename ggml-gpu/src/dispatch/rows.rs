@@ -79,21 +79,38 @@ pub(super) fn chunked(
     Launch::elementwise(kernel, n / vec as usize, args)
 }
 
+/// Threads per row of `k_norm_rows` over rows of `ne0` elements in chunks of `vec`: about
+/// [`NORM_CHUNKS_PER_THREAD`] chunks each.
+fn norm_threads_per_row(ne0: usize, vec: i32) -> usize {
+    (ne0 / vec as usize)
+        .div_ceil(NORM_CHUNKS_PER_THREAD)
+        .next_power_of_two()
+        .clamp(NORM_MIN_THREADS, NORM_MAX_THREADS)
+}
+
+/// True when `k_norm_rows` can round its last result to 8 bits for quantized products: every chunk
+/// of a row of `ne0` elements stays in a thread's registers, and rows are whole units of 32.
+pub(super) fn norm_rounds_to_q8(ne0: usize, vec: i32) -> bool {
+    let chunks = ne0 / vec as usize;
+    ne0.is_multiple_of(32) && chunks <= NORM_CHUNKS_PER_THREAD * norm_threads_per_row(ne0, vec)
+}
+
 /// `k_norm_rows` over `rows` rows of `ne0` elements: threads per row for about
 /// [`NORM_CHUNKS_PER_THREAD`] chunks each, several short rows per block. `args` are the kernel's
-/// up to `flags`; the launch appends `tpr` and `vec`.
+/// up to `flags`; the launch appends the 8-bit copy's values and scales (`q8`, see
+/// [`norm_rounds_to_q8`]; 0 for none), `tpr` and `vec`.
 pub(super) fn norm_launch(
     ne0: usize,
     rows: usize,
     vec: i32,
+    q8: Option<(u64, u64)>,
     mut args: Vec<super::KernelArg>,
 ) -> Launch {
-    let chunks = ne0 / vec as usize;
-    let tpr = chunks
-        .div_ceil(NORM_CHUNKS_PER_THREAD)
-        .next_power_of_two()
-        .clamp(NORM_MIN_THREADS, NORM_MAX_THREADS);
+    let tpr = norm_threads_per_row(ne0, vec);
     let rows_per_block = (NORM_BLOCK_THREADS / tpr).max(1);
+    let (xq, xd) = q8.unwrap_or((0, 0));
+    args.push(xq.into());
+    args.push(xd.into());
     args.push((tpr as i32).into());
     args.push(vec.into());
     Launch::rows(
@@ -124,16 +141,25 @@ mod tests {
 
     #[test]
     fn norm_threads_follow_the_row_length() {
-        let l = norm_launch(4096, 1, 4, vec![]);
+        let l = norm_launch(4096, 1, 4, None, vec![]);
         assert_eq!((l.grid[0], l.threads), (1, 512));
-        let l = norm_launch(128, 100, 4, vec![]);
+        let l = norm_launch(128, 100, 4, None, vec![]);
         assert_eq!(
             (l.grid[0], l.threads),
             (13, 256),
             "8 rows of 32 threads per block"
         );
-        let l = norm_launch(1 << 20, 2, 1, vec![]);
+        let l = norm_launch(1 << 20, 2, 1, None, vec![]);
         assert_eq!((l.grid[0], l.threads), (2, 1024));
+    }
+
+    #[test]
+    fn norms_round_to_8_bits_only_rows_held_in_registers() {
+        assert!(norm_rounds_to_q8(4096, 4) && norm_rounds_to_q8(8192, 4));
+        assert!(norm_rounds_to_q8(2048, 1) && norm_rounds_to_q8(32, 1));
+        assert!(!norm_rounds_to_q8(16384, 4), "4096 chunks over 1024 threads");
+        assert!(!norm_rounds_to_q8(4096, 1), "4096 chunks over 1024 threads");
+        assert!(!norm_rounds_to_q8(4100, 4), "not whole units of 32");
     }
 
     #[test]

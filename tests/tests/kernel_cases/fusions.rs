@@ -498,3 +498,77 @@ fn moe_router_in_one_launch() {
     }
     println!("{checked} fused MoE routers within the reference bounds");
 }
+
+/// One norm chain (the add with `with_add`, the mul by its weight row with `with_mul`) over
+/// `cols` rows of `k`, then the product of weights of type `wt` with its result, fused (`apart`
+/// false) or with a node between the chain and the product; the chain's result and the product.
+fn norm_then_product(
+    dev: &Arc<dyn Device>,
+    inputs: &[(InputSpec, Vec<u8>)],
+    (with_add, with_mul): (bool, bool),
+    apart: bool,
+) -> Vec<(Vec<u8>, Dense)> {
+    let build = |g: &mut Graph, t: &[TensorId]| {
+        t.iter().for_each(|&input| g.output(input));
+        let x = if with_add {
+            g.add(t[0], t[1]).unwrap()
+        } else {
+            t[0]
+        };
+        let mut h = g.rms_norm(x, 1e-5).unwrap();
+        if with_mul {
+            h = g.mul(h, t[2]).unwrap();
+        }
+        vec![h, g.mul_mat(t[3], h).unwrap()]
+    };
+    run_chain(dev, inputs, &build, apart)
+}
+
+#[test]
+fn norm_chains_round_the_activations_of_quantized_products() {
+    // The decode chain add + rms_norm + mul writes its result's 8-bit copy for the product after
+    // it (no k_quantize_q8 launch): the product must equal the one after a separate rounding, bit
+    // for bit, and the reference within the weights' bound. Rows of 16384 keep too few chunks in
+    // registers: the chain rounds nothing there and the product rounds for itself.
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    let cases = [
+        (DType::Q4_0, 4096, 1, (true, true)),
+        (DType::Q8_0, 4096, 3, (true, true)),
+        (DType::Q4K, 2048, 2, (false, true)),
+        (DType::Q6K, 256, 1, (true, false)),
+        (DType::Q4_1, 4096, 8, (true, true)),
+        (DType::Q4_0, 16384, 1, (true, true)),
+    ];
+    for (wt, k, cols, chain) in cases {
+        let specs = [
+            InputSpec::new(DType::F32, [k, cols, 1, 1]).gen(Gen::Normal(2.0)),
+            InputSpec::new(DType::F32, [k, cols, 1, 1]).gen(Gen::Normal(1.0)),
+            InputSpec::new(DType::F32, [k, 1, 1, 1]).gen(Gen::Uniform(0.5, 1.5)),
+            InputSpec::new(wt, [k, 96, 1, 1]),
+        ];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let what = format!("{wt} [{k}, {cols}] chain {chain:?}");
+        let before = ggml_gpu::dispatch::fusion_counts();
+        let fused = norm_then_product(&dev, &inputs, chain, false);
+        let after = ggml_gpu::dispatch::fusion_counts();
+        let rounds = k <= 8192;
+        assert_eq!(
+            after.norm_q8 > before.norm_q8,
+            rounds,
+            "{what}: {before:?} -> {after:?}"
+        );
+        let unfused = norm_then_product(&dev, &inputs, chain, true);
+        assert_eq!(fused[0].0, unfused[0].0, "{what}: the chain's result");
+        assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
+        let seen = seen_values(&inputs);
+        checked += within(
+            &format!("{what}: product"),
+            &fused[1].1,
+            &mx::mul_mat(&seen[3], &fused[0].1),
+            weight_bound(wt),
+        );
+    }
+    println!("{checked} products after norm chains that rounded their activations");
+}

@@ -2,7 +2,8 @@
 // (broadcast over heads and sequences), ALiBi slopes and attention sinks. Sums are taken in f64.
 // k_norm_rows is the fast path of rms_norm / norm on row-contiguous F32 rows, which also runs the
 // fused chains of the dispatch: the residual add before the norm and the weight mul after it; a
-// thread keeps its chunks in registers from the first pass to the last.
+// thread keeps its chunks in registers from the first pass to the last. Where the chain feeds
+// products of quantized weights, it also writes its last result rounded to 8 bits for them.
 
 extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
@@ -127,15 +128,41 @@ __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m
     }
 }
 
+// The values x of chunk c of a row, first element `at` of the rows as one array, rounded to 8 bits
+// as k_quantize_q8 rounds them (the same values, scales and sums): the 32 / V lanes that hold a
+// unit of 32 meet by exchanges. Every lane of the warp calls it (`valid` marks real chunks).
+template <int V>
+__device__ __forceinline__ void norm_quantize(const float (&x)[V], bool valid, u32 at, u64 xq, u64 xd) {
+    float amax = 0.0f;
+    float v[V];
+    for (int j = 0; j < V; j++) {
+        v[j] = valid ? x[j] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    for (int o = 1; o < 32 / V; o <<= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
+    const float d = amax / 127.0f;
+    int q[V], qsum = 0;
+    for (int j = 0; j < V; j++) {
+        q[j] = amax == 0.0f ? 0 : __float2int_rn(v[j] * (127.0f / amax));
+        qsum += q[j];
+    }
+    for (int o = 1; o < 32 / V; o <<= 1) qsum += WARP_SHFL_XOR(qsum, o);
+    if (!valid) return;
+    for (int j = 0; j < V; j++) ((signed char*)xq)[at + j] = (signed char)q[j];
+    if (at % 32 == 0) ((float2*)xd)[at / 32] = make_float2(d, d * (float)qsum);
+}
+
 // Rows of n = norm(x) with x = a, or with NORM_ADD x = a + b written to s first; with NORM_MUL also
 // m = n * w (w's rows as long as n's, broadcast over them; w may be either operand of the mul, which
 // commutes). `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
 // Every thread handles the same elements in every pass, in order, so any result may alias an
 // operand exactly (the host allows no other overlap); w is loaded with the first pass unless it is
 // s or n. A thread's first NORM_KEEP chunks stay in registers; longer rows read s (or a) again.
+// With xq set (the host checks that every chunk stays in registers and that rows are whole units of
+// 32), the last result of the chain is also rounded to 8 bits into xq / xd (rows one after another).
 template <int V>
 __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, const TD& w, const TD& m, float eps,
-                          int rms, int flags, int tpr) {
+                          int rms, int flags, int tpr, u64 xq, u64 xd) {
     const u32 n0 = (u32)n.ne[0], cpr = n0 / V;
     const u32 r = blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const u32 rest = lane + NORM_KEEP * tpr;
@@ -189,10 +216,17 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
         ld_row<V>(row_at(src, i), T_F32, c * V, xc);
         norm_store<V>(n, w, m, i, c, flags, mean, scale, xc, gc, false);
     }
+    if (xq) {
+#pragma unroll
+        for (int k = 0; k < NORM_KEEP; k++) {
+            const u32 c = lane + k * tpr;
+            norm_quantize<V>(x[k], active && c < cpr, r * n0 + c * V, xq, xd);
+        }
+    }
 }
 
-extern "C" __global__ void k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, int tpr,
-                                       int vec) { GRID_DEPENDENCY_SYNC();
-    if (vec == 4) norm_rows<4>(a, b, s, n, w, m, eps, rms, flags, tpr);
-    else norm_rows<1>(a, b, s, n, w, m, eps, rms, flags, tpr);
+extern "C" __global__ void k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq,
+                                       u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
+    if (vec == 4) norm_rows<4>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+    else norm_rows<1>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
 }
