@@ -180,10 +180,11 @@ struct Converted {
 }
 
 impl Converted {
+    /// Room for `n_kv` keys; rows are zeroed only as [`Converted::key`] reaches them.
     fn new(n_kv: usize, dk: usize, dv: usize) -> Self {
         Converted {
-            k: vec![0f32; n_kv * dk],
-            v: vec![0f32; n_kv * dv],
+            k: Vec::with_capacity(n_kv * dk),
+            v: Vec::with_capacity(n_kv * dv),
             dk,
             dv,
             len: 0,
@@ -199,6 +200,8 @@ impl Converted {
         let (dk, dv) = (self.dk, self.dv);
         while self.len <= j {
             let r = self.len;
+            self.k.resize((r + 1) * dk, 0.0);
+            self.v.resize((r + 1) * dv, 0.0);
             // SAFETY: key r <= j is in range (caller).
             unsafe {
                 load_row_into(k, [r, hk, s], &mut self.k[r * dk..(r + 1) * dk])?;

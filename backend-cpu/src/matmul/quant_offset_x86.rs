@@ -14,7 +14,7 @@
 //! the generic and prompt kernels' (a token's logits must not depend on its batch).
 
 use super::quant::{act_layout, rd16, HalfCvt, Q4_0, Q5_0};
-use super::quant_x86::{finish, DotI8, F16c, LegacyX86};
+use super::quant_x86::{finish, prefetch_ahead, DotI8, F16c, LegacyX86};
 use super::Job;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -88,6 +88,7 @@ unsafe fn offset_row<T: SmallOffset, D: DotI8>(
         let mut acc1 = [[_mm256_setzero_ps(); 1]];
         let mut i = 0;
         while i + 2 <= nb {
+            prefetch_ahead(w.add(i * T::SIZE), 2 * T::SIZE);
             offset_step::<T, D>(w, act.add(i * asz + aq), terms, i, &mut acc0[0][0]);
             offset_step::<T, D>(
                 w,
@@ -199,6 +200,7 @@ pub(super) unsafe fn min_rows<T: LegacyX86, D: DotI8>(
                 let mut msum = [[0f32; 1]];
                 let mut i = 0;
                 while i + 2 <= nb {
+                    prefetch_ahead(w.add(i * T::SIZE), 2 * T::SIZE);
                     let y = act.add(i * asz + aq);
                     min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum[0][0]);
                     let y = act.add((i + 1) * asz + aq);
