@@ -7,7 +7,8 @@
 //! several rounds.
 //!
 //! `cargo run --release -p backend-cuda --example gemv_bw [SECTION...]` (sections: launch, gemv,
-//! columns, gemm, prompt-attention, decode-attention; all without arguments)
+//! columns, gemm, prompt-attention, decode-attention; all without arguments; `kernels` is not in
+//! "all": it computes each 1-column product of the gemv section once, for a profiler to catch)
 
 use backend_cuda::{cuda_devices, CudaBackend};
 use ggml_core::sched::Scheduler;
@@ -200,13 +201,14 @@ fn kernel_time(backend: &CudaBackend, busy: &Bench, bench: &Bench, iters: usize)
 type Section = (&'static str, fn(&Ctx));
 
 /// The benchmark's sections.
-const SECTIONS: [Section; 6] = [
+const SECTIONS: [Section; 7] = [
     ("launch", launch_gaps),
     ("gemv", gemv_types),
     ("columns", gemv_columns),
     ("gemm", gemm_prompt),
     ("prompt-attention", prompt_attention),
     ("decode-attention", decode_attention),
+    ("kernels", gemv_once),
 ];
 
 /// The device every section runs on, and a large product that keeps the stream busy.
@@ -246,7 +248,8 @@ fn main() {
         busy,
     };
     for (name, section) in SECTIONS {
-        if wanted.is_empty() || wanted.iter().any(|w| w == name) {
+        let in_all = name != "kernels";
+        if (wanted.is_empty() && in_all) || wanted.iter().any(|w| w == name) {
             section(&ctx);
         }
     }
@@ -263,6 +266,19 @@ fn launch_gaps(c: &Ctx) {
 /// The product shapes of Llama-3-8B: (K, M) of q/o, k/v, gate/up and down.
 const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)];
 
+/// The weight types of the GEMV sections.
+const GEMV_TYPES: [DType; 9] = [
+    DType::Q4_0,
+    DType::Q8_0,
+    DType::BF16,
+    DType::F16,
+    DType::Q4K,
+    DType::Q6K,
+    DType::Q5_0,
+    DType::Q4_1,
+    DType::MXFP4,
+];
+
 fn gemv_types(c: &Ctx) {
     println!(
         "\nGEMV, 1 column (weights [K, M] x F32 vector), weights from HBM (copies cycled past L2),"
@@ -270,18 +286,7 @@ fn gemv_types(c: &Ctx) {
     println!("kernel time per product from graph replay:");
     println!("| type | M x K | us | GB/s | of 3.70 TB/s |");
     println!("|---|---|---|---|---|");
-    let types = [
-        DType::Q4_0,
-        DType::Q8_0,
-        DType::BF16,
-        DType::F16,
-        DType::Q4K,
-        DType::Q6K,
-        DType::Q5_0,
-        DType::Q4_1,
-        DType::MXFP4,
-    ];
-    for t in types {
+    for t in GEMV_TYPES {
         for (k, m) in SHAPES {
             let copies = cold_copies(t, k, m);
             let b = mul_mats(&c.backend, t, (k, m, 1), DType::F32, copies);
@@ -295,6 +300,18 @@ fn gemv_types(c: &Ctx) {
             );
         }
     }
+}
+
+/// Each 1-column product of [`gemv_types`] computed once from one weight copy, for a profiler (ncu
+/// flushes the caches between its passes, so the weights come from HBM there).
+fn gemv_once(c: &Ctx) {
+    for t in GEMV_TYPES {
+        for (k, m) in SHAPES {
+            mul_mat(&c.backend, t, k, m, 1).compute(&c.cuda);
+        }
+    }
+    c.cuda.stream().synchronize().expect("sync");
+    println!("computed each product once");
 }
 
 fn gemv_columns(c: &Ctx) {
