@@ -179,7 +179,8 @@ fn grouped_blocks(t: DType) -> Option<usize> {
 /// when K % 8 == 0 and both are aligned.
 pub(super) fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
     if let Some(blocks) = grouped_blocks(l.dtype) {
-        return l.ne[0].is_multiple_of(32 * blocks) && rows_aligned(a, l, 8);
+        return crate::settings::settings().gemv_block_groups
+            && l.ne[0].is_multiple_of(32 * blocks) && rows_aligned(a, l, 8);
     }
     if l.dtype.is_quantized() {
         return staged_type(l.dtype) && rows_aligned(a, l, 16);
@@ -275,6 +276,12 @@ pub(super) fn run(r: &dyn Runner, wt: DType, args: GemvArgs) -> Result<()> {
         .into_iter()
         .find(|&c| c >= args.ncols as usize)
         .ok_or_else(|| fail(r, format!("GEMV of {} columns", args.ncols)))?;
+    // Row pairs: one column through the two-column kernel, whose row groups take two rows.
+    let columns = if columns == 1 && crate::settings::settings().gemv_row_pairs {
+        2
+    } else {
+        columns
+    };
     let rows_per_group = if columns == 1 { 1 } else { 2 };
     let wpr = warps_per_row(
         args.m as usize * args.nz as usize,
