@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call's decode measurements on a lent GPU machine (no Rust there), for the decode issue: the
-# GPU tests, decode attention alone under its settings, and decode side by side with llama.cpp on the
-# same synthetic files. Everything lands in $OUT/r (a file per step), each step under a timeout, so
-# a slow step costs its own result only.
+# GPU tests, decode attention and the legacy GEMV rows alone under their settings, and decode side
+# by side with llama.cpp on the same synthetic files. Everything lands in one file, $OUT/decode.txt
+# (the device tool returns few files), a section per step, each step under a timeout, so a slow
+# step costs its own result only; what ran before a timeout still comes back.
 #
 # Here:  cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #          --test ggml-tp-tests:conformance_cuda --test llama:logits_arch \
@@ -13,37 +14,53 @@
 #        with `carry` naming .device-bin/NAME. llama-bench builds in the background (~270 s).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
-R=${OUT:?run this through the device tool}/r
-mkdir -p "$R" /tmp/w /tmp/m
+LOG=${OUT:?run this through the device tool}/decode.txt
+mkdir -p /tmp/w /tmp/m
 export NCCL_NVLS_ENABLE=0
 cd "$B"
+T0=$(date +%s)
+# Appends a section: its title and seconds since the start, then what the command prints.
+step() {
+    local title=$1
+    shift
+    echo "## $title ($(($(date +%s) - T0)) s)" >>"$LOG"
+    "$@" >>"$LOG" 2>&1
+}
 for f in *.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x ggml-tp cuda_kernels conformance_cuda logits_arch gemv_bw
 chmod -R u+w anchor
 presets=("$@")
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
-(bash anchor/build-llama-bench.sh /tmp/w/lcpp >"$R/lcpp_build.txt" 2>&1; echo "build rc $?" >>"$R/lcpp_build.txt") &
+(bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
 LCPP=$!
-(for p in "${presets[@]}"; do ./ggml-tp synth "$p" -o "/tmp/m/$p.gguf" || echo "synth $p failed"; done) >"$R/synth.txt" 2>&1 &
+(for p in "${presets[@]}"; do ./ggml-tp synth "$p" -o "/tmp/m/$p.gguf" || echo "synth $p failed"; done) >/tmp/w/synth.txt 2>&1 &
 SYNTH=$!
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/gpu.txt" 2>&1
-# Decode attention alone: the default, the previous kernel, and the plan's two settings.
-for env in "" GGML_TP_ATTN_VEC=0 GGML_TP_ATTN_VEC_BLOCKS=128 GGML_TP_ATTN_VEC_BLOCKS=512; do
-    echo "== ${env:-default}"
-    env $env timeout 60 ./gemv_bw decode-attention 2>&1 | tail -9
-done >"$R/attention.txt" 2>&1
-(timeout 150 ./cuda_kernels 2>&1 || timeout 150 ./cuda_kernels --test-threads 1 2>&1) | tail -40 >"$R/cuda_kernels.txt"
-timeout 120 ./conformance_cuda 2>&1 | tail -20 >"$R/conformance_cuda.txt"
-GGML_TP_FIXTURES="$B/fx" timeout 150 ./logits_arch 2>&1 | tail -20 >"$R/logits_arch.txt"
+step gpu nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+# Decode attention alone; the GEMV of every type with the legacy rows read in groups of blocks (the
+# default), without, and with row pairs.
+step "decode attention" timeout 60 ./gemv_bw decode-attention
+for env in "" GGML_TP_GEMV_BLOCK_GROUPS=0 GGML_TP_GEMV_ROW_PAIRS=1; do
+    step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
+done
+step cuda_kernels timeout 300 ./cuda_kernels
+step conformance_cuda timeout 120 ./conformance_cuda
+step logits_arch env GGML_TP_FIXTURES="$B/fx" timeout 150 ./logits_arch
 wait $SYNTH
+step synth cat /tmp/w/synth.txt
+# Presets of legacy types run again without the grouped rows (same run: the A/B of that setting).
 for p in "${presets[@]}"; do
-    timeout 150 ./ggml-tp bench -m "/tmp/m/$p.gguf" --devices cuda:0 -p 0 -n 128 -r 3 -d 0,4096,32768 \
-        >"$R/bench_$p.txt" 2>&1
+    settings=("")
+    case $p in *q4_0 | *q4_1 | *q5_0 | *q5_1 | *q8_0 | *mxfp4) settings+=(GGML_TP_GEMV_BLOCK_GROUPS=0) ;; esac
+    for env in "${settings[@]}"; do
+        step "ggml-tp $p ${env:-default}" env $env timeout 150 ./ggml-tp bench -m "/tmp/m/$p.gguf" \
+            --devices cuda:0 -p 0 -n 128 -r 3 -d 0,4096,32768
+    done
 done
 wait $LCPP
+step lcpp_build tail -3 /tmp/w/lcpp_build.txt
 for p in "${presets[@]}"; do
-    timeout 150 /tmp/w/lcpp/build/bin/llama-bench -m "/tmp/m/$p.gguf" -ngl 99 -fa 1 -dev CUDA0 -sm none \
-        -p 0 -n 128 -r 3 -d 0,4096,32768 -o md >"$R/llama_$p.txt" 2>&1
+    step "llama.cpp $p" timeout 150 /tmp/w/lcpp/build/bin/llama-bench -m "/tmp/m/$p.gguf" -ngl 99 -fa 1 \
+        -dev CUDA0 -sm none -p 0 -n 128 -r 3 -d 0,4096,32768 -o md
 done
