@@ -119,6 +119,9 @@ fn bench_gemm(c: &mut Criterion) {
     for (wt, m, n, k) in [
         (DType::F32, 1024usize, 1024usize, 1024usize),
         (DType::Q4_0, 4096, 512, 4096),
+        (DType::Q5_0, 4864, 512, 896),
+        (DType::Q8_0, 896, 512, 896),
+        (DType::Q4K, 896, 512, 4864),
     ] {
         let mut w = weight_copies(wt, k, m, 1).pop().unwrap();
         let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * n)).to_vec();
