@@ -180,7 +180,8 @@ fn grouped_blocks(t: DType) -> Option<usize> {
 pub(super) fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
     if let Some(blocks) = grouped_blocks(l.dtype) {
         return crate::settings::settings().gemv_block_groups
-            && l.ne[0].is_multiple_of(32 * blocks) && rows_aligned(a, l, 8);
+            && l.ne[0].is_multiple_of(32 * blocks)
+            && rows_aligned(a, l, 8);
     }
     if l.dtype.is_quantized() {
         return staged_type(l.dtype) && rows_aligned(a, l, 16);
