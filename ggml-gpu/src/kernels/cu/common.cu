@@ -1,7 +1,7 @@
 // Shared device code of every kernel: the strided tensor descriptor `TD` (mirrors the Rust `TDesc`),
 // bf16 conversions (the f16 ones, h2f/f2h, are the vendor prelude's), element loads for every
 // supported type (block formats decoded one element at a time), element stores for scalar types,
-// and block reductions.
+// block reductions, and the 8-bit rounding of activations for the quantized products.
 typedef unsigned long long u64;
 typedef long long i64;
 typedef unsigned int u32;
@@ -282,4 +282,30 @@ __device__ double row_sum(double v, int tpr) {
     double t = 0;
     for (int k = 0; k < tpr / 32; k++) t += part[first + k];
     return t;
+}
+
+// Values x[0..V) of a unit of 32 activations, element `at` of the rounded array, rounded to 8 bits
+// (scale = amax / 127, round to nearest) into xq, with (scale, scale * sum) of the unit into xd:
+// the 32 / V consecutive lanes that hold the unit meet by exchanges. Every lane of the warp calls
+// it (`valid` marks lanes with real values). k_quantize_q8 rounds this way, and k_norm_rows where
+// its chain feeds products of quantized weights.
+template <int V>
+__device__ __forceinline__ void round_q8(const float (&x)[V], bool valid, u64 at, u64 xq, u64 xd) {
+    float amax = 0.0f;
+    float v[V];
+    for (int j = 0; j < V; j++) {
+        v[j] = valid ? x[j] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    for (int o = 1; o < 32 / V; o <<= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
+    const float d = amax / 127.0f;
+    int q[V], qsum = 0;
+    for (int j = 0; j < V; j++) {
+        q[j] = amax == 0.0f ? 0 : __float2int_rn(v[j] * (127.0f / amax));
+        qsum += q[j];
+    }
+    for (int o = 1; o < 32 / V; o <<= 1) qsum += WARP_SHFL_XOR(qsum, o);
+    if (!valid) return;
+    for (int j = 0; j < V; j++) ((signed char*)xq)[at + j] = (signed char)q[j];
+    if (at % 32 == 0) ((float2*)xd)[at / 32] = make_float2(d, d * (float)qsum);
 }

@@ -230,15 +230,8 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) { GRID_DEPENDENCY
         const u32 col = w / per_col, k = (w % per_col) * 32 + lane;
         u32 i[3];
         row_index(col, (u32)b.ne[1], (u32)b.ne[2], i);
-        const float v = f32_rows ? ((const float*)row_at(b, i))[k] : load(b, k, i[0], i[1], i[2]);
-        float amax = fabsf(v);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
-        const float d = amax / 127.0f;
-        const int q = amax == 0.0f ? 0 : __float2int_rn(v * (127.0f / amax));
-        int qsum = q;
-        for (int o = 16; o > 0; o >>= 1) qsum += WARP_SHFL_XOR(qsum, o);
-        ((signed char*)xq)[(u64)w * 32 + lane] = (signed char)q;
-        if (lane == 0) ((float2*)xd)[w] = make_float2(d, d * (float)qsum);
+        const float v[1] = {f32_rows ? ((const float*)row_at(b, i))[k] : load(b, k, i[0], i[1], i[2])};
+        round_q8<1>(v, true, (u64)w * 32 + lane, xq, xd);
     }
 }
 

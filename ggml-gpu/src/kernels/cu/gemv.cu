@@ -8,8 +8,8 @@
 // chunk with 16-byte loads (every lane several in flight) into its shared-memory stage, then each
 // lane decodes units from there; units past the last whole chunk and unaligned rows are decoded
 // from global memory directly. Aligned rows of the legacy types and MXFP4 are read in groups of 4
-// (MXFP4: 8) blocks per lane, 8 bytes a load, and decoded from registers. mul_mat_id uses the same kernels with one column per (expert slot,
-// token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
+// (MXFP4: 8) blocks per lane, 8 bytes a load, and decoded from registers. mul_mat_id uses the same
+// kernels with one column per (expert slot, token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
 // single-column products of one activation vector in one launch; k_gemv_glu_<type> runs the gate
 // and up products of one activation vector and writes the gated unit too.
 

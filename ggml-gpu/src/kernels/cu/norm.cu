@@ -128,30 +128,6 @@ __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m
     }
 }
 
-// The values x of chunk c of a row, first element `at` of the rows as one array, rounded to 8 bits
-// as k_quantize_q8 rounds them (the same values, scales and sums): the 32 / V lanes that hold a
-// unit of 32 meet by exchanges. Every lane of the warp calls it (`valid` marks real chunks).
-template <int V>
-__device__ __forceinline__ void norm_quantize(const float (&x)[V], bool valid, u32 at, u64 xq, u64 xd) {
-    float amax = 0.0f;
-    float v[V];
-    for (int j = 0; j < V; j++) {
-        v[j] = valid ? x[j] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    for (int o = 1; o < 32 / V; o <<= 1) amax = fmaxf(amax, WARP_SHFL_XOR(amax, o));
-    const float d = amax / 127.0f;
-    int q[V], qsum = 0;
-    for (int j = 0; j < V; j++) {
-        q[j] = amax == 0.0f ? 0 : __float2int_rn(v[j] * (127.0f / amax));
-        qsum += q[j];
-    }
-    for (int o = 1; o < 32 / V; o <<= 1) qsum += WARP_SHFL_XOR(qsum, o);
-    if (!valid) return;
-    for (int j = 0; j < V; j++) ((signed char*)xq)[at + j] = (signed char)q[j];
-    if (at % 32 == 0) ((float2*)xd)[at / 32] = make_float2(d, d * (float)qsum);
-}
-
 // Rows of n = norm(x) with x = a, or with NORM_ADD x = a + b written to s first; with NORM_MUL also
 // m = n * w (w's rows as long as n's, broadcast over them; w may be either operand of the mul, which
 // commutes). `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
@@ -220,7 +196,7 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
 #pragma unroll
         for (int k = 0; k < NORM_KEEP; k++) {
             const u32 c = lane + k * tpr;
-            norm_quantize<V>(x[k], active && c < cpr, r * n0 + c * V, xq, xd);
+            round_q8<V>(x[k], active && c < cpr, (u64)r * n0 + c * V, xq, xd);
         }
     }
 }
