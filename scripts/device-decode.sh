@@ -10,7 +10,8 @@
 #          --example backend-cuda:gemv_bw --program --fixtures arch
 #        gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch,gemv_bw}
 #        cp -r ../shared/anchor scripts/device-decode.sh .device-bin/NAME/
-# There: bash .device-bin/NAME/device-decode.sh [PRESET ...]   (default: llama3-8b-f16 llama3-8b-q4_0),
+# There: [DEPTHS=0,4096] bash .device-bin/NAME/device-decode.sh [PRESET ...]   (default presets:
+#        llama3-8b-f16 llama3-8b-q4_0; default depths 0,4096,32768),
 #        with `carry` naming .device-bin/NAME. llama-bench builds in the background (~270 s).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,7 @@ for f in *.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x ggml-tp cuda_kernels conformance_cuda logits_arch gemv_bw
 chmod -R u+w anchor
 presets=("$@")
+depths=${DEPTHS:-0,4096,32768}
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
 (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
@@ -44,9 +46,16 @@ step "decode attention" timeout 60 ./gemv_bw decode-attention
 for env in "" GGML_TP_GEMV_BLOCK_GROUPS=0 GGML_TP_GEMV_ROW_PAIRS=1; do
     step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
 done
-step cuda_kernels timeout 300 ./cuda_kernels
-step conformance_cuda timeout 120 ./conformance_cuda
-step logits_arch env GGML_TP_FIXTURES="$B/fx" timeout 150 ./logits_arch
+# The GPU tests side by side (correctness only; nothing is timed while they run).
+tests=()
+timeout 300 ./cuda_kernels >/tmp/w/cuda_kernels.txt 2>&1 &
+tests+=($!)
+timeout 200 ./conformance_cuda >/tmp/w/conformance_cuda.txt 2>&1 &
+tests+=($!)
+GGML_TP_FIXTURES="$B/fx" timeout 200 ./logits_arch >/tmp/w/logits_arch.txt 2>&1 &
+tests+=($!)
+wait "${tests[@]}"
+for t in cuda_kernels conformance_cuda logits_arch; do step "$t" cat /tmp/w/$t.txt; done
 wait $SYNTH
 step synth cat /tmp/w/synth.txt
 # Presets of legacy types run again without the grouped rows (same run: the A/B of that setting).
@@ -55,12 +64,12 @@ for p in "${presets[@]}"; do
     case $p in *q4_0 | *q4_1 | *q5_0 | *q5_1 | *q8_0 | *mxfp4) settings+=(GGML_TP_GEMV_BLOCK_GROUPS=0) ;; esac
     for env in "${settings[@]}"; do
         step "ggml-tp $p ${env:-default}" env $env timeout 150 ./ggml-tp bench -m "/tmp/m/$p.gguf" \
-            --devices cuda:0 -p 0 -n 128 -r 3 -d 0,4096,32768
+            --devices cuda:0 -p 0 -n 128 -r 3 -d "$depths"
     done
 done
 wait $LCPP
 step lcpp_build tail -3 /tmp/w/lcpp_build.txt
 for p in "${presets[@]}"; do
     step "llama.cpp $p" timeout 150 /tmp/w/lcpp/build/bin/llama-bench -m "/tmp/m/$p.gguf" -ngl 99 -fa 1 \
-        -dev CUDA0 -sm none -p 0 -n 128 -r 3 -d 0,4096,32768 -o md
+        -dev CUDA0 -sm none -p 0 -n 128 -r 3 -d "$depths" -o md
 done
