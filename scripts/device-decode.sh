@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # One call's decode measurements on a lent GPU machine (no Rust there), for the decode issue: the
-# GPU tests, decode attention and the legacy GEMV rows alone under their settings, and decode side
-# by side with llama.cpp on the same synthetic files. Everything lands in one file, $OUT/decode.txt
-# (the device tool returns few files), a section per step, each step under a timeout, so a slow
-# step costs its own result only; what ran before a timeout still comes back.
+# GPU tests, the GEMV of every type alone and decode under the default settings and one other
+# setting ($AB, the same-run A/B), and decode side by side with llama.cpp on the same synthetic
+# files. Everything lands in one file, $OUT/decode.txt (the device tool returns few files), a
+# section per step, each step under a timeout, so a slow step costs its own result only; what ran
+# before a timeout still comes back.
 #
 # Here:  cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #          --test ggml-tp-tests:conformance_cuda --test llama:logits_arch \
 #          --example backend-cuda:gemv_bw --program --fixtures arch
 #        gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch,gemv_bw}
 #        cp -r ../shared/anchor scripts/device-decode.sh .device-bin/NAME/
-# There: [DEPTHS=0,4096] bash .device-bin/NAME/device-decode.sh [PRESET ...]   (default presets:
-#        llama3-8b-f16 llama3-8b-q4_0; default depths 0,4096,32768),
-#        with `carry` naming .device-bin/NAME. llama-bench builds in the background (~270 s).
+# There: bash .device-bin/NAME/device-decode.sh [PRESET ...] with `carry` naming .device-bin/NAME;
+#        presets default to llama3-8b-f16 llama3-8b-q4_0. Environment: DEPTHS (default
+#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=1), ATTN=1 (decode attention alone too),
+#        LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background, ~270 s).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:?run this through the device tool}/decode.txt
@@ -32,18 +34,18 @@ chmod +x ggml-tp cuda_kernels conformance_cuda logits_arch gemv_bw
 chmod -R u+w anchor
 presets=("$@")
 depths=${DEPTHS:-0,4096,32768}
+ab=${AB:-GGML_TP_GEMV_ROW_PAIRS=1}
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
-(bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
+[ "${LLAMA_CPP:-1}" = 1 ] && (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
 LCPP=$!
 (for p in "${presets[@]}"; do ./ggml-tp synth "$p" -o "/tmp/m/$p.gguf" || echo "synth $p failed"; done) >/tmp/w/synth.txt 2>&1 &
 SYNTH=$!
 
 step gpu nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-# Decode attention alone; the GEMV of every type with the legacy rows read in groups of blocks (the
-# default), without, and with row pairs.
-step "decode attention" timeout 60 ./gemv_bw decode-attention
-for env in "" GGML_TP_GEMV_BLOCK_GROUPS=0 GGML_TP_GEMV_ROW_PAIRS=1; do
+# Decode attention alone (with ATTN=1); the GEMV of every type under the default settings and $ab.
+[ "${ATTN:-0}" = 1 ] && step "decode attention" timeout 120 ./gemv_bw decode-attention
+for env in "" "$ab"; do
     step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
 done
 # The GPU tests side by side (correctness only; nothing is timed while they run).
@@ -58,15 +60,14 @@ wait "${tests[@]}"
 for t in cuda_kernels conformance_cuda logits_arch; do step "$t" cat /tmp/w/$t.txt; done
 wait $SYNTH
 step synth cat /tmp/w/synth.txt
-# Presets of legacy types run again without the grouped rows (same run: the A/B of that setting).
+# Each preset under the default settings and under $ab (same run: the A/B of that setting).
 for p in "${presets[@]}"; do
-    settings=("")
-    case $p in *q4_0 | *q4_1 | *q5_0 | *q5_1 | *q8_0 | *mxfp4) settings+=(GGML_TP_GEMV_BLOCK_GROUPS=0) ;; esac
-    for env in "${settings[@]}"; do
+    for env in "" "$ab"; do
         step "ggml-tp $p ${env:-default}" env $env timeout 150 ./ggml-tp bench -m "/tmp/m/$p.gguf" \
             --devices cuda:0 -p 0 -n 128 -r 3 -d "$depths"
     done
 done
+[ "${LLAMA_CPP:-1}" = 1 ] || exit 0
 wait $LCPP
 step lcpp_build tail -3 /tmp/w/lcpp_build.txt
 for p in "${presets[@]}"; do

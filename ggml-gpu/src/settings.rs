@@ -6,7 +6,6 @@
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
 //! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
-//! | `GGML_TP_GEMV_BLOCK_GROUPS` | GEMV lanes read aligned legacy and MXFP4 rows in groups of blocks, 8 bytes a load (default on; off: each block 2 or 4 bytes a load) |
 //! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches take the two-column kernel, whose row groups hold two rows sharing each activation load (default off) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
@@ -21,8 +20,6 @@ pub struct Settings {
     pub attn_vec_blocks: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
     pub group_products: bool,
-    /// `GGML_TP_GEMV_BLOCK_GROUPS`: legacy and MXFP4 GEMV rows are read in groups of blocks.
-    pub gemv_block_groups: bool,
     /// `GGML_TP_GEMV_ROW_PAIRS`: single-column GEMV row groups take two rows.
     pub gemv_row_pairs: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
@@ -36,7 +33,6 @@ impl Default for Settings {
             attn_vec: true,
             attn_vec_blocks: None,
             group_products: true,
-            gemv_block_groups: true,
             gemv_row_pairs: false,
             fuse_decode: true,
         }
@@ -51,10 +47,6 @@ impl Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
             attn_vec_blocks: ggml_core::env::count("GGML_TP_ATTN_VEC_BLOCKS"),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
-            gemv_block_groups: ggml_core::env::flag(
-                "GGML_TP_GEMV_BLOCK_GROUPS",
-                d.gemv_block_groups,
-            ),
             gemv_row_pairs: ggml_core::env::flag("GGML_TP_GEMV_ROW_PAIRS", d.gemv_row_pairs),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
         }

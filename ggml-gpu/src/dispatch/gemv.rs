@@ -154,8 +154,8 @@ pub fn rows_readable(a: &TDesc, l: &Layout) -> bool {
 }
 
 /// True when rows of `a` (and the batches) start 16-byte aligned.
-fn rows_aligned(a: &TDesc, l: &Layout, bytes: u64) -> bool {
-    (a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64).is_multiple_of(bytes)
+fn rows_aligned16(a: &TDesc, l: &Layout) -> bool {
+    (a.ptr | l.nb[1] as u64 | l.nb[2] as u64 | l.nb[3] as u64).is_multiple_of(16)
 }
 
 /// Quantized types whose aligned rows the kernels stage in chunks (`staged_type` in gemv.cu).
@@ -163,30 +163,14 @@ fn staged_type(t: DType) -> bool {
     matches!(t, DType::Q4K | DType::Q5K | DType::Q6K)
 }
 
-/// Blocks per group of the types whose aligned rows are read in groups (`grouped_type` and
-/// `grouped_blocks` in gemv.cu): the legacy types and MXFP4.
-fn grouped_blocks(t: DType) -> Option<usize> {
-    match t {
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => Some(4),
-        DType::MXFP4 => Some(8),
-        _ => None,
-    }
-}
-
-/// The kernels' `vec` flag: K-quant rows are staged in 16-byte chunks when aligned; legacy and
-/// MXFP4 rows are read in groups of blocks 8 bytes at a time when 8-byte aligned and K holds whole
-/// groups; float rows and the activation columns at `x` (K elements) take 16-byte vector loads
-/// when K % 8 == 0 and both are aligned.
+/// The kernels' `vec` flag: K-quant rows are staged in 16-byte chunks when aligned; float rows
+/// and the activation columns at `x` (K elements) take 16-byte vector loads when K % 8 == 0 and
+/// both are aligned.
 pub(super) fn vector_loads(a: &TDesc, l: &Layout, x: u64) -> bool {
-    if let Some(blocks) = grouped_blocks(l.dtype) {
-        return crate::settings::settings().gemv_block_groups
-            && l.ne[0].is_multiple_of(32 * blocks)
-            && rows_aligned(a, l, 8);
-    }
     if l.dtype.is_quantized() {
-        return staged_type(l.dtype) && rows_aligned(a, l, 16);
+        return staged_type(l.dtype) && rows_aligned16(a, l);
     }
-    l.ne[0].is_multiple_of(8) && x.is_multiple_of(16) && rows_aligned(a, l, 16)
+    l.ne[0].is_multiple_of(8) && x.is_multiple_of(16) && rows_aligned16(a, l)
 }
 
 /// `a` as GEMV weights: itself when its rows are readable, else a contiguous F32 copy in scratch.
@@ -249,14 +233,12 @@ pub(super) fn activations(
 }
 
 /// Work items along a row of `k` weights of type `t` that warps of a row share: staged chunks of
-/// [`CHUNK_UNITS`] units (K-quant rows read in chunks), a group of blocks per lane (legacy rows
-/// read in groups), or two units per lane (32 weights each, or 8 floats).
-fn row_work(t: DType, k: usize, vec: bool) -> usize {
-    match (t.is_quantized(), vec, grouped_blocks(t)) {
-        (true, true, Some(blocks)) => k / 32 / blocks / 32,
-        (true, true, None) => (k / 32).div_ceil(CHUNK_UNITS),
-        (true, false, _) => k / 32 / (2 * 32),
-        (false, _, _) => k / 8 / (2 * 32),
+/// [`CHUNK_UNITS`] units (quantized rows read in chunks), or units of 8 floats per lane.
+fn row_work(t: DType, k: usize, staged: bool) -> usize {
+    match (t.is_quantized(), staged) {
+        (true, true) => (k / 32).div_ceil(CHUNK_UNITS),
+        (true, false) => k / 32 / (2 * 32),
+        (false, _) => k / 8 / (2 * 32),
     }
 }
 
@@ -512,42 +494,7 @@ mod tests {
         assert_eq!(warps_per_row(1024, row_work(DType::Q4K, 14336, true)), 4);
         assert_eq!(warps_per_row(14336, row_work(DType::Q4K, 4096, true)), 1);
         assert_eq!(warps_per_row(4096, row_work(DType::Q4_0, 4096, false)), 2);
-        // Q4_0 rows of 4096 in groups of 4 blocks: one group per lane, so one warp per row.
-        assert_eq!(warps_per_row(1024, row_work(DType::Q4_0, 4096, true)), 1);
-        assert_eq!(warps_per_row(4096, row_work(DType::Q4_0, 14336, true)), 2);
         assert_eq!(warps_per_row(3, 1), 1);
-    }
-
-    #[test]
-    fn legacy_rows_are_grouped_when_aligned_and_whole() {
-        let x = 0;
-        let q4_0 = Layout::contiguous(DType::Q4_0, [4096, 4, 1, 1]);
-        assert!(vector_loads(&TDesc::new(256, &q4_0).unwrap(), &q4_0, x));
-        assert!(
-            !vector_loads(&TDesc::new(258, &q4_0).unwrap(), &q4_0, x),
-            "base"
-        );
-        let short = Layout::contiguous(DType::Q4_0, [64, 4, 1, 1]);
-        assert!(
-            !vector_loads(&TDesc::new(256, &short).unwrap(), &short, x),
-            "part of a group"
-        );
-        // Rows 74 bytes apart: not 8-byte aligned past the first.
-        let mut odd = Layout::contiguous(DType::Q4_0, [128, 4, 1, 1]);
-        odd.nb[1] = 74;
-        odd.nb[2] = 74 * 4;
-        odd.nb[3] = 74 * 4;
-        assert!(
-            !vector_loads(&TDesc::new(256, &odd).unwrap(), &odd, x),
-            "row stride"
-        );
-        let mxfp4 = Layout::contiguous(DType::MXFP4, [128, 4, 1, 1]);
-        assert!(
-            !vector_loads(&TDesc::new(256, &mxfp4).unwrap(), &mxfp4, x),
-            "8 blocks"
-        );
-        let mxfp4 = Layout::contiguous(DType::MXFP4, [256, 4, 1, 1]);
-        assert!(vector_loads(&TDesc::new(256, &mxfp4).unwrap(), &mxfp4, x));
     }
 
     #[test]

@@ -2,9 +2,7 @@
 // F16 dequantizer (plus the F32 to F16 conversion of GEMM activations): a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
 // (for dp4a against 8-bit activations) with a scale for the first and second 16 (Q6_K has two) and
 // an offset per unit of activation sum; a float unit is 8 weights. Loads are as wide as the block's
-// alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats);
-// the legacy types and MXFP4 also decode from blocks a GEMV already holds in registers
-// (`RegBytes`: it loads groups of blocks 8 bytes at a time).
+// alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats).
 
 // 32 weights: value 4i+t is byte t of w[i] (signed, or unsigned below 128), times sa (values 0..15)
 // or sb (16..31), plus m per unit of the activations' sum (the offset of Q4_1/Q5_1/K-quants, and
@@ -30,6 +28,22 @@ __device__ __forceinline__ u32 spread_bit4(u32 v) {
 // Q6_K, whose two scales per unit leave no single offset to carry the bias.
 __device__ __forceinline__ int minus_bias(u32 q, u32 bias4) { return (int)(((q | 0x80808080u) - bias4) ^ 0x80808080u); }
 
+// The 32 weights of a legacy block of 16 nibble bytes at qs (low nibbles first), plus the fifth
+// bits qh (bit j for weight j) when given.
+__device__ __forceinline__ void nibbles(const u8* qs, bool aligned4, const u32* qh, QUnit& u) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 q = aligned4 ? ld32_a4(qs + 4 * i) : ld32_a2(qs + 4 * i);
+        u32 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+        if (qh) {
+            lo |= spread_bit4(*qh >> (4 * i));
+            hi |= spread_bit4(*qh >> (16 + 4 * i));
+        }
+        u.w[i] = (int)lo;
+        u.w[4 + i] = (int)hi;
+    }
+}
+
 // Four MXFP4 codes (the low nibbles of the bytes of q) as doubled E2M1 values in signed bytes:
 // byte permutes pick each code's magnitude (codes 0..7: 0 1 2 3 4 6 8 12) and its negation, and the
 // code's sign bit (3) chooses between them.
@@ -42,111 +56,49 @@ __device__ __forceinline__ int mxfp4_word(u32 q) {
     return (int)((pos & ~sign) | (neg & sign));
 }
 
-// The 32 weights of a legacy block from its 16 nibble bytes q (low nibbles first), plus the fifth
-// bits qh (bit j for weight j) when has_qh.
-__device__ __forceinline__ void nibbles(const u32 (&q)[4], bool has_qh, u32 qh, QUnit& u) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        u32 lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
-        if (has_qh) {
-            lo |= spread_bit4(qh >> (4 * i));
-            hi |= spread_bit4(qh >> (16 + 4 * i));
-        }
-        u.w[i] = (int)lo;
-        u.w[4 + i] = (int)hi;
-    }
-}
-
-// The bytes of a block read from global memory at p: w32<A>(o) reads the 4 bytes at offset o,
-// which the format aligns to A bytes (1, 2 or 4).
-struct GlobalBytes {
-    const u8* p;
-    __device__ __forceinline__ u32 b8(int o) const { return p[o]; }
-    __device__ __forceinline__ u32 b16(int o) const { return ld16(p + o); }
-    template <int A>
-    __device__ __forceinline__ u32 w32(int o) const {
-        if (A == 4) return ld32_a4(p + o);
-        if (A == 2) return ld32_a2(p + o);
-        return (u32)p[o] | ((u32)p[o + 1] << 8) | ((u32)p[o + 2] << 16) | ((u32)p[o + 3] << 24);
-    }
-};
-
-// The bytes of a block held in registers: byte j of word w[j / 4] is byte `base + ...` of the
-// block; the offsets are compile-time constants once the caller's loops unroll, so every read is
-// a shift (or a funnel shift across two words) of registers.
-struct RegBytes {
-    const u32* w;
-    int base;
-    __device__ __forceinline__ u32 b8(int o) const {
-        o += base;
-        return (w[o >> 2] >> (8 * (o & 3))) & 0xFFu;
-    }
-    __device__ __forceinline__ u32 b16(int o) const {
-        o += base;
-        const int i = o >> 2, sh = 8 * (o & 3);
-        return (sh <= 16 ? w[i] >> sh : (w[i] >> sh) | (w[i + 1] << (32 - sh))) & 0xFFFFu;
-    }
-    template <int A>
-    __device__ __forceinline__ u32 w32(int o) const {
-        o += base;
-        const int i = o >> 2, sh = 8 * (o & 3);
-        return sh == 0 ? w[i] : (w[i] >> sh) | (w[i + 1] << (32 - sh));
-    }
-};
-
-// Bytes per block of the legacy types and MXFP4 (16 for the others: a placeholder no read uses).
-template <int T>
-__device__ constexpr int legacy_block_bytes() {
-    return T == T_Q4_0 ? 18 : T == T_Q4_1 ? 20 : T == T_Q5_0 ? 22 : T == T_Q5_1 ? 24 : T == T_Q8_0 ? 34 : T == T_MXFP4 ? 17 : 16;
-}
-
-// The unit of a legacy (or MXFP4) block whose bytes src reads.
-template <int T, class Src>
-__device__ __forceinline__ void decode_legacy(const Src& src, QUnit& u) {
-    u.m = 0.0f;
-    if (T == T_Q4_0) {
-        // The bias (8) goes into the offset: dot(q - 8, x) = dot(q, x) - 8 sum(x).
-        u.sa = u.sb = h2f((u16)src.b16(0));
-        u.m = -8.0f * u.sa;
-        const u32 q[4] = {src.template w32<2>(2), src.template w32<2>(6), src.template w32<2>(10), src.template w32<2>(14)};
-        nibbles(q, false, 0, u);
-    } else if (T == T_Q4_1) {
-        u.sa = u.sb = h2f((u16)src.b16(0));
-        u.m = h2f((u16)src.b16(2));
-        const u32 q[4] = {src.template w32<4>(4), src.template w32<4>(8), src.template w32<4>(12), src.template w32<4>(16)};
-        nibbles(q, false, 0, u);
-    } else if (T == T_Q5_0) {
-        u.sa = u.sb = h2f((u16)src.b16(0));
-        u.m = -16.0f * u.sa;
-        const u32 q[4] = {src.template w32<2>(6), src.template w32<2>(10), src.template w32<2>(14), src.template w32<2>(18)};
-        nibbles(q, true, src.template w32<2>(2), u);
-    } else if (T == T_Q5_1) {
-        u.sa = u.sb = h2f((u16)src.b16(0));
-        u.m = h2f((u16)src.b16(2));
-        const u32 q[4] = {src.template w32<4>(8), src.template w32<4>(12), src.template w32<4>(16), src.template w32<4>(20)};
-        nibbles(q, true, src.template w32<4>(4), u);
-    } else if (T == T_Q8_0) {
-        u.sa = u.sb = h2f((u16)src.b16(0));
-#pragma unroll
-        for (int i = 0; i < 8; i++) u.w[i] = (int)src.template w32<2>(2 + 4 * i);
-    } else if (T == T_MXFP4) {
-        const u32 e = src.b8(0);
-        u.sa = u.sb = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const u32 v = src.template w32<1>(1 + 4 * i);
-            u.w[i] = mxfp4_word(v & 0x0F0F0F0Fu);
-            u.w[4 + i] = mxfp4_word((v >> 4) & 0x0F0F0F0Fu);
-        }
-    }
-}
-
 // Unit s (weights 32s..32s+31) of the row at `row`, of quantized type T.
 template <int T>
 __device__ __forceinline__ void decode_q(const u8* row, int s, QUnit& u) {
     u.m = 0.0f;
-    if (T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1 || T == T_Q8_0 || T == T_MXFP4) {
-        decode_legacy<T>(GlobalBytes{row + (i64)legacy_block_bytes<T>() * s}, u);
+    if (T == T_Q4_0) {
+        // The bias (8) goes into the offset: dot(q - 8, x) = dot(q, x) - 8 sum(x).
+        const u8* p = row + 18 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = -8.0f * u.sa;
+        nibbles(p + 2, false, 0, u);
+    } else if (T == T_Q4_1) {
+        const u8* p = row + 20 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = h2f(ld16(p + 2));
+        nibbles(p + 4, true, 0, u);
+    } else if (T == T_Q5_0) {
+        const u8* p = row + 22 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = -16.0f * u.sa;
+        u32 qh = ld32_a2(p + 2);
+        nibbles(p + 6, false, &qh, u);
+    } else if (T == T_Q5_1) {
+        const u8* p = row + 24 * s;
+        u.sa = u.sb = h2f(ld16(p));
+        u.m = h2f(ld16(p + 2));
+        u32 qh = ld32_a4(p + 4);
+        nibbles(p + 8, true, &qh, u);
+    } else if (T == T_Q8_0) {
+        const u8* p = row + 34 * s;
+        u.sa = u.sb = h2f(ld16(p));
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.w[i] = (int)ld32_a2(p + 2 + 4 * i);
+    } else if (T == T_MXFP4) {
+        const u8* p = row + 17 * s;
+        u32 e = p[0];
+        u.sa = u.sb = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u8* q = p + 1 + 4 * i;
+            u32 v = (u32)q[0] | ((u32)q[1] << 8) | ((u32)q[2] << 16) | ((u32)q[3] << 24);
+            u.w[i] = mxfp4_word(v & 0x0F0F0F0Fu);
+            u.w[4 + i] = mxfp4_word((v >> 4) & 0x0F0F0F0Fu);
+        }
     } else if (T == T_Q4K || T == T_Q5K) {
         const int j = s & 7;
         const u8* p = row + (T == T_Q4K ? 144 : 176) * (s >> 3);

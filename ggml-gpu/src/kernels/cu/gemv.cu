@@ -6,12 +6,12 @@
 // takes R rows and splits their length; partial sums meet through shuffles and shared memory.
 // K-quant rows that start 16-byte aligned are read in chunks of GV_CHUNK units: the warp loads a
 // chunk with 16-byte loads (every lane several in flight) into its shared-memory stage, then each
-// lane decodes units from there; units past the last whole chunk and unaligned rows are decoded
-// from global memory directly. Aligned rows of the legacy types and MXFP4 are read in groups of 4
-// (MXFP4: 8) blocks per lane, 8 bytes a load, and decoded from registers. mul_mat_id uses the same
-// kernels with one column per (expert slot, token). Kernels k_gemv_<type>_<NC> handle up to NC columns; k_gemv_group_<type> runs several
-// single-column products of one activation vector in one launch; k_gemv_glu_<type> runs the gate
-// and up products of one activation vector and writes the gated unit too.
+// lane decodes units from there; units past the last whole chunk, unaligned rows and the other
+// quantized types are decoded from global memory directly. mul_mat_id uses the same kernels with
+// one column per (expert slot, token). Kernels k_gemv_<type>_<NC> handle up to NC columns;
+// k_gemv_group_<type> runs several single-column products of one activation vector in one
+// launch; k_gemv_glu_<type> runs the gate and up products of one activation vector and writes the
+// gated unit too.
 
 #define GV_THREADS 128
 #define GV_WARPS (GV_THREADS / 32)
@@ -31,8 +31,7 @@ struct GV {
     i64 n_used, b1, n_exp;     // mul_mat_id: experts per token, activation rows per token, experts
     i64 nz;                    // number of z indices (result column groups)
     i64 vec;                   // float weights: rows and activations 16-byte aligned, K % 8 == 0;
-                               // K-quant weights: rows 16-byte aligned (staged chunks); legacy
-                               // and MXFP4: rows 8-byte aligned, K a multiple of whole groups
+                               // K-quant weights: rows 16-byte aligned (staged chunks)
     i64 wpr;                   // warps per row group: 1, 2 or 4
 };
 
@@ -45,22 +44,6 @@ struct GV {
 template <int T>
 __device__ constexpr bool staged_type() {
     return T == T_Q4K || T == T_Q5K || T == T_Q6K;
-}
-
-// Whether aligned rows of type T are read in groups of grouped_blocks<T>() blocks, 8 bytes a load,
-// the blocks then decoded from registers: the legacy types and MXFP4, whose blocks (17..34 bytes)
-// align to 2 bytes or less. Lanes reading a block 2 bytes a load touch a 32-byte sector of the L1
-// per load; measured on an H100 (ncu): Q4_0 products moved 13 sectors per 32 weights through the
-// L1 (its throughput at 75%, the HBM at 42..47%).
-template <int T>
-__device__ constexpr bool grouped_type() {
-    return T == T_Q4_0 || T == T_Q4_1 || T == T_Q5_0 || T == T_Q5_1 || T == T_Q8_0 || T == T_MXFP4;
-}
-
-// Blocks of a group: the fewest whose bytes are a multiple of 8.
-template <int T>
-__device__ constexpr int grouped_blocks() {
-    return T == T_MXFP4 ? 8 : 4;
 }
 
 // Bytes of a chunk of GV_CHUNK units of staged type T (a multiple of 16); 16 for other types.
@@ -135,36 +118,6 @@ __device__ __forceinline__ void gemv_staged(const GV& g, const u8* const (&rows)
     }
 }
 
-// The whole row of R quantized rows of grouped type T, a group of G blocks per thread at a time:
-// thread t of nt takes groups t, t + nt, ... (the dispatch makes K a multiple of 32 G and the rows
-// 8-byte aligned).
-template <int T, int NC, int R>
-__device__ __forceinline__ void gemv_grouped(const GV& g, const u8* const (&rows)[R], int t, int nt, i64 col0, int ncols,
-                                             float (&acc)[R][NC]) {
-    constexpr int G = grouped_blocks<T>(), BB = legacy_block_bytes<T>(), WORDS = G * BB / 4;
-    const int groups = (int)(g.k / 32 / G);
-    for (int gi = t; gi < groups; gi += nt) {
-        u32 w[R][WORDS];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const uint2* src = (const uint2*)(rows[r] + (i64)gi * (G * BB));
-#pragma unroll
-            for (int i = 0; i < WORDS / 2; i++) {
-                const uint2 v = src[i];
-                w[r][2 * i] = v.x;
-                w[r][2 * i + 1] = v.y;
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < G; b++) {
-            QUnit u[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) decode_legacy<T>(RegBytes{w[r], b * BB}, u[r]);
-            dot_q8<NC, R>(g, u, (i64)gi * G + b, col0, ncols, acc);
-        }
-    }
-}
-
 // Sums acc over each warp into part[warp][r * NC + c] (every thread of the block takes part), then
 // waits for the block.
 template <int NC, int R>
@@ -221,9 +174,6 @@ __device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R
         if (staged_type<T>() && g.vec) {
             gemv_staged<T, NC, R>(g, rows, t / 32, nt / 32, col0, ncols, acc);
             first_direct = nu / GV_CHUNK * GV_CHUNK;
-        } else if (grouped_type<T>() && g.vec) {
-            gemv_grouped<T, NC, R>(g, rows, t, nt, col0, ncols, acc);
-            first_direct = nu;
         }
 #pragma unroll 2
         for (int s = first_direct + t; s < nu; s += nt) {
