@@ -6,7 +6,7 @@
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
 //! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
-//! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches take the two-column kernel, whose row groups hold two rows sharing each activation load (default off) |
+//! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches of quantized weights take the two-column kernel, whose row groups hold two rows sharing each activation load (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
 use std::sync::OnceLock;
@@ -20,20 +20,20 @@ pub struct Settings {
     pub attn_vec_blocks: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
     pub group_products: bool,
-    /// `GGML_TP_GEMV_ROW_PAIRS`: single-column GEMV row groups take two rows.
+    /// `GGML_TP_GEMV_ROW_PAIRS`: single-column GEMV row groups of quantized weights take two rows.
     pub gemv_row_pairs: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
     pub fuse_decode: bool,
 }
 
 impl Default for Settings {
-    /// Every path on but the row pairs.
+    /// Every path on.
     fn default() -> Self {
         Settings {
             attn_vec: true,
             attn_vec_blocks: None,
             group_products: true,
-            gemv_row_pairs: false,
+            gemv_row_pairs: true,
             fuse_decode: true,
         }
     }

@@ -157,7 +157,10 @@ mod tests {
     fn norms_round_to_8_bits_only_rows_held_in_registers() {
         assert!(norm_rounds_to_q8(4096, 4) && norm_rounds_to_q8(8192, 4));
         assert!(norm_rounds_to_q8(2048, 1) && norm_rounds_to_q8(32, 1));
-        assert!(!norm_rounds_to_q8(16384, 4), "4096 chunks over 1024 threads");
+        assert!(
+            !norm_rounds_to_q8(16384, 4),
+            "4096 chunks over 1024 threads"
+        );
         assert!(!norm_rounds_to_q8(4096, 1), "4096 chunks over 1024 threads");
         assert!(!norm_rounds_to_q8(4100, 4), "not whole units of 32");
     }
