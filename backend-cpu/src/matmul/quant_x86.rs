@@ -3,13 +3,15 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`).
+//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`; at AVX2 Q4_0
+//! and Q5_0 take the one of `quant_prompt_x86.rs`).
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
     RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
 };
 use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
+use super::quant_prompt_x86::prompt_rows;
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -53,6 +55,9 @@ pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
 
 /// 8-bit integer dot products of 32-byte vectors into eight i32 partial sums.
 pub(crate) trait DotI8 {
+    /// Whether the Q4_0 / Q5_0 prompt columns take the kernel of `quant_prompt_x86` (one weight
+    /// row x four columns, unsigned activations) rather than [`DotI8::prompt_2x4`].
+    const OWN_PROMPT: bool;
     /// Signed `x` times signed `y` (`y` never -128).
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
     /// Unsigned `x` times signed `y`.
@@ -103,6 +108,7 @@ pub(crate) struct Avx2Dot;
 pub(crate) struct VnniDot;
 
 impl DotI8 for Avx2Dot {
+    const OWN_PROMPT: bool = true;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -116,6 +122,7 @@ impl DotI8 for Avx2Dot {
 }
 
 impl DotI8 for VnniDot {
+    const OWN_PROMPT: bool = false;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -153,8 +160,8 @@ pub(crate) trait LegacyX86: Legacy {
     const OFFSET: u8;
     /// Whether the AVX2 prompt kernel takes two weight rows at once ([`legacy_2x4`]: activations
     /// loaded once per row pair, but its sixteen accumulators fill every register and spill) or
-    /// one row at a time ([`legacy`] with four columns). One row measured faster where the
-    /// unpacking is cheap (Q8_0 +15%, Q4_0 +4% on a 2-core EPYC guest), two rows for Q5_0.
+    /// one row at a time ([`legacy`] with four columns). One row measured faster for Q8_0 (+15% on
+    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither at AVX2: see `quant_prompt_x86`.)
     const PAIR_ROWS: bool = true;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
     /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
@@ -200,7 +207,6 @@ unsafe fn bits_x86(qh: *const u8) -> __m256i {
 // SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
 impl LegacyX86 for Q4_0 {
     const OFFSET: u8 = 8;
-    const PAIR_ROWS: bool = false;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
@@ -620,8 +626,9 @@ impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
     }
 }
 
-/// Q4_0 / Q5_0: groups of four columns through the generic and prompt kernels, the remaining
-/// columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
+/// Q4_0 / Q5_0: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
+/// level says so ([`DotI8::OWN_PROMPT`]), else through the generic and prompt kernels; the
+/// remaining columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
 #[inline(always)]
 unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     job: &Job,
@@ -632,7 +639,9 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     let grouped = cols.start + cols.len() / 4 * 4;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if grouped > cols.start {
+        if grouped > cols.start && D::OWN_PROMPT {
+            prompt_rows::<T, D>(job, nb, rows.clone(), cols.start..grouped);
+        } else if grouped > cols.start {
             let kern = LegacyK::<T, D>(nb, PhantomData);
             rows_with(&kern, job, rows.clone(), cols.start..grouped);
         }
