@@ -26,7 +26,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// Bytes of unpacked weight rows ([`Rows`]) a tile keeps at once.
-const CHUNK_BYTES: usize = 128 << 10;
+const CHUNK_BYTES: usize = 64 << 10;
 
 /// The activation columns of a tile, made unsigned: per column and block, `y + 128` and the scale.
 struct Columns {
@@ -60,34 +60,44 @@ impl Columns {
     }
 }
 
-/// A chunk of weight rows unpacked for every column group of a tile: per row and block the signed
-/// quants, `128` times their sums in the lanes of [`DotI8::dot_us`], and the scale in every lane
-/// (a vector, so that LLVM does not turn the product of two broadcasts into a scalar product and
-/// a broadcast: one instruction more per block and column).
-struct Rows {
-    q: Vec<__m256i>,
-    excess: Vec<__m256i>,
-    d: Vec<__m256>,
+/// Block of a weight row unpacked for every column group of a tile: the signed quants, `128` times
+/// their sums in the lanes of [`DotI8::dot_us`], and the scale in every lane (a vector, so that LLVM
+/// does not turn the product of two broadcasts into a scalar product and a broadcast: one
+/// instruction more per block and column).
+#[derive(Clone, Copy)]
+struct RowBlock {
+    q: __m256i,
+    excess: __m256i,
+    d: __m256,
 }
 
+/// A chunk of weight rows unpacked ([`RowBlock`]s, row by row).
+struct Rows(Vec<RowBlock>);
+
 impl Rows {
-    /// Replaces the chunk by `rows` of the job's weights `T` (`nb` blocks each).
+    /// Room for `rows` rows of `nb` blocks.
+    fn new(rows: usize, nb: usize) -> Self {
+        // SAFETY: vectors of plain integers and floats, for which zero bits are valid.
+        Rows(vec![unsafe { std::mem::zeroed() }; rows * nb])
+    }
+
+    /// Puts `rows` of the job's weights `T` (`nb` blocks each) at the start of the chunk.
     #[inline(always)]
     unsafe fn fill<T: SmallOffset, D: DotI8>(&mut self, job: &Job, nb: usize, rows: Range<usize>) {
-        self.q.clear();
-        self.excess.clear();
-        self.d.clear();
-        // SAFETY: AVX2 enabled by the caller; the job's rows hold `nb` blocks each.
+        // SAFETY: AVX2 enabled by the caller; the job's rows hold `nb` blocks each. (Written in
+        // place, not pushed: a push's possible reallocation made LLVM spill the vectors.)
         unsafe {
             let bias = _mm256_set1_epi8(-128);
-            for m in rows {
+            for (row, m) in self.0.chunks_exact_mut(nb).zip(rows) {
                 let w = job.w.add(m * job.w_stride);
-                for i in 0..nb {
+                for (i, b) in row.iter_mut().enumerate() {
                     let p = w.add(i * T::SIZE);
                     let q = T::unpack_x86(p);
-                    self.q.push(q);
-                    self.excess.push(D::dot_us(bias, q));
-                    self.d.push(_mm256_set1_ps(T::dm::<F16c>(p).0));
+                    *b = RowBlock {
+                        q,
+                        excess: D::dot_us(bias, q),
+                        d: _mm256_set1_ps(T::dm::<F16c>(p).0),
+                    };
                 }
             }
         }
@@ -106,9 +116,7 @@ unsafe fn step<D: DotI8>(
 ) {
     // SAFETY: AVX2/FMA enabled by the caller; `k` and `j` index the chunk and the columns.
     unsafe {
-        let q = *rows.q.get_unchecked(k);
-        let excess = *rows.excess.get_unchecked(k);
-        let d = *rows.d.get_unchecked(k);
+        let RowBlock { q, excess, d } = *rows.0.get_unchecked(k);
         for c in 0..4 {
             let s = _mm256_sub_epi32(D::dot_us(*cols.y.get_unchecked(j[c]), q), excess);
             // The same product as the generic kernel's scalar `d * d_a`, lane by lane.
@@ -160,12 +168,8 @@ pub(super) unsafe fn prompt_rows<T: SmallOffset, D: DotI8>(
     cols: Range<usize>,
 ) {
     debug_assert!(cols.len().is_multiple_of(4));
-    let chunk = (CHUNK_BYTES / (nb * 3 * size_of::<__m256i>())).max(1);
-    let mut unpacked = Rows {
-        q: Vec::with_capacity(chunk * nb),
-        excess: Vec::with_capacity(chunk * nb),
-        d: Vec::with_capacity(chunk * nb),
-    };
+    let chunk = (CHUNK_BYTES / (nb * size_of::<RowBlock>())).clamp(1, rows.len().max(1));
+    let mut unpacked = Rows::new(chunk, nb);
     // SAFETY: the job's pointers are valid for `rows` x `cols` and these destination elements are
     // written by this thread only (caller).
     unsafe {
