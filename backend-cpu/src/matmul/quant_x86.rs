@@ -8,10 +8,10 @@
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
-    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
+    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8_0,
 };
 use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
-use super::quant_prompt_x86::prompt_rows;
+use super::quant_prompt_x86::{kquant_prompt_rows, prompt_rows, KUnpacked};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -512,16 +512,16 @@ impl KQuantX86 for Q6K {
 }
 
 /// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows. The block is unpacked
-/// once per group of columns and its per-16 scale vectors built once; every column accumulates
-/// scaled f32 lanes, summed horizontally once per row. One column (decode) prefetches the weights
-/// ahead, as [`legacy`] does.
+/// once per group of columns ([`KUnpacked`], shared with the prompt kernel); every column accumulates scaled f32 lanes, summed
+/// horizontally once per row. One column (decode) prefetches the weights ahead, as [`legacy`]
+/// does.
 #[inline(always)]
 unsafe fn kquant<T: KQuantX86, const C: usize>(
     w: *const u8,
     acts: &[*const u8; C],
     nb: usize,
 ) -> [f32; C] {
-    let mut kb = KBlock::new();
+    let mut ku = KUnpacked::new();
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
@@ -529,26 +529,8 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
             if C == 1 {
                 prefetch_ahead(w.add(i * T::SIZE), T::SIZE);
             }
-            T::unpack_x86(w.add(i * T::SIZE), &mut kb);
-            let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
-            let mut scv = [_mm256_setzero_si256(); 8];
-            for (v, s) in scv.iter_mut().enumerate() {
-                *s = _mm256_set_m128i(
-                    _mm_set1_epi16(kb.sc[2 * v + 1]),
-                    _mm_set1_epi16(kb.sc[2 * v]),
-                );
-            }
-            for c in 0..C {
-                let a = acts[c].add(i * Q8K_SIZE);
-                let mut isum = _mm256_setzero_si256();
-                for (v, sc) in scv.iter().enumerate() {
-                    let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
-                    let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
-                    isum =
-                        _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
-                }
-                acc[c] = kquant_accumulate(acc[c], isum, mn, &kb, a);
-            }
+            ku.fill::<T>(w.add(i * T::SIZE));
+            ku.dot::<C>(acts, i, &mut acc);
         }
         hsums(acc)
     }
@@ -669,6 +651,34 @@ unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     }
 }
 
+/// K-quants: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
+/// level says so ([`DotI8::OWN_PROMPT`]), the rest (or all) through the generic kernels.
+#[inline(always)]
+unsafe fn rows_kquant<T: KQuantX86, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let grouped = if D::OWN_PROMPT {
+        cols.start + cols.len() / 4 * 4
+    } else {
+        cols.start
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if grouped > cols.start {
+            kquant_prompt_rows::<T>(job, nb, rows.clone(), cols.start..grouped);
+        }
+        rows_with(
+            &KQuantK::<T, D>(nb, PhantomData),
+            job,
+            rows,
+            grouped..cols.end,
+        );
+    }
+}
+
 #[inline(always)]
 unsafe fn rows_any<D: DotI8>(
     wt: DType,
@@ -686,9 +696,9 @@ unsafe fn rows_any<D: DotI8>(
             DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => rows_with(&KQuantK::<Q4K, D>(nb, PhantomData), job, rows, cols),
-            DType::Q5K => rows_with(&KQuantK::<Q5K, D>(nb, PhantomData), job, rows, cols),
-            DType::Q6K => rows_with(&KQuantK::<Q6K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4K => rows_kquant::<Q4K, D>(job, nb, rows, cols),
+            DType::Q5K => rows_kquant::<Q5K, D>(job, nb, rows, cols),
+            DType::Q6K => rows_kquant::<Q6K, D>(job, nb, rows, cols),
             _ => {}
         }
     }
