@@ -7,7 +7,8 @@
 //! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096 times one column; throughput =
 //!   weight bytes / time. Several copies of the weights (>= 256 MiB in all) are cycled so every
 //!   call streams its weights from DRAM, not from the 32 MiB L3.
-//! - `gemm`: F32 1024^3 (GFLOP/s = 2 M N K / time), and Q4_0 4096x4096 times 512 columns.
+//! - `gemm`: F32 1024^3 (GFLOP/s = 2 M N K / time), Q4_0 4096x4096 times 512 columns, and the
+//!   Q5_0, Q8_0, Q4_K and Q6_K products of a Qwen2.5-0.5B prompt of 512 tokens.
 //!
 //! After the criterion groups, `peak` measures the clock with a dependent-add chain (one add per
 //! cycle) and the per-core FMA throughput with independent FMA chains, and prints the two-core FMA
@@ -122,6 +123,7 @@ fn bench_gemm(c: &mut Criterion) {
         (DType::Q5_0, 4864, 512, 896),
         (DType::Q8_0, 896, 512, 896),
         (DType::Q4K, 896, 512, 4864),
+        (DType::Q6K, 896, 512, 4864),
     ] {
         let mut w = weight_copies(wt, k, m, 1).pop().unwrap();
         let mut b: Vec<u8> = bytemuck::cast_slice(&rand_f32(k * n)).to_vec();

@@ -181,6 +181,7 @@ impl Legacy for Mxfp4 {
 }
 
 /// An unpacked K-quant super-block (see the module docs).
+#[derive(Clone)]
 pub(crate) struct KBlock {
     pub d: f32,
     pub dmin: f32,

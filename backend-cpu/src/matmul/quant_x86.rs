@@ -3,13 +3,15 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`).
+//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`; at AVX2 Q4_0
+//! and Q5_0 take the one of `quant_prompt_x86.rs`).
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
-    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8K_QS, Q8K_SIZE, Q8_0,
+    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8_0,
 };
 use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
+use super::quant_prompt_x86::{kquant_prompt_rows, prompt_rows, KUnpacked};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -53,6 +55,9 @@ pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
 
 /// 8-bit integer dot products of 32-byte vectors into eight i32 partial sums.
 pub(crate) trait DotI8 {
+    /// Whether the Q4_0 / Q5_0 prompt columns take the kernel of `quant_prompt_x86` (one weight
+    /// row x four columns, unsigned activations) rather than [`DotI8::prompt_2x4`].
+    const OWN_PROMPT: bool;
     /// Signed `x` times signed `y` (`y` never -128).
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
     /// Unsigned `x` times signed `y`.
@@ -103,6 +108,7 @@ pub(crate) struct Avx2Dot;
 pub(crate) struct VnniDot;
 
 impl DotI8 for Avx2Dot {
+    const OWN_PROMPT: bool = true;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -116,6 +122,7 @@ impl DotI8 for Avx2Dot {
 }
 
 impl DotI8 for VnniDot {
+    const OWN_PROMPT: bool = false;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -153,8 +160,8 @@ pub(crate) trait LegacyX86: Legacy {
     const OFFSET: u8;
     /// Whether the AVX2 prompt kernel takes two weight rows at once ([`legacy_2x4`]: activations
     /// loaded once per row pair, but its sixteen accumulators fill every register and spill) or
-    /// one row at a time ([`legacy`] with four columns). One row measured faster where the
-    /// unpacking is cheap (Q8_0 +15%, Q4_0 +4% on a 2-core EPYC guest), two rows for Q5_0.
+    /// one row at a time ([`legacy`] with four columns). One row measured faster for Q8_0 (+15% on
+    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither at AVX2: see `quant_prompt_x86`.)
     const PAIR_ROWS: bool = true;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
     /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
@@ -200,7 +207,6 @@ unsafe fn bits_x86(qh: *const u8) -> __m256i {
 // SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
 impl LegacyX86 for Q4_0 {
     const OFFSET: u8 = 8;
-    const PAIR_ROWS: bool = false;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8) -> __m256i {
         unsafe { _mm256_sub_epi8(nibbles_x86(p.add(2)), _mm256_set1_epi8(8)) }
@@ -506,16 +512,16 @@ impl KQuantX86 for Q6K {
 }
 
 /// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows. The block is unpacked
-/// once per group of columns and its per-16 scale vectors built once; every column accumulates
-/// scaled f32 lanes, summed horizontally once per row. One column (decode) prefetches the weights
-/// ahead, as [`legacy`] does.
+/// once per group of columns ([`KUnpacked`], shared with the prompt kernel); every column accumulates scaled f32 lanes, summed
+/// horizontally once per row. One column (decode) prefetches the weights ahead, as [`legacy`]
+/// does.
 #[inline(always)]
 unsafe fn kquant<T: KQuantX86, const C: usize>(
     w: *const u8,
     acts: &[*const u8; C],
     nb: usize,
 ) -> [f32; C] {
-    let mut kb = KBlock::new();
+    let mut ku = KUnpacked::new();
     // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
@@ -523,26 +529,8 @@ unsafe fn kquant<T: KQuantX86, const C: usize>(
             if C == 1 {
                 prefetch_ahead(w.add(i * T::SIZE), T::SIZE);
             }
-            T::unpack_x86(w.add(i * T::SIZE), &mut kb);
-            let mn = _mm256_loadu_si256(kb.mn.as_ptr() as *const __m256i);
-            let mut scv = [_mm256_setzero_si256(); 8];
-            for (v, s) in scv.iter_mut().enumerate() {
-                *s = _mm256_set_m128i(
-                    _mm_set1_epi16(kb.sc[2 * v + 1]),
-                    _mm_set1_epi16(kb.sc[2 * v]),
-                );
-            }
-            for c in 0..C {
-                let a = acts[c].add(i * Q8K_SIZE);
-                let mut isum = _mm256_setzero_si256();
-                for (v, sc) in scv.iter().enumerate() {
-                    let q = _mm256_loadu_si256(kb.q.as_ptr().add(32 * v) as *const __m256i);
-                    let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
-                    isum =
-                        _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
-                }
-                acc[c] = kquant_accumulate(acc[c], isum, mn, &kb, a);
-            }
+            ku.fill::<T>(w.add(i * T::SIZE));
+            ku.dot::<C>(acts, i, &mut acc);
         }
         hsums(acc)
     }
@@ -620,8 +608,9 @@ impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
     }
 }
 
-/// Q4_0 / Q5_0: groups of four columns through the generic and prompt kernels, the remaining
-/// columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
+/// Q4_0 / Q5_0: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
+/// level says so ([`DotI8::OWN_PROMPT`]), else through the generic and prompt kernels; the
+/// remaining columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
 #[inline(always)]
 unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     job: &Job,
@@ -632,7 +621,9 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     let grouped = cols.start + cols.len() / 4 * 4;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if grouped > cols.start {
+        if grouped > cols.start && D::OWN_PROMPT {
+            prompt_rows::<T, D>(job, nb, rows.clone(), cols.start..grouped);
+        } else if grouped > cols.start {
             let kern = LegacyK::<T, D>(nb, PhantomData);
             rows_with(&kern, job, rows.clone(), cols.start..grouped);
         }
@@ -660,6 +651,34 @@ unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     }
 }
 
+/// K-quants: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
+/// level says so ([`DotI8::OWN_PROMPT`]), the rest (or all) through the generic kernels.
+#[inline(always)]
+unsafe fn rows_kquant<T: KQuantX86, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let grouped = if D::OWN_PROMPT {
+        cols.start + cols.len() / 4 * 4
+    } else {
+        cols.start
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if grouped > cols.start {
+            kquant_prompt_rows::<T>(job, nb, rows.clone(), cols.start..grouped);
+        }
+        rows_with(
+            &KQuantK::<T, D>(nb, PhantomData),
+            job,
+            rows,
+            grouped..cols.end,
+        );
+    }
+}
+
 #[inline(always)]
 unsafe fn rows_any<D: DotI8>(
     wt: DType,
@@ -677,9 +696,9 @@ unsafe fn rows_any<D: DotI8>(
             DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => rows_with(&KQuantK::<Q4K, D>(nb, PhantomData), job, rows, cols),
-            DType::Q5K => rows_with(&KQuantK::<Q5K, D>(nb, PhantomData), job, rows, cols),
-            DType::Q6K => rows_with(&KQuantK::<Q6K, D>(nb, PhantomData), job, rows, cols),
+            DType::Q4K => rows_kquant::<Q4K, D>(job, nb, rows, cols),
+            DType::Q5K => rows_kquant::<Q5K, D>(job, nb, rows, cols),
+            DType::Q6K => rows_kquant::<Q6K, D>(job, nb, rows, cols),
             _ => {}
         }
     }

@@ -209,14 +209,19 @@ fn simd_levels_agree_with_scalar() {
 /// For quantized weights a column's result does not depend on the other columns of the call (a
 /// token's logits must not depend on its batch; float weights switch to the blocked GEMM from
 /// [`GEMM_MIN_COLS`] columns): every column of an N = 11 product (tiles of 2 x 4, 1 x 4, 4 x 1, 1 x 1)
-/// equals, bit for bit, the same column multiplied alone (4 x 1 and 1 x 1 tiles), for M = 13 rows
-/// and an odd block count, at every level.
+/// equals, bit for bit, the same column multiplied alone (4 x 1 and 1 x 1 tiles), at every level,
+/// for M = 13 rows (tiles of 4 rows) and K of 3 blocks (an odd count) or 14848 elements (464 legacy
+/// blocks: the AVX2 Q4_0 / Q5_0 prompt kernel, `quant_prompt_x86`, unpacks a tile's rows in two
+/// chunks).
 #[test]
 fn column_results_do_not_depend_on_the_batch() {
     let (m, n) = (13, 11);
     for level in SimdLevel::available() {
-        for wt in TYPES.into_iter().filter(|t| t.is_quantized()) {
-            let k = wt.block_size() * 3;
+        for (wt, k) in TYPES
+            .into_iter()
+            .filter(|t| t.is_quantized())
+            .flat_map(|t| [(t, t.block_size() * 3), (t, 14848)])
+        {
             let (mut abuf, _) = weights(wt, k, m);
             let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
             let bvals = rand_vec(k * n);
