@@ -5,17 +5,18 @@
 //!
 //! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, the hybrid
 //! `qwen3-next-80b-a3b`, `qwen3.5-27b`, `qwen3.5-35b-a3b` ([`hybrid`]), or the tiny `tiny-llama`,
-//! `tiny-qwen3moe`, `tiny-gpt-oss`, `tiny-qwen3next` with the fixtures' hyper-parameters, and
-//! `small-qwen3moe`, `small-qwen3next`, `small-qwen35`, the published layouts scaled to a 2-core CPU
-//! benchmark) and the type of
-//! the matrices (`f16`, `bf16`, `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert
-//! matrices F16 whatever the type, like the released files). `q4_k` lays the types out as
-//! llama-quantize's Q4_K_M does: Q6_K for the output matrix and for `attn_v` and `ffn_down` of the
-//! layers it gives more bits (the first and last eighth, and every third one between), Q4_K for the
-//! rest. The K-quants need rows of whole 256-element super-blocks (not gpt-oss). Norms, biases, sinks and routers are F32. Weights are
-//! uniform with standard deviation 1/√fan_in (embeddings 1), norms 1 ± 0.1, biases ± 0.1, drawn by a
-//! seeded generator per tensor and 64 KiB chunk, so every run and every thread count gives the same
-//! bytes. The tokenizer is a SentencePiece-style list of byte tokens plus placeholder pieces.
+//! `tiny-qwen3moe`, `tiny-gpt-oss`, `tiny-qwen3next`, `tiny-qwen35`, `tiny-qwen35moe` with the
+//! fixtures' hyper-parameters, and `small-qwen3moe`, `small-qwen3next`, `small-qwen35`, the
+//! published layouts scaled to a 2-core CPU benchmark) and the type of the matrices (`f16`, `bf16`,
+//! `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert matrices F16 whatever the
+//! type, like the released files). `q4_k` lays the types out as llama-quantize's Q4_K_M does: Q6_K
+//! for the output matrix and for `attn_v` and `ffn_down` of the layers it gives more bits (the
+//! first and last eighth, and every third one between), Q4_K for the rest. The K-quants need rows
+//! of whole 256-element super-blocks (not gpt-oss). Norms, biases, sinks and routers are F32.
+//! Weights are uniform with standard deviation 1/√fan_in (embeddings 1), norms 1 ± 0.1, biases
+//! ± 0.1, drawn by a seeded generator per tensor and 64 KiB chunk, so every run and every thread
+//! count gives the same bytes. The tokenizer is a SentencePiece-style list of byte tokens plus
+//! placeholder pieces.
 
 mod hybrid;
 

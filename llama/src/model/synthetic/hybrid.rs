@@ -1,13 +1,19 @@
 //! The hybrid shapes of the synthetic presets (gated delta-net layers with a gated attention layer
-//! every `full_attention_interval`-th): Qwen3-Next-80B-A3B (`qwen3next`), Qwen3.5-27B (`qwen35`) and
-//! Qwen3.5-35B-A3B (`qwen35moe`) with their published hyper-parameters, the fixtures' tiny
-//! Qwen3-Next, and Qwen3.5 / Qwen3-Next layouts scaled to a 2-core CPU benchmark. Tensor names,
-//! shapes and metadata keys are those llama.cpp reads for these architectures: `attn_qkv`,
-//! `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_ba` (Qwen3-Next) or `ssm_beta` and
-//! `ssm_alpha`, `ssm_norm`, `ssm_out` in delta-net layers; `attn_q` (queries and their output gate),
-//! `attn_k`, `attn_v`, Q/K norms and `attn_output` in attention layers; `post_attention_norm` before
-//! the FFN (dense, or experts plus a sigmoid-gated shared expert); `ssm.*`,
-//! `full_attention_interval`, `rope.dimension_count` (partial rotation) and, for Qwen3.5,
+//! every `full_attention_interval`-th): Qwen3-Next-80B-A3B (`qwen3next`), Qwen3.5-27B (`qwen35`)
+//! and Qwen3.5-35B-A3B (`qwen35moe`) with their published hyper-parameters (the models'
+//! `config.json`: hidden size, layers, heads, linear-attention key/value heads of 128, conv kernel
+//! 4, one attention layer in 4, partial rotation over 64 of 256 dimensions, RoPE base 10⁷,
+//! experts), the fixtures' tiny Qwen3-Next, Qwen3.5 and Qwen3.5 MoE (`tiny-qwen3next`,
+//! `tiny-qwen35`, `tiny-qwen35moe`: the same keys and tensors as
+//! `fixtures/arch/{qwen3next,qwen35,qwen35moe}.gguf`), and Qwen3.5 / Qwen3-Next layouts scaled to a
+//! 2-core CPU benchmark.
+//!
+//! Tensor names, shapes and metadata keys are those llama.cpp reads for these architectures:
+//! `attn_qkv`, `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_ba` (Qwen3-Next) or
+//! `ssm_beta` and `ssm_alpha`, `ssm_norm`, `ssm_out` in delta-net layers; `attn_q` (queries and
+//! their output gate), `attn_k`, `attn_v`, Q/K norms and `attn_output` in attention layers;
+//! `post_attention_norm` before the FFN (dense, or experts plus a sigmoid-gated shared expert);
+//! `ssm.*`, `full_attention_interval`, `rope.dimension_count` (partial rotation) and, for Qwen3.5,
 //! `rope.dimension_sections` (M-RoPE). The convolution, `dt_bias`, `A` (negative), β/α projections,
 //! norms and routers are F32.
 
@@ -67,8 +73,13 @@ const fn shape(
 
 /// Qwen3.5's M-RoPE over 64 of 256 dimensions.
 const QWEN35_SECTIONS: Option<[i32; 4]> = Some([11, 11, 10, 0]);
+/// The tiny and small shapes' M-RoPE over 16 of 64 dimensions.
+const SMALL_SECTIONS: Option<[i32; 4]> = Some([3, 3, 2, 0]);
 
 pub(super) const SHAPES: &[Shape] = &[
+    // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 layers of 2048, 16 query / 2 KV heads
+    // of 256, linear attention 16 key / 32 value heads of 128, 512 experts of 512 (10 used) and a
+    // shared one of 512, vocabulary 151936.
     shape(
         "qwen3-next-80b-a3b",
         "qwen3next",
@@ -87,6 +98,8 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 512,
         },
     ),
+    // Qwen/Qwen3.5-27B's text_config: 64 layers of 5120, 24 query / 4 KV heads of 256, linear
+    // attention 16 key / 48 value heads of 128, FFN 17408, vocabulary 248320.
     shape(
         "qwen3.5-27b",
         "qwen35",
@@ -105,6 +118,9 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 0,
         },
     ),
+    // Qwen/Qwen3.5-35B-A3B's text_config: 40 layers of 2048, 16 query / 2 KV heads of 256,
+    // linear attention 16 key / 32 value heads of 128, 256 experts of 512 (8 used) and a shared
+    // one of 512, vocabulary 248320.
     shape(
         "qwen3.5-35b-a3b",
         "qwen35moe",
@@ -142,6 +158,44 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 128,
         },
     ),
+    // The fixtures' tiny Qwen3.5: three delta-net layers and an attention layer, with a dense FFN.
+    shape(
+        "tiny-qwen35",
+        "qwen35",
+        [128, 4, 4, 2, 64, 160, 517],
+        [0, 0, 0],
+        262144,
+        true,
+        Hybrid {
+            full_attention_interval: 4,
+            rope_dims: 16,
+            rope_sections: SMALL_SECTIONS,
+            conv_kernel: 4,
+            state_size: 32,
+            n_k_heads: 2,
+            n_v_heads: 4,
+            shared_ff: 0,
+        },
+    ),
+    // The fixtures' tiny Qwen3.5 MoE: a delta-net and an attention layer, experts and a shared one.
+    shape(
+        "tiny-qwen35moe",
+        "qwen35moe",
+        [128, 2, 4, 2, 64, 128, 517],
+        [8, 2, 64],
+        262144,
+        true,
+        Hybrid {
+            full_attention_interval: 2,
+            rope_dims: 16,
+            rope_sections: SMALL_SECTIONS,
+            conv_kernel: 4,
+            state_size: 32,
+            n_k_heads: 2,
+            n_v_heads: 4,
+            shared_ff: 128,
+        },
+    ),
     // Qwen3-Next's and Qwen3.5's layouts at a size a 2-core CPU benchmarks in seconds.
     shape(
         "small-qwen3next",
@@ -171,7 +225,7 @@ pub(super) const SHAPES: &[Shape] = &[
         Hybrid {
             full_attention_interval: 4,
             rope_dims: 16,
-            rope_sections: Some([3, 3, 2, 0]),
+            rope_sections: SMALL_SECTIONS,
             conv_kernel: 4,
             state_size: 64,
             n_k_heads: 4,
