@@ -349,3 +349,156 @@ impl Hybrid {
         t
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::billions;
+    use super::super::{Preset, TensorSpec};
+    use ggml_core::gguf::{GgufFile, GgufWriter, Value};
+    use ggml_core::DType;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::PathBuf;
+
+    /// `arch/<name>.gguf` of the fixtures (`GGML_TP_FIXTURES`, else `../shared/fixtures` beside the
+    /// checkout), if they are there.
+    fn fixture(name: &str) -> Option<GgufFile> {
+        let dir = std::env::var_os("GGML_TP_FIXTURES").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+            PathBuf::from,
+        );
+        let path = dir.join("arch").join(format!("{name}.gguf"));
+        path.is_file().then(|| GgufFile::open(&path).unwrap())
+    }
+
+    /// The architecture's keys with the type of their values (of the elements for arrays).
+    fn key_types<'a>(
+        metadata: impl IntoIterator<Item = &'a (String, Value)>,
+    ) -> BTreeSet<(String, String)> {
+        metadata
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("general.") && !k.starts_with("tokenizer."))
+            .map(|(k, v)| {
+                let ty = match v.as_array() {
+                    Some(a) => format!("array of {}", a.element_type()),
+                    None => v.describe().split(' ').next().unwrap_or("").to_string(),
+                };
+                (k.clone(), ty)
+            })
+            .collect()
+    }
+
+    /// The names outside the layers, and the distinct sets of names in a layer (`blk.N.` removed).
+    type Layout = (BTreeSet<String>, BTreeSet<BTreeSet<String>>);
+
+    fn layout<'a>(names: impl IntoIterator<Item = &'a str>) -> Layout {
+        let mut global = BTreeSet::new();
+        let mut layers: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+        for name in names {
+            match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+                Some((l, rest)) => {
+                    let l = l.parse().unwrap();
+                    layers.entry(l).or_default().insert(rest.to_string());
+                }
+                None => {
+                    global.insert(name.to_string());
+                }
+            }
+        }
+        (global, layers.into_values().collect())
+    }
+
+    /// Whether llama.cpp's files keep the tensor in F32: vectors, the convolution and the routers
+    /// (llama-quantize leaves them), and here also the small β/α projections.
+    fn stays_f32(t: &TensorSpec) -> bool {
+        t.dims.len() == 1
+            || [
+                "ssm_conv1d",
+                "ffn_gate_inp.",
+                "ssm_beta",
+                "ssm_alpha",
+                "ssm_ba",
+            ]
+            .iter()
+            .any(|s| t.name.contains(s))
+    }
+
+    #[test]
+    fn published_hybrid_presets_have_the_keys_and_tensors_of_the_fixtures() {
+        for (preset, name) in [
+            ("qwen3-next-80b-a3b-q4_0", "qwen3next"),
+            ("qwen3.5-27b-q8_0", "qwen35"),
+            ("qwen3.5-35b-a3b-q4_0", "qwen35moe"),
+        ] {
+            let Some(file) = fixture(name) else {
+                println!("skipped: no fixtures");
+                return;
+            };
+            let p = Preset::parse(preset).unwrap();
+            assert_eq!(p.shape.arch, name);
+            let mut w = GgufWriter::new();
+            p.metadata(&mut w);
+            assert_eq!(
+                key_types(w.metadata()),
+                key_types(file.metadata()),
+                "{preset}"
+            );
+            let tensors = p.tensors();
+            let (mut global, layers) = layout(tensors.iter().map(|t| t.name.as_str()));
+            // The published models have an output matrix, the tiny fixtures share the embeddings.
+            assert!(global.remove("output.weight"), "{preset}");
+            let want = layout(file.tensors().iter().map(|t| t.name.as_str()));
+            assert_eq!((global, layers), want, "{preset}");
+            for t in &tensors {
+                let want = if stays_f32(t) { DType::F32 } else { p.wtype };
+                assert_eq!(t.dtype, want, "{preset} {}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_match_the_published_models() {
+        // Without the vision tower and the multi-token-prediction layer, which llama.cpp does not
+        // load: 80B, 27B and 35B as published.
+        for (name, published) in [
+            ("qwen3-next-80b-a3b-q4_0", 80.0),
+            ("qwen3.5-27b-q8_0", 27.0),
+            ("qwen3.5-35b-a3b-q4_0", 35.0),
+        ] {
+            let (total, active) = billions(name);
+            println!("{name}: {total:.3}B, {active:.3}B active");
+            assert!(
+                (total - published).abs() < 0.02 * published,
+                "{name}: {total}B"
+            );
+        }
+        // "A3B": about 3B that a token multiplies with (all but the embedding table it reads one row
+        // of, and all but the unused experts).
+        for name in ["qwen3-next-80b-a3b-q4_0", "qwen3.5-35b-a3b-q4_0"] {
+            let s = Preset::parse(name).unwrap().shape;
+            let lookup = (s.n_embd * s.n_vocab) as f64 / 1e9;
+            let active = billions(name).1 - lookup;
+            assert!((active - 3.0).abs() < 0.6, "{name}: {active}B active");
+        }
+    }
+
+    #[test]
+    fn qwen35_files_fit_one_80_gb_gpu() {
+        // A Q4_0 block stores 32 weights in 18 bytes, Q8_0 in 34; only the few F32 tensors take
+        // more.
+        for name in ["qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b"] {
+            for (ty, bits) in [("q4_0", 4.5), ("q8_0", 8.5)] {
+                let p = Preset::parse(&format!("{name}-{ty}")).unwrap();
+                let bytes = p.tensors().iter().map(|t| t.bytes()).sum::<usize>() as f64;
+                let quantized = billions(&p.name()).0 * 1e9 * bits / 8.0;
+                println!("{name}-{ty}: {:.2} GB of tensors", bytes / 1e9);
+                assert!(
+                    bytes >= quantized && bytes < 1.01 * quantized,
+                    "{name}-{ty}"
+                );
+                if name.starts_with("qwen3.5") {
+                    assert!(bytes < 60e9, "{name}-{ty}: {bytes} bytes");
+                }
+            }
+        }
+    }
+}
