@@ -2,8 +2,9 @@
 //! fixtures' tiny models of the same architecture, so their metadata and tensor names and shapes must
 //! equal those files' (which llama.cpp loads) — the check that the large presets follow the same
 //! conventions. A synthetic model loads and gives finite logits that agree between split mode none
-//! and tensor over two CPU devices. (`ggml-tp bench --synthetic` and `ggml-tp synth` are tested with
-//! the program, `ggml-tp/tests/synthetic.rs`.)
+//! and tensor over two CPU devices, and the tiny hybrid ones also when written to a file and loaded
+//! from its path. (`ggml-tp bench --synthetic` and `ggml-tp synth` are tested with the program,
+//! `ggml-tp/tests/synthetic.rs`.)
 
 #[path = "logits_util.rs"]
 mod util;
@@ -40,6 +41,8 @@ fn tiny_presets_have_the_layout_of_the_fixtures() {
         ("tiny-qwen3moe-q8_0", "qwen3moe"),
         ("tiny-gpt-oss-mxfp4", "gpt-oss"),
         ("tiny-qwen3next-f16", "qwen3next"),
+        ("tiny-qwen35-q4_0", "qwen35"),
+        ("tiny-qwen35moe-q8_0", "qwen35moe"),
     ] {
         let synth = Preset::parse(preset).unwrap().build(1).unwrap();
         let file = GgufFile::open(dir.join(format!("{fixture}.gguf"))).unwrap();
@@ -69,5 +72,34 @@ fn synthetic_models_run_in_none_and_tensor_mode() {
         assert!(one.iter().all(|x| x.is_finite()), "{preset}");
         let e = nmse(&two, &one);
         assert!(e < 1e-6, "{preset}: tensor vs none NMSE {e}");
+    }
+}
+
+#[test]
+fn tiny_hybrid_presets_written_to_a_file_load_and_run() {
+    // What `ggml-tp synth` does (the image's bytes to a file), then the loader on the path.
+    let tokens: Vec<u32> = (0..5).map(|i| (i * 101 + 7) % 517).collect();
+    for preset in [
+        "tiny-qwen3next-q4_0",
+        "tiny-qwen3next-q8_0",
+        "tiny-qwen35-q4_0",
+        "tiny-qwen35-q8_0",
+        "tiny-qwen35moe-q4_0",
+        "tiny-qwen35moe-q8_0",
+    ] {
+        let file = Preset::parse(preset).unwrap().build(5).unwrap();
+        let path = std::env::temp_dir().join(format!("synth-{preset}-{}.gguf", std::process::id()));
+        std::fs::write(&path, file.as_bytes()).unwrap();
+        let model = Model::load(&path, &Mode::None.placement());
+        std::fs::remove_file(&path).unwrap();
+        let mut s = Session::new(Arc::new(model.unwrap()), SessionOptions::default()).unwrap();
+        let out = s.eval(&tokens, Outputs::All).unwrap();
+        let (logits, n_vocab) = (out.data, out.n_vocab);
+        assert_eq!(logits.len(), tokens.len() * n_vocab, "{preset}");
+        assert!(logits.iter().all(|x| x.is_finite()), "{preset}");
+        // Random weights give logits that differ between tokens and between positions.
+        let row = |p: usize| &logits[p * n_vocab..(p + 1) * n_vocab];
+        assert!(row(0).iter().any(|&x| x != row(0)[0]), "{preset}");
+        assert_ne!(row(0), row(tokens.len() - 1), "{preset}");
     }
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// Options of `synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The preset, SHAPE-TYPE (e.g. llama3-8b-q4_0; see `bench --help` under --synthetic).
+    /// The preset, SHAPE-TYPE, e.g. llama3-8b-q4_0 or qwen3.5-27b-q8_0 (an unknown one lists all).
     pub preset: String,
     /// Output GGUF file.
     #[arg(short = 'o', long = "output")]

@@ -1,13 +1,19 @@
 //! The hybrid shapes of the synthetic presets (gated delta-net layers with a gated attention layer
-//! every `full_attention_interval`-th): Qwen3-Next-80B-A3B (`qwen3next`), Qwen3.5-27B (`qwen35`) and
-//! Qwen3.5-35B-A3B (`qwen35moe`) with their published hyper-parameters, the fixtures' tiny
-//! Qwen3-Next, and Qwen3.5 / Qwen3-Next layouts scaled to a 2-core CPU benchmark. Tensor names,
-//! shapes and metadata keys are those llama.cpp reads for these architectures: `attn_qkv`,
-//! `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_ba` (Qwen3-Next) or `ssm_beta` and
-//! `ssm_alpha`, `ssm_norm`, `ssm_out` in delta-net layers; `attn_q` (queries and their output gate),
-//! `attn_k`, `attn_v`, Q/K norms and `attn_output` in attention layers; `post_attention_norm` before
-//! the FFN (dense, or experts plus a sigmoid-gated shared expert); `ssm.*`,
-//! `full_attention_interval`, `rope.dimension_count` (partial rotation) and, for Qwen3.5,
+//! every `full_attention_interval`-th): Qwen3-Next-80B-A3B (`qwen3next`), Qwen3.5-27B (`qwen35`)
+//! and Qwen3.5-35B-A3B (`qwen35moe`) with their published hyper-parameters (the models'
+//! `config.json`: hidden size, layers, heads, linear-attention key/value heads of 128, conv kernel
+//! 4, one attention layer in 4, partial rotation over 64 of 256 dimensions, RoPE base 10⁷,
+//! experts), the fixtures' tiny Qwen3-Next, Qwen3.5 and Qwen3.5 MoE (`tiny-qwen3next`,
+//! `tiny-qwen35`, `tiny-qwen35moe`: the same keys and tensors as
+//! `fixtures/arch/{qwen3next,qwen35,qwen35moe}.gguf`), and Qwen3.5 / Qwen3-Next layouts scaled to a
+//! 2-core CPU benchmark.
+//!
+//! Tensor names, shapes and metadata keys are those llama.cpp reads for these architectures:
+//! `attn_qkv`, `attn_gate`, `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_ba` (Qwen3-Next) or
+//! `ssm_beta` and `ssm_alpha`, `ssm_norm`, `ssm_out` in delta-net layers; `attn_q` (queries and
+//! their output gate), `attn_k`, `attn_v`, Q/K norms and `attn_output` in attention layers;
+//! `post_attention_norm` before the FFN (dense, or experts plus a sigmoid-gated shared expert);
+//! `ssm.*`, `full_attention_interval`, `rope.dimension_count` (partial rotation) and, for Qwen3.5,
 //! `rope.dimension_sections` (M-RoPE). The convolution, `dt_bias`, `A` (negative), β/α projections,
 //! norms and routers are F32.
 
@@ -67,8 +73,13 @@ const fn shape(
 
 /// Qwen3.5's M-RoPE over 64 of 256 dimensions.
 const QWEN35_SECTIONS: Option<[i32; 4]> = Some([11, 11, 10, 0]);
+/// The tiny and small shapes' M-RoPE over 16 of 64 dimensions.
+const SMALL_SECTIONS: Option<[i32; 4]> = Some([3, 3, 2, 0]);
 
 pub(super) const SHAPES: &[Shape] = &[
+    // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 layers of 2048, 16 query / 2 KV heads
+    // of 256, linear attention 16 key / 32 value heads of 128, 512 experts of 512 (10 used) and a
+    // shared one of 512, vocabulary 151936.
     shape(
         "qwen3-next-80b-a3b",
         "qwen3next",
@@ -87,6 +98,8 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 512,
         },
     ),
+    // Qwen/Qwen3.5-27B's text_config: 64 layers of 5120, 24 query / 4 KV heads of 256, linear
+    // attention 16 key / 48 value heads of 128, FFN 17408, vocabulary 248320.
     shape(
         "qwen3.5-27b",
         "qwen35",
@@ -105,6 +118,9 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 0,
         },
     ),
+    // Qwen/Qwen3.5-35B-A3B's text_config: 40 layers of 2048, 16 query / 2 KV heads of 256,
+    // linear attention 16 key / 32 value heads of 128, 256 experts of 512 (8 used) and a shared
+    // one of 512, vocabulary 248320.
     shape(
         "qwen3.5-35b-a3b",
         "qwen35moe",
@@ -142,6 +158,44 @@ pub(super) const SHAPES: &[Shape] = &[
             shared_ff: 128,
         },
     ),
+    // The fixtures' tiny Qwen3.5: three delta-net layers and an attention layer, with a dense FFN.
+    shape(
+        "tiny-qwen35",
+        "qwen35",
+        [128, 4, 4, 2, 64, 160, 517],
+        [0, 0, 0],
+        262144,
+        true,
+        Hybrid {
+            full_attention_interval: 4,
+            rope_dims: 16,
+            rope_sections: SMALL_SECTIONS,
+            conv_kernel: 4,
+            state_size: 32,
+            n_k_heads: 2,
+            n_v_heads: 4,
+            shared_ff: 0,
+        },
+    ),
+    // The fixtures' tiny Qwen3.5 MoE: a delta-net and an attention layer, experts and a shared one.
+    shape(
+        "tiny-qwen35moe",
+        "qwen35moe",
+        [128, 2, 4, 2, 64, 128, 517],
+        [8, 2, 64],
+        262144,
+        true,
+        Hybrid {
+            full_attention_interval: 2,
+            rope_dims: 16,
+            rope_sections: SMALL_SECTIONS,
+            conv_kernel: 4,
+            state_size: 32,
+            n_k_heads: 2,
+            n_v_heads: 4,
+            shared_ff: 128,
+        },
+    ),
     // Qwen3-Next's and Qwen3.5's layouts at a size a 2-core CPU benchmarks in seconds.
     shape(
         "small-qwen3next",
@@ -171,7 +225,7 @@ pub(super) const SHAPES: &[Shape] = &[
         Hybrid {
             full_attention_interval: 4,
             rope_dims: 16,
-            rope_sections: Some([3, 3, 2, 0]),
+            rope_sections: SMALL_SECTIONS,
             conv_kernel: 4,
             state_size: 64,
             n_k_heads: 4,
@@ -293,5 +347,158 @@ impl Hybrid {
             &[nv * hd, e],
         ));
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::billions;
+    use super::super::{Preset, TensorSpec};
+    use ggml_core::gguf::{GgufFile, GgufWriter, Value};
+    use ggml_core::DType;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::PathBuf;
+
+    /// `arch/<name>.gguf` of the fixtures (`GGML_TP_FIXTURES`, else `../shared/fixtures` beside the
+    /// checkout), if they are there.
+    fn fixture(name: &str) -> Option<GgufFile> {
+        let dir = std::env::var_os("GGML_TP_FIXTURES").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+            PathBuf::from,
+        );
+        let path = dir.join("arch").join(format!("{name}.gguf"));
+        path.is_file().then(|| GgufFile::open(&path).unwrap())
+    }
+
+    /// The architecture's keys with the type of their values (of the elements for arrays).
+    fn key_types<'a>(
+        metadata: impl IntoIterator<Item = &'a (String, Value)>,
+    ) -> BTreeSet<(String, String)> {
+        metadata
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("general.") && !k.starts_with("tokenizer."))
+            .map(|(k, v)| {
+                let ty = match v.as_array() {
+                    Some(a) => format!("array of {}", a.element_type()),
+                    None => v.describe().split(' ').next().unwrap_or("").to_string(),
+                };
+                (k.clone(), ty)
+            })
+            .collect()
+    }
+
+    /// The names outside the layers, and the distinct sets of names in a layer (`blk.N.` removed).
+    type Layout = (BTreeSet<String>, BTreeSet<BTreeSet<String>>);
+
+    fn layout<'a>(names: impl IntoIterator<Item = &'a str>) -> Layout {
+        let mut global = BTreeSet::new();
+        let mut layers: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+        for name in names {
+            match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+                Some((l, rest)) => {
+                    let l = l.parse().unwrap();
+                    layers.entry(l).or_default().insert(rest.to_string());
+                }
+                None => {
+                    global.insert(name.to_string());
+                }
+            }
+        }
+        (global, layers.into_values().collect())
+    }
+
+    /// Whether llama.cpp's files keep the tensor in F32: vectors, the convolution and the routers
+    /// (llama-quantize leaves them), and here also the small β/α projections.
+    fn stays_f32(t: &TensorSpec) -> bool {
+        t.dims.len() == 1
+            || [
+                "ssm_conv1d",
+                "ffn_gate_inp.",
+                "ssm_beta",
+                "ssm_alpha",
+                "ssm_ba",
+            ]
+            .iter()
+            .any(|s| t.name.contains(s))
+    }
+
+    #[test]
+    fn published_hybrid_presets_have_the_keys_and_tensors_of_the_fixtures() {
+        for (preset, name) in [
+            ("qwen3-next-80b-a3b-q4_0", "qwen3next"),
+            ("qwen3.5-27b-q8_0", "qwen35"),
+            ("qwen3.5-35b-a3b-q4_0", "qwen35moe"),
+        ] {
+            let Some(file) = fixture(name) else {
+                println!("skipped: no fixtures");
+                return;
+            };
+            let p = Preset::parse(preset).unwrap();
+            assert_eq!(p.shape.arch, name);
+            let mut w = GgufWriter::new();
+            p.metadata(&mut w);
+            assert_eq!(
+                key_types(w.metadata()),
+                key_types(file.metadata()),
+                "{preset}"
+            );
+            let tensors = p.tensors();
+            let (mut global, layers) = layout(tensors.iter().map(|t| t.name.as_str()));
+            // The published models have an output matrix, the tiny fixtures share the embeddings.
+            assert!(global.remove("output.weight"), "{preset}");
+            let want = layout(file.tensors().iter().map(|t| t.name.as_str()));
+            assert_eq!((global, layers), want, "{preset}");
+            for t in &tensors {
+                let want = if stays_f32(t) { DType::F32 } else { p.wtype };
+                assert_eq!(t.dtype, want, "{preset} {}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_match_the_published_models() {
+        // Without the vision tower and the multi-token-prediction layer, which llama.cpp does not
+        // load: 80B, 27B and 35B as published.
+        for (name, published) in [
+            ("qwen3-next-80b-a3b-q4_0", 80.0),
+            ("qwen3.5-27b-q8_0", 27.0),
+            ("qwen3.5-35b-a3b-q4_0", 35.0),
+        ] {
+            let (total, active) = billions(name);
+            println!("{name}: {total:.3}B, {active:.3}B active");
+            assert!(
+                (total - published).abs() < 0.02 * published,
+                "{name}: {total}B"
+            );
+        }
+        // "A3B": about 3B that a token multiplies with (all but the embedding table it reads one row
+        // of, and all but the unused experts).
+        for name in ["qwen3-next-80b-a3b-q4_0", "qwen3.5-35b-a3b-q4_0"] {
+            let s = Preset::parse(name).unwrap().shape;
+            let lookup = (s.n_embd * s.n_vocab) as f64 / 1e9;
+            let active = billions(name).1 - lookup;
+            assert!((active - 3.0).abs() < 0.6, "{name}: {active}B active");
+        }
+    }
+
+    #[test]
+    fn qwen35_files_fit_one_80_gb_gpu() {
+        // A Q4_0 block stores 32 weights in 18 bytes, Q8_0 in 34; only the few F32 tensors take
+        // more.
+        for name in ["qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b"] {
+            for (ty, bits) in [("q4_0", 4.5), ("q8_0", 8.5)] {
+                let p = Preset::parse(&format!("{name}-{ty}")).unwrap();
+                let bytes = p.tensors().iter().map(|t| t.bytes()).sum::<usize>() as f64;
+                let quantized = billions(&p.name()).0 * 1e9 * bits / 8.0;
+                println!("{name}-{ty}: {:.2} GB of tensors", bytes / 1e9);
+                assert!(
+                    bytes >= quantized && bytes < 1.01 * quantized,
+                    "{name}-{ty}"
+                );
+                if name.starts_with("qwen3.5") {
+                    assert!(bytes < 60e9, "{name}-{ty}: {bytes} bytes");
+                }
+            }
+        }
     }
 }
