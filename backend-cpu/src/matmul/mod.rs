@@ -12,11 +12,12 @@
 //! `vec_dot_type(weight)` (Q8_0, Q8_1 or Q8_K, with ggml's reference quantizer, as llama.cpp does).
 //! Then:
 //! - quantized weights: row kernels (`quant.rs`, `quant_x86.rs`, `quant_avx512.rs`) multiply one
-//!   weight row (two on x86: legacy formats, and K-quants at AVX-512) with up to 4 activation
+//!   weight row (two on x86 for Q4_1 / Q5_1 / MXFP4, and for Q8_0 at AVX-512) with up to 4 activation
 //!   columns per block load (integer dot per block, scaled by both block scales), every column's
 //!   result bit-identical whichever kernel computed it; on x86 the columns outside groups of 4
-//!   (all of decode's) of Q4_0 / Q5_0 / Q4_1 / Q5_1 go through `quant_offset_x86.rs`, and at AVX2
-//!   the groups of Q4_0 / Q5_0 through `quant_prompt_x86.rs` (weights unpacked once per tile);
+//!   (all of decode's) of Q4_0 / Q5_0 / Q4_1 / Q5_1 go through `quant_offset_x86.rs`, and the
+//!   groups of Q4_0 / Q5_0 and the K-quants through `quant_prompt_x86.rs` (one row x four
+//!   columns, weights unpacked once per tile);
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32

@@ -1,7 +1,8 @@
-//! The AVX-512 prompt kernels: two weight rows x four activation columns.
+//! The AVX-512 prompt kernel of the legacy formats but Q4_0 / Q5_0 (those, and the K-quants, take
+//! `quant_prompt_x86` at every level): two weight rows x four activation columns.
 //!
-//! Legacy formats ([`legacy_2x4`]): two blocks per 512-bit vector. The low half of every vector holds an even block and the high half the next,
-//! odd one, so the accumulator of a (row, column) is `quant_x86`'s even (low) and odd (high)
+//! [`legacy_2x4`]: two blocks per 512-bit vector. The low half of every vector holds an even block
+//! and the high half the next, odd one, so the accumulator of a (row, column) is `quant_x86`'s even (low) and odd (high)
 //! `__m256` accumulators side by side, updated with the same per-lane operations: every result is
 //! bit-identical to the one-row kernels' (a token's logits do not depend on its batch), at half the
 //! instructions.
@@ -9,14 +10,9 @@
 //! The integer dot products use VNNI's unsigned x signed `vpdpbusd` on the weights made unsigned
 //! ([`LegacyX86::unpack_u`]), starting from minus `OFFSET` times the activations' sums (one
 //! `vpdpbusd` per column and block pair, shared by both rows), which gives the signed dot exactly.
-//!
-//! K-quants ([`kquant_2x4`]): two 32-quant chunks per 512-bit vector, each activation chunk pair
-//! loaded once for both rows; the float steps are the one-row kernel's (see there).
 
-use super::quant::{act_layout, rd16, HalfCvt, KBlock, Q8K_QS, Q8K_SIZE};
-use super::quant_x86::{
-    finish, hsums, kquant_accumulate, legacy_step, F16c, KQuantX86, LegacyX86, VnniDot,
-};
+use super::quant::{act_layout, rd16, HalfCvt};
+use super::quant_x86::{finish, legacy_step, F16c, LegacyX86, VnniDot};
 use std::arch::x86_64::*;
 
 /// `a` in the low eight lanes, `b` in the high eight.
@@ -141,86 +137,5 @@ pub(super) unsafe fn legacy_2x4<T: LegacyX86>(
             legacy_step::<T, VnniDot, 2, 4>(w, acts, i, &mut even, &mut msum);
         }
         finish(&even, &odd, &msum)
-    }
-}
-
-/// Lane `j` of the K-quant scale permutation: `j / 8`.
-static KSCALE_LANES: [i16; 32] = {
-    let mut t = [0i16; 32];
-    let mut j = 0;
-    while j < 32 {
-        t[j] = (j / 8) as i16;
-        j += 1;
-    }
-    t
-};
-
-/// The per-16 scales of `kb` for its pairs of 32-quant chunks: vector `p` holds `sc[4 p + j / 8]`
-/// in i16 lane `j`, i.e. `quant_x86::kquant`'s scale vectors of chunks `2 p` and `2 p + 1` side by
-/// side.
-#[inline(always)]
-unsafe fn kscales(kb: &KBlock) -> [__m512i; 4] {
-    // SAFETY: AVX-512 F/BW enabled by the caller; `kb.sc` holds 16 i16.
-    unsafe {
-        let sc = _mm512_castsi256_si512(_mm256_loadu_si256(kb.sc.as_ptr() as *const __m256i));
-        let lanes = _mm512_loadu_si512(KSCALE_LANES.as_ptr() as *const __m512i);
-        let mut out = [_mm512_setzero_si512(); 4];
-        for (p, o) in out.iter_mut().enumerate() {
-            let idx = _mm512_add_epi16(lanes, _mm512_set1_epi16(4 * p as i16));
-            *o = _mm512_permutexvar_epi16(idx, sc);
-        }
-        out
-    }
-}
-
-/// K-quant kernel of the prompt products at the AVX-512 level: two weight rows of `nb`
-/// super-blocks against four Q8_K rows, each activation chunk pair loaded once for both rows. The
-/// integer sums of chunks `2 p` (low half) and `2 p + 1` (high half) are folded into
-/// `quant_x86::kquant`'s eight lanes (exact integer additions), and the float steps are its
-/// [`kquant_accumulate`], so every result is bit-identical to the one-row kernels'.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be enabled in the caller; every row holds `nb`
-/// super-blocks.
-#[inline(always)]
-pub(super) unsafe fn kquant_2x4<T: KQuantX86>(
-    w: &[*const u8; 2],
-    acts: &[*const u8; 4],
-    nb: usize,
-) -> [[f32; 4]; 2] {
-    let mut kb = [KBlock::new(), KBlock::new()];
-    // SAFETY: see the function's contract.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
-        for i in 0..nb {
-            let mut sc = [[_mm512_setzero_si512(); 4]; 2];
-            let mut mn = [_mm256_setzero_si256(); 2];
-            for r in 0..2 {
-                T::unpack_x86(w[r].add(i * T::SIZE), &mut kb[r]);
-                sc[r] = kscales(&kb[r]);
-                mn[r] = _mm256_loadu_si256(kb[r].mn.as_ptr() as *const __m256i);
-            }
-            for c in 0..4 {
-                let a = acts[c].add(i * Q8K_SIZE);
-                let mut y = [_mm512_setzero_si512(); 4];
-                for (p, v) in y.iter_mut().enumerate() {
-                    *v = _mm512_loadu_si512(a.add(Q8K_QS + 64 * p) as *const __m512i);
-                }
-                for r in 0..2 {
-                    let mut s = _mm512_setzero_si512();
-                    for p in 0..4 {
-                        let q = _mm512_loadu_si512(kb[r].q.as_ptr().add(64 * p) as *const __m512i);
-                        let d = _mm512_madd_epi16(_mm512_maddubs_epi16(q, y[p]), sc[r][p]);
-                        s = _mm512_add_epi32(s, d);
-                    }
-                    let isum = _mm256_add_epi32(
-                        _mm512_castsi512_si256(s),
-                        _mm512_extracti64x4_epi64::<1>(s),
-                    );
-                    acc[r][c] = kquant_accumulate(acc[r][c], isum, mn[r], &kb[r], a);
-                }
-            }
-        }
-        [hsums(acc[0]), hsums(acc[1])]
     }
 }

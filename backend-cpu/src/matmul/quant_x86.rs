@@ -55,9 +55,6 @@ pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
 
 /// 8-bit integer dot products of 32-byte vectors into eight i32 partial sums.
 pub(crate) trait DotI8 {
-    /// Whether the Q4_0 / Q5_0 prompt columns take the kernel of `quant_prompt_x86` (one weight
-    /// row x four columns, unsigned activations) rather than [`DotI8::prompt_2x4`].
-    const OWN_PROMPT: bool;
     /// Signed `x` times signed `y` (`y` never -128).
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i;
     /// Unsigned `x` times signed `y`.
@@ -84,31 +81,12 @@ pub(crate) trait DotI8 {
             }
         }
     }
-    /// The K-quant prompt kernel of this level (two weight rows against four columns).
-    #[inline(always)]
-    unsafe fn kquant_2x4<T: KQuantX86>(
-        w: &[*const u8; 2],
-        acts: &[*const u8; 4],
-        nb: usize,
-    ) -> [[f32; 4]; 2]
-    where
-        Self: Sized,
-    {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            [
-                kquant::<T, 4>(w[0], acts, nb),
-                kquant::<T, 4>(w[1], acts, nb),
-            ]
-        }
-    }
 }
 
 pub(crate) struct Avx2Dot;
 pub(crate) struct VnniDot;
 
 impl DotI8 for Avx2Dot {
-    const OWN_PROMPT: bool = true;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -122,7 +100,6 @@ impl DotI8 for Avx2Dot {
 }
 
 impl DotI8 for VnniDot {
-    const OWN_PROMPT: bool = false;
     #[inline(always)]
     unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256i {
         // SAFETY: AVX2 is enabled in every caller.
@@ -142,15 +119,6 @@ impl DotI8 for VnniDot {
         // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
         unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
     }
-    #[inline(always)]
-    unsafe fn kquant_2x4<T: KQuantX86>(
-        w: &[*const u8; 2],
-        acts: &[*const u8; 4],
-        nb: usize,
-    ) -> [[f32; 4]; 2] {
-        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
-        unsafe { super::quant_avx512::kquant_2x4::<T>(w, acts, nb) }
-    }
 }
 
 /// Unpacking of legacy blocks into 32 quants in one vector.
@@ -161,7 +129,7 @@ pub(crate) trait LegacyX86: Legacy {
     /// Whether the AVX2 prompt kernel takes two weight rows at once ([`legacy_2x4`]: activations
     /// loaded once per row pair, but its sixteen accumulators fill every register and spill) or
     /// one row at a time ([`legacy`] with four columns). One row measured faster for Q8_0 (+15% on
-    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither at AVX2: see `quant_prompt_x86`.)
+    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither: see `quant_prompt_x86`.)
     const PAIR_ROWS: bool = true;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
     /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
@@ -601,15 +569,15 @@ impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
         // SAFETY: forwarded from the caller.
         unsafe { kquant::<T, 1>(w, &[act], self.0)[0] }
     }
+    /// Not reached on x86 (groups of four columns take `quant_prompt_x86`); the trait's shape.
     #[inline(always)]
     unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
         // SAFETY: forwarded from the caller.
-        unsafe { D::kquant_2x4::<T>(w, acts, self.0) }
+        unsafe { [self.dot4(w[0], acts), self.dot4(w[1], acts)] }
     }
 }
 
-/// Q4_0 / Q5_0: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
-/// level says so ([`DotI8::OWN_PROMPT`]), else through the generic and prompt kernels; the
+/// Q4_0 / Q5_0: groups of four columns through the prompt kernel of `quant_prompt_x86`, the
 /// remaining columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
 #[inline(always)]
 unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
@@ -621,11 +589,8 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     let grouped = cols.start + cols.len() / 4 * 4;
     // SAFETY: forwarded from the caller.
     unsafe {
-        if grouped > cols.start && D::OWN_PROMPT {
+        if grouped > cols.start {
             prompt_rows::<T, D>(job, nb, rows.clone(), cols.start..grouped);
-        } else if grouped > cols.start {
-            let kern = LegacyK::<T, D>(nb, PhantomData);
-            rows_with(&kern, job, rows.clone(), cols.start..grouped);
         }
         offset_rows::<T, D>(job, nb, rows, grouped..cols.end);
     }
@@ -651,8 +616,8 @@ unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     }
 }
 
-/// K-quants: groups of four columns through the prompt kernel of `quant_prompt_x86` where the
-/// level says so ([`DotI8::OWN_PROMPT`]), the rest (or all) through the generic kernels.
+/// K-quants: groups of four columns through the prompt kernel of `quant_prompt_x86`, the rest
+/// through the generic kernels.
 #[inline(always)]
 unsafe fn rows_kquant<T: KQuantX86, D: DotI8>(
     job: &Job,
@@ -660,11 +625,7 @@ unsafe fn rows_kquant<T: KQuantX86, D: DotI8>(
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
-    let grouped = if D::OWN_PROMPT {
-        cols.start + cols.len() / 4 * 4
-    } else {
-        cols.start
-    };
+    let grouped = cols.start + cols.len() / 4 * 4;
     // SAFETY: forwarded from the caller.
     unsafe {
         if grouped > cols.start {
