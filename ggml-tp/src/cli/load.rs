@@ -72,8 +72,9 @@ pub struct ModelArgs {
     #[arg(short = 'm', long = "model")]
     pub model: Vec<PathBuf>,
     /// A random-weight model with published shapes instead of a file, e.g. llama3-8b-q4_0
-    /// (SHAPE-TYPE; SHAPE: llama3-8b, qwen3-30b-a3b, gpt-oss-20b, tiny-llama, tiny-qwen3moe, small-qwen3moe,
-    /// tiny-gpt-oss; TYPE: f16, bf16, q8_0, q4_0, mxfp4).
+    /// (SHAPE-TYPE; SHAPE: llama3-8b, qwen3-30b-a3b, gpt-oss-20b, qwen3-next-80b-a3b, qwen3.5-27b,
+    /// qwen3.5-35b-a3b, and tiny-*/small-* test ones; TYPE: f16, bf16, q8_0, q4_0, q4_k, q6_k,
+    /// mxfp4; an unknown one lists all).
     #[arg(long, value_name = "PRESET")]
     pub synthetic: Vec<String>,
     /// none: one device; layer: layers spread over the devices; tensor: weights sharded over them
