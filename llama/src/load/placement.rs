@@ -60,4 +60,9 @@ impl Placement {
     pub(crate) fn splits_layers(&self) -> bool {
         matches!(self, Placement::Layers { devices, .. } if devices.len() > 1)
     }
+
+    /// True for weights sharded over more than one device.
+    pub(crate) fn splits_tensors(&self) -> bool {
+        matches!(self, Placement::Tensor(m) if m.devices().len() > 1)
+    }
 }
