@@ -13,7 +13,7 @@
 #        cp -r ../shared/anchor scripts/device-decode.sh .device-bin/NAME/
 # There: bash .device-bin/NAME/device-decode.sh [PRESET ...] with `carry` naming .device-bin/NAME;
 #        presets default to llama3-8b-f16 llama3-8b-q4_0. Environment: DEPTHS (default
-#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=1), ATTN=1 (decode attention alone too),
+#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=0), ATTN=1 (decode attention alone too),
 #        LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background, ~270 s).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
@@ -31,10 +31,10 @@ step() {
 }
 for f in *.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x ggml-tp cuda_kernels conformance_cuda logits_arch gemv_bw
-chmod -R u+w anchor
+[ -d anchor ] && chmod -R u+w anchor
 presets=("$@")
 depths=${DEPTHS:-0,4096,32768}
-ab=${AB:-GGML_TP_GEMV_ROW_PAIRS=1}
+ab=${AB:-GGML_TP_GEMV_ROW_PAIRS=0}
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
 [ "${LLAMA_CPP:-1}" = 1 ] && (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &

@@ -3,8 +3,8 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns: at AVX-512 the 512-bit ones of `quant_avx512.rs`; at AVX2 Q4_0
-//! and Q5_0 take the one of `quant_prompt_x86.rs`).
+//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; Q4_0, Q5_0
+//! and the K-quants take `quant_prompt_x86.rs` at both levels instead).
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
@@ -480,9 +480,9 @@ impl KQuantX86 for Q6K {
 }
 
 /// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows. The block is unpacked
-/// once per group of columns ([`KUnpacked`], shared with the prompt kernel); every column accumulates scaled f32 lanes, summed
-/// horizontally once per row. One column (decode) prefetches the weights ahead, as [`legacy`]
-/// does.
+/// once per group of columns ([`KUnpacked`], shared with the prompt kernel); every column
+/// accumulates scaled f32 lanes, summed horizontally once per row. One column (decode) prefetches
+/// the weights ahead, as [`legacy`] does.
 #[inline(always)]
 unsafe fn kquant<T: KQuantX86, const C: usize>(
     w: *const u8,

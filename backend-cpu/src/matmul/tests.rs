@@ -211,7 +211,7 @@ fn simd_levels_agree_with_scalar() {
 /// [`GEMM_MIN_COLS`] columns): every column of an N = 11 product (tiles of 2 x 4, 1 x 4, 4 x 1, 1 x 1)
 /// equals, bit for bit, the same column multiplied alone (4 x 1 and 1 x 1 tiles), at every level,
 /// for M = 13 rows (tiles of 4 rows) and K of 3 blocks (an odd count) or 14848 elements (464 legacy
-/// blocks: the AVX2 Q4_0 / Q5_0 prompt kernel, `quant_prompt_x86`, unpacks a tile's rows in two
+/// blocks: the x86 prompt kernel of Q4_0 / Q5_0, `quant_prompt_x86`, unpacks a tile's rows in two
 /// chunks).
 #[test]
 fn column_results_do_not_depend_on_the_batch() {
