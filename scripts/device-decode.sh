@@ -13,7 +13,8 @@
 #        cp -r ../shared/anchor scripts/device-decode.sh .device-bin/NAME/
 # There: bash .device-bin/NAME/device-decode.sh [PRESET ...] with `carry` naming .device-bin/NAME;
 #        presets default to llama3-8b-f16 llama3-8b-q4_0. Environment: DEPTHS (default
-#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=0), ATTN=1 (decode attention alone too),
+#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=0; `none`: no A/B runs), ATTN=1 (decode
+#        attention alone too), PROFILE=1 (the per-node GPU time of 32 tokens of the first preset),
 #        LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background, ~270 s).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +36,8 @@ chmod +x ggml-tp cuda_kernels conformance_cuda logits_arch gemv_bw
 presets=("$@")
 depths=${DEPTHS:-0,4096,32768}
 ab=${AB:-GGML_TP_GEMV_ROW_PAIRS=0}
+settings=("")
+[ "$ab" = none ] || settings+=("$ab")
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
 [ "${LLAMA_CPP:-1}" = 1 ] && (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
@@ -45,7 +48,7 @@ SYNTH=$!
 step gpu nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 # Decode attention alone (with ATTN=1); the GEMV of every type under the default settings and $ab.
 [ "${ATTN:-0}" = 1 ] && step "decode attention" timeout 120 ./gemv_bw decode-attention
-for env in "" "$ab"; do
+for env in "${settings[@]}"; do
     step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
 done
 # The GPU tests side by side (correctness only; nothing is timed while they run).
@@ -62,11 +65,13 @@ wait $SYNTH
 step synth cat /tmp/w/synth.txt
 # Each preset under the default settings and under $ab (same run: the A/B of that setting).
 for p in "${presets[@]}"; do
-    for env in "" "$ab"; do
+    for env in "${settings[@]}"; do
         step "ggml-tp $p ${env:-default}" env $env timeout 150 ./ggml-tp bench -m "/tmp/m/$p.gguf" \
             --devices cuda:0 -p 0 -n 128 -r 3 -d "$depths"
     done
 done
+[ "${PROFILE:-0}" = 1 ] && step "profile ${presets[0]}" env GGML_TP_CUDA_PROFILE=1 timeout 120 ./ggml-tp bench \
+    -m "/tmp/m/${presets[0]}.gguf" --devices cuda:0 -p 0 -n 32 -r 1
 [ "${LLAMA_CPP:-1}" = 1 ] || exit 0
 wait $LCPP
 step lcpp_build tail -3 /tmp/w/lcpp_build.txt
