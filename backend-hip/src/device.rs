@@ -237,6 +237,9 @@ impl Device for HipDevice {
     fn launch_groups(&self, graph: &Graph, nodes: &[TensorId]) -> Vec<Vec<TensorId>> {
         ggml_gpu::dispatch::launch_groups(graph, nodes)
     }
+    fn weight_dtype(&self, dtype: ggml_core::DType, ne0: usize) -> ggml_core::DType {
+        ggml_gpu::dispatch::weight_dtype(dtype, ne0)
+    }
     fn can_access(&self, buffer: &dyn Buffer) -> bool {
         self.is_own(buffer)
     }

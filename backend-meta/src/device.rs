@@ -224,6 +224,35 @@ impl MetaDevice {
         }
     }
 
+    /// The type the devices keep a weight of `layout` split as `spec` in: the type every device
+    /// asks for ([`Device::weight_dtype`]) for the rows it holds, where that layout cuts exactly as
+    /// the file's type does (a regrouped layout's cuts along the rows fall on whole groups);
+    /// else the file's type.
+    pub fn split_weight_dtype(
+        &self,
+        layout: &Layout,
+        spec: &WeightSplit,
+        rotate: usize,
+        name: &str,
+    ) -> Result<ggml_core::DType> {
+        let file = self.split_state(layout, spec, rotate, name)?;
+        let local_ne0 = |d: usize| file.local_shape(layout.ne, d)[0];
+        let want = self.devices[0].weight_dtype(layout.dtype, local_ne0(0));
+        let agreed = self
+            .devices
+            .iter()
+            .enumerate()
+            .all(|(d, dev)| dev.weight_dtype(layout.dtype, local_ne0(d)) == want);
+        if want == layout.dtype || !agreed || want.row_size(layout.ne[0]).is_none() {
+            return Ok(layout.dtype);
+        }
+        let target = Layout::contiguous(want, layout.ne);
+        let cuts_alike = self
+            .split_state(&target, spec, rotate, name)
+            .is_ok_and(|t| t == file);
+        Ok(if cuts_alike { want } else { layout.dtype })
+    }
+
     /// Allocates a weight (or cache) tensor split as declared: one buffer per device at slice size.
     pub fn alloc_tensor(
         &self,

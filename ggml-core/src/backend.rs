@@ -207,6 +207,13 @@ pub trait Device: Send + Sync {
     fn caps(&self) -> DeviceCaps;
     /// True when this device can compute `node` of `graph`.
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool;
+    /// The type this device keeps weights of type `dtype` in, for rows of `ne0` elements: the
+    /// file's type, or a layout of the same values that its kernels read faster (GPUs: the
+    /// regrouped Q4_0 / Q8_0 of [`DType::grouped`], converted by [`crate::quant::regroup`]). The
+    /// model loader asks before it uploads a weight.
+    fn weight_dtype(&self, dtype: DType, _ne0: usize) -> DType {
+        dtype
+    }
     /// True when streams of this device can read and write `buffer` directly.
     fn can_access(&self, buffer: &dyn Buffer) -> bool;
     /// True when `buffer` was allocated from this device's memory (the scheduler runs nodes where their

@@ -23,7 +23,17 @@ pub enum DType {
     /// Activation format for dot products with K-quant weights.
     Q8K,
     MXFP4,
+    /// Q4_0 regrouped for GPUs (never in a file): per [`GROUP_BLOCKS`] blocks of a row, their
+    /// quants (16 bytes each, block after block), then their f16 scales, so that consecutive lanes
+    /// of a GPU warp read consecutive blocks with 16-byte loads. See [`crate::quant::regroup`].
+    Q4_0G,
+    /// Q8_0 regrouped the same way: per [`GROUP_BLOCKS`] blocks, the first 16 quants of each, then
+    /// the last 16 of each, then the f16 scales.
+    Q8_0G,
 }
+
+/// Blocks of a group of the regrouped layouts ([`DType::Q4_0G`], [`DType::Q8_0G`]).
+pub const GROUP_BLOCKS: usize = 32;
 
 /// Elements per super-block of the K-quant formats.
 pub const QK_K: usize = 256;
@@ -47,6 +57,9 @@ impl DType {
         DType::BF16,
         DType::MXFP4,
     ];
+
+    /// The regrouped layouts GPUs may keep weights in (see [`DType::grouped`]); not GGUF types.
+    pub const GROUPED: [DType; 2] = [DType::Q4_0G, DType::Q8_0G];
 
     /// The types a weight matrix may be stored in: what `mul_mat`, `mul_mat_id` and `get_rows` take
     /// as weights on every backend (the one list the kernels, their dispatch and the tests share).
@@ -72,6 +85,7 @@ impl DType {
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
             DType::MXFP4 => 32,
             DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => QK_K,
+            DType::Q4_0G | DType::Q8_0G => 32 * GROUP_BLOCKS,
         }
     }
 
@@ -91,6 +105,26 @@ impl DType {
             DType::Q6K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
             DType::Q8K => 4 + QK_K + QK_K / 16 * 2,
             DType::MXFP4 => 1 + 16,
+            DType::Q4_0G => (2 + 16) * GROUP_BLOCKS,
+            DType::Q8_0G => (2 + 32) * GROUP_BLOCKS,
+        }
+    }
+
+    /// The regrouped layout of this type's rows, for types that have one (Q4_0, Q8_0).
+    pub const fn grouped(self) -> Option<DType> {
+        match self {
+            DType::Q4_0 => Some(DType::Q4_0G),
+            DType::Q8_0 => Some(DType::Q8_0G),
+            _ => None,
+        }
+    }
+
+    /// The type a regrouped layout holds the blocks of (the type itself for every other type).
+    pub const fn base(self) -> DType {
+        match self {
+            DType::Q4_0G => DType::Q4_0,
+            DType::Q8_0G => DType::Q8_0,
+            t => t,
         }
     }
 
@@ -115,7 +149,8 @@ impl DType {
         }
     }
 
-    /// The GGUF / ggml type id.
+    /// The GGUF / ggml type id; for the regrouped layouts, which no file holds, ids no ggml type
+    /// uses (the GGUF writer refuses them).
     pub const fn gguf_id(self) -> u32 {
         match self {
             DType::F32 => 0,
@@ -133,6 +168,8 @@ impl DType {
             DType::I32 => 26,
             DType::BF16 => 30,
             DType::MXFP4 => 39,
+            DType::Q4_0G => 1002,
+            DType::Q8_0G => 1008,
         }
     }
 
@@ -159,6 +196,8 @@ impl DType {
             DType::Q6K => "q6_K",
             DType::Q8K => "q8_K",
             DType::MXFP4 => "mxfp4",
+            DType::Q4_0G => "q4_0_g",
+            DType::Q8_0G => "q8_0_g",
         }
     }
 
@@ -166,6 +205,7 @@ impl DType {
     pub fn from_name(name: &str) -> Option<DType> {
         DType::ALL
             .into_iter()
+            .chain(DType::GROUPED)
             .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 }
@@ -192,5 +232,19 @@ mod tests {
         assert_eq!(DType::Q8K.type_size(), 292);
         assert_eq!(DType::Q4_0.row_size(64), Some(36));
         assert_eq!(DType::Q4_0.row_size(33), None);
+    }
+
+    #[test]
+    fn grouped_layouts_hold_whole_groups_of_their_base_blocks_and_no_gguf_id() {
+        for g in DType::GROUPED {
+            let base = g.base();
+            assert_eq!(base.grouped(), Some(g));
+            assert_eq!(g.block_size(), GROUP_BLOCKS * base.block_size());
+            assert_eq!(g.type_size(), GROUP_BLOCKS * base.type_size());
+            assert_eq!(g.row_size(4096), base.row_size(4096));
+            assert_eq!(g.row_size(4096 - 32), None);
+            assert_eq!(DType::from_gguf_id(g.gguf_id()), None);
+            assert_eq!(DType::from_name(g.name()), Some(g));
+        }
     }
 }

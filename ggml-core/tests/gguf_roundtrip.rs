@@ -186,6 +186,10 @@ fn writer_rejects_bad_input() {
         w.add_tensor("t", DType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4]),
         Err(GgufError::BadDims { .. })
     ));
+    assert!(matches!(
+        w.add_tensor("g", DType::Q4_0G, &[1024], vec![0u8; 576]),
+        Err(GgufError::UnknownTensorType { .. })
+    ));
     w.add_tensor("t", DType::F32, &[1], vec![0u8; 4]).unwrap();
     assert!(matches!(
         w.add_tensor("t", DType::F32, &[1], vec![0u8; 4]),

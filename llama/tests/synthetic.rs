@@ -103,3 +103,60 @@ fn tiny_hybrid_presets_written_to_a_file_load_and_run() {
         assert_ne!(row(0), row(tokens.len() - 1), "{preset}");
     }
 }
+
+/// GPUs keep Q4_0 and Q8_0 matrices whose rows are whole groups of 32 blocks regrouped (here the
+/// kernels compiled for the host): on one device and split over two (cut at whole groups) the
+/// logits agree with the CPU's, which keeps the file's layout. A split that would cut a group keeps
+/// the file's type.
+#[test]
+fn regrouped_gpu_weights_give_the_cpu_logits() {
+    use backend_meta::{MetaDevice, WeightSplit};
+    use ggml_core::{DType, Device, Layout};
+    use ggml_tp_tests::emulated::{self, Flavor};
+    use llama::Placement;
+
+    let gpus = emulated::devices(Flavor::Cuda, 3).unwrap();
+    let cpu: Arc<dyn Device> = backend_cpu::device::cpu_devices(1, 2).unwrap().remove(0);
+    assert_eq!(gpus[0].weight_dtype(DType::Q4_0, 1024), DType::Q4_0G);
+    assert_eq!(gpus[0].weight_dtype(DType::Q8_0, 14336), DType::Q8_0G);
+    assert_eq!(gpus[0].weight_dtype(DType::Q4_0, 1056), DType::Q4_0);
+    assert_eq!(gpus[0].weight_dtype(DType::Q4K, 4096), DType::Q4K);
+    assert_eq!(cpu.weight_dtype(DType::Q4_0, 1024), DType::Q4_0);
+
+    let down = Layout::contiguous(DType::Q4_0, [14336, 4096, 1, 1]);
+    let cols = WeightSplit::axis(0, 14336, 32);
+    let meta = |n: usize| MetaDevice::new(gpus[..n].to_vec(), None).unwrap();
+    // 7168 columns each: whole groups; a third of 14336 is not.
+    assert_eq!(
+        meta(2).split_weight_dtype(&down, &cols, 0, "down").unwrap(),
+        DType::Q4_0G
+    );
+    assert_eq!(
+        meta(3).split_weight_dtype(&down, &cols, 0, "down").unwrap(),
+        DType::Q4_0
+    );
+    let rows = WeightSplit::axis(1, 4096, 1);
+    assert_eq!(
+        meta(3).split_weight_dtype(&down, &rows, 0, "down").unwrap(),
+        DType::Q4_0G
+    );
+
+    let tokens: Vec<u32> = (0..12).map(|i| (i * 151 + 7) % 2048).collect();
+    for preset in ["small-llama-q4_0", "small-llama-q8_0"] {
+        let file = Preset::parse(preset).unwrap().build(5).unwrap();
+        let logits = |placement: Placement| {
+            let model = Model::from_gguf(&file, &placement).unwrap();
+            let mut s = Session::new(Arc::new(model), SessionOptions::default()).unwrap();
+            s.eval(&tokens, Outputs::All).unwrap().data
+        };
+        let reference = logits(Placement::Single(cpu.clone()));
+        let one = logits(Placement::Single(gpus[0].clone()));
+        let two = logits(Placement::Tensor(meta(2)));
+        // The GPU kernels round activations to 8 bits with F32 scales, the CPU's Q8_0 blocks with
+        // F16 ones: about 1e-4 apart (a layout that misplaced a scale or quant would be ~1).
+        for (name, got) in [("one GPU", one), ("two GPUs", two)] {
+            let e = nmse(&got, &reference);
+            assert!(e < 1e-3, "{preset} on {name}: NMSE {e} against the CPU");
+        }
+    }
+}

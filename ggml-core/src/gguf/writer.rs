@@ -112,6 +112,13 @@ impl<'a> GgufWriter<'a> {
     ) -> Result<()> {
         let name = name.into();
         let data = data.into();
+        if DType::from_gguf_id(dtype.gguf_id()) != Some(dtype) {
+            // A device layout of ggml-tp's own (the regrouped Q4_0 / Q8_0): no file type.
+            return Err(GgufError::UnknownTensorType {
+                name,
+                type_id: dtype.gguf_id(),
+            });
+        }
         let (_, expected) = layout(&name, dtype, dims)?;
         if data.len() != expected {
             return Err(GgufError::TensorDataSize {

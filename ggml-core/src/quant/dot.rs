@@ -20,6 +20,7 @@ pub fn vec_dot_type(weight: DType) -> DType {
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
         DType::Q4K | DType::Q5K | DType::Q6K => DType::Q8K,
         DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::Q8_1 | DType::Q8K => weight,
+        DType::Q4_0G | DType::Q8_0G => vec_dot_type(weight.base()),
     }
 }
 
@@ -32,6 +33,9 @@ pub fn vec_dot_ref(weight: DType, w: &[u8], act: &[u8], n: usize) -> Result<f32>
     check_row("vec_dot_ref", act_type, n, act.len())?;
     Ok(match weight {
         DType::F32 | DType::F16 | DType::BF16 => float_dot(weight, w, act, n)?,
+        DType::Q4_0G | DType::Q8_0G => {
+            vec_dot_ref(weight.base(), &super::ungroup(weight, w)?, act, n)?
+        }
         DType::Q4_0 => sym_dot::<BlockQ4_0>(w, act, |x| (f16_to_f32(x.d), x.unpack())),
         DType::Q5_0 => sym_dot::<BlockQ5_0>(w, act, |x| (f16_to_f32(x.d), x.unpack())),
         DType::Q8_0 => sym_dot::<BlockQ8_0>(w, act, |x| (f16_to_f32(x.d), x.qs)),

@@ -15,18 +15,24 @@
 //!   against, and a scalar reference dot product computed block by block in integer arithmetic
 //!   (as ggml's generic `ggml_vec_dot_*`), for testing the SIMD kernels of the CPU backend.
 //!
+//! - [`regroup`] / [`ungroup`]: Q4_0 / Q8_0 rows to and from the regrouped layouts GPUs keep
+//!   weights in ([`DType::Q4_0G`], [`DType::Q8_0G`]); the row functions above take those too.
+//!
 //! Files: `blocks.rs` (block structs and decoding helpers), `float.rs` (F32/F16/BF16 rows),
-//! `legacy.rs` (Q4_0 ... Q8_1), `kquants.rs` (Q4_K, Q5_K, Q6_K, Q8_K), `mxfp4.rs`, `dot.rs`.
+//! `legacy.rs` (Q4_0 ... Q8_1), `kquants.rs` (Q4_K, Q5_K, Q6_K, Q8_K), `mxfp4.rs`, `dot.rs`,
+//! `grouped.rs`.
 
 pub mod blocks;
 mod dot;
 mod float;
+mod grouped;
 mod kquants;
 mod legacy;
 mod mxfp4;
 
 pub use blocks::*;
 pub use dot::{vec_dot_ref, vec_dot_type};
+pub use grouped::{regroup, ungroup};
 
 use bytemuck::Pod;
 
@@ -108,6 +114,7 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q6K => dequantize_blocks::<BlockQ6K>(src, dst),
         DType::Q8K => dequantize_blocks::<BlockQ8K>(src, dst),
         DType::MXFP4 => dequantize_blocks::<BlockMxfp4>(src, dst),
+        DType::Q4_0G | DType::Q8_0G => dequantize_row(dtype.base(), &ungroup(dtype, src)?, dst)?,
     }
     Ok(())
 }
@@ -133,6 +140,11 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q6K => quantize_blocks::<BlockQ6K>(src, dst),
         DType::Q8K => quantize_blocks::<BlockQ8K>(src, dst),
         DType::MXFP4 => quantize_blocks::<BlockMxfp4>(src, dst),
+        DType::Q4_0G | DType::Q8_0G => {
+            let mut base = vec![0u8; dst.len()];
+            quantize_row(dtype.base(), src, &mut base)?;
+            dst.copy_from_slice(&regroup(dtype.base(), &base)?);
+        }
     }
     Ok(())
 }

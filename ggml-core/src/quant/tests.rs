@@ -82,6 +82,7 @@ fn nmse_bound(dtype: DType) -> f64 {
         DType::Q4K => 8e-3,
         DType::MXFP4 => 2.1e-2,
         DType::I32 => 0.0,
+        DType::Q4_0G | DType::Q8_0G => nmse_bound(dtype.base()),
     }
 }
 

@@ -138,7 +138,7 @@ fn weight_type_name(r: &dyn Runner, wt: DType) -> Result<&'static str> {
 /// Alignment the kernels' loads of type `t` need of rows (and of the weights' start).
 fn load_alignment(t: DType) -> u64 {
     match t {
-        DType::Q4K | DType::Q5K => 16,
+        DType::Q4K | DType::Q5K | DType::Q4_0G | DType::Q8_0G => 16,
         DType::Q4_1 | DType::Q5_1 | DType::F32 => 4,
         DType::MXFP4 => 1,
         _ => 2,

@@ -23,7 +23,9 @@ pub use fuse::{
 pub use gemm::{dequant_kernel, GemmCall, GemmTypes};
 pub use gemv::{GemvArgs, GemvGroupArgs, COLUMN_VARIANTS, MAX_COLUMNS, MAX_GROUP};
 pub use ops::compute_node;
-pub use table::{supports, type_code, type_name, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS};
+pub use table::{
+    supports, type_code, type_name, weight_dtype, TDesc, MAX_BLOCKS, MAX_HEAD, MAX_SORT, THREADS,
+};
 
 use ggml_core::{DType, Error, Graph, Layout, Result, TensorId};
 use std::borrow::Cow;
@@ -230,7 +232,7 @@ pub const NAMED_KERNELS: [&str; 36] = [
 /// Every kernel entry point of the program (the list both backends load).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = NAMED_KERNELS.iter().map(|s| s.to_string()).collect();
-    for t in DType::WEIGHTS {
+    for t in DType::WEIGHTS.into_iter().chain(DType::GROUPED) {
         let tn = type_name(t).expect("GEMV types have kernel names");
         for nc in COLUMN_VARIANTS {
             names.push(gemv::kernel_name(tn, nc));

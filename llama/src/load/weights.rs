@@ -4,9 +4,10 @@
 
 use super::{limits, Placement};
 use crate::error::ModelError;
-use backend_meta::WeightSplit;
+use backend_meta::{MetaDevice, WeightSplit};
 use ggml_core::gguf::{GgufFile, TensorInfo};
-use ggml_core::{DType, DataRef, Graph, Layout, TensorId};
+use ggml_core::{DType, DataRef, Device, Graph, Layout, TensorId};
+use std::sync::Arc;
 
 /// A weight (or cache) tensor bound to device memory.
 #[derive(Clone, Debug)]
@@ -52,7 +53,47 @@ pub struct Alloc<'a> {
     pub layer_device: &'a [usize],
 }
 
+/// Where a tensor at some [`Home`] goes: one device, or the meta device with the rotation of its
+/// split's remainders.
+enum Target<'b> {
+    Device(&'b Arc<dyn Device>),
+    Meta(&'b MetaDevice, usize),
+}
+
 impl Alloc<'_> {
+    fn target(&self, home: Home) -> Target<'_> {
+        match self.placement {
+            Placement::Single(dev) => Target::Device(dev),
+            Placement::Layers { devices, .. } => Target::Device(match home {
+                Home::Layer(l) | Home::LayerLike { layer: l, .. } => &devices[self.layer_device[l]],
+                Home::First => &devices[0],
+                Home::Last => &devices[devices.len() - 1],
+            }),
+            Placement::Tensor(meta) => Target::Meta(
+                meta,
+                match home {
+                    Home::Layer(l) | Home::LayerLike { like: l, .. } => l,
+                    _ => 0,
+                },
+            ),
+        }
+    }
+
+    /// The type the devices at `home` keep a weight of `layout` (split as `split`) in: the file's,
+    /// or a faster layout of the same values ([`Device::weight_dtype`]).
+    pub fn weight_dtype(
+        &self,
+        name: &str,
+        layout: &Layout,
+        split: &WeightSplit,
+        home: Home,
+    ) -> Result<DType, ModelError> {
+        Ok(match self.target(home) {
+            Target::Device(dev) => dev.weight_dtype(layout.dtype, layout.ne[0]),
+            Target::Meta(meta, rotate) => meta.split_weight_dtype(layout, split, rotate, name)?,
+        })
+    }
+
     /// Allocates memory for `layout` at `home`, split as `split` on a meta device.
     pub fn alloc(
         &self,
@@ -61,23 +102,9 @@ impl Alloc<'_> {
         split: &WeightSplit,
         home: Home,
     ) -> Result<DataRef, ModelError> {
-        let buffer: std::sync::Arc<dyn ggml_core::Buffer> = match self.placement {
-            Placement::Single(dev) => dev.buffer_type().alloc(layout.nbytes())?,
-            Placement::Layers { devices, .. } => {
-                let d = match home {
-                    Home::Layer(l) | Home::LayerLike { layer: l, .. } => self.layer_device[l],
-                    Home::First => 0,
-                    Home::Last => devices.len() - 1,
-                };
-                devices[d].buffer_type().alloc(layout.nbytes())?
-            }
-            Placement::Tensor(meta) => {
-                let rotate = match home {
-                    Home::Layer(l) | Home::LayerLike { like: l, .. } => l,
-                    _ => 0,
-                };
-                meta.alloc_tensor(layout, split, rotate, name)?
-            }
+        let buffer: Arc<dyn ggml_core::Buffer> = match self.target(home) {
+            Target::Device(dev) => dev.buffer_type().alloc(layout.nbytes())?,
+            Target::Meta(meta, rotate) => meta.alloc_tensor(layout, split, rotate, name)?,
         };
         Ok(DataRef::new(buffer, 0))
     }
@@ -209,6 +236,14 @@ impl Loader<'_> {
             split
         } else {
             WeightSplit::Mirrored
+        };
+        let dtype = self.alloc.weight_dtype(name, &layout, &split, home)?;
+        let regrouped;
+        let (layout, bytes) = if dtype == layout.dtype {
+            (layout, bytes)
+        } else {
+            regrouped = ggml_core::quant::regroup(layout.dtype, bytes)?;
+            (limits::layout(name, dtype, layout.ne)?, &regrouped[..])
         };
         let data = self.alloc.alloc(name, layout, &split, home)?;
         data.buffer.set(data.offset, bytes)?;

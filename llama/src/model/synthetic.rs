@@ -6,8 +6,8 @@
 //! A preset is `SHAPE-TYPE`: the shape (`llama3-8b`, `qwen3-30b-a3b`, `gpt-oss-20b`, the hybrid
 //! `qwen3-next-80b-a3b`, `qwen3.5-27b`, `qwen3.5-35b-a3b` ([`hybrid`]), or the tiny `tiny-llama`,
 //! `tiny-qwen3moe`, `tiny-gpt-oss`, `tiny-qwen3next`, `tiny-qwen35`, `tiny-qwen35moe` with the
-//! fixtures' hyper-parameters, and `small-qwen3moe`, `small-qwen3next`, `small-qwen35`, the
-//! published layouts scaled to a 2-core CPU benchmark) and the type of the matrices (`f16`, `bf16`,
+//! fixtures' hyper-parameters, and `small-llama`, `small-qwen3moe`, `small-qwen3next`,
+//! `small-qwen35`, the published layouts scaled to a 2-core CPU benchmark) and the type of the matrices (`f16`, `bf16`,
 //! `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4`; gpt-oss keeps its non-expert matrices F16 whatever the
 //! type, like the released files). `q4_k` lays the types out as llama-quantize's Q4_K_M does: Q6_K
 //! for the output matrix and for `attn_v` and `ffn_down` of the layers it gives more bits (the
@@ -124,6 +124,28 @@ const SHAPES: &[Shape] = &[
         head_dim: 32,
         n_ff: 224,
         n_vocab: 1001,
+        n_expert: 0,
+        n_expert_used: 0,
+        expert_ff: 0,
+        rope_base: 500000.0,
+        rms_eps: 1e-5,
+        n_ctx_train: 2048,
+        swa: 0,
+        tied: false,
+        hybrid: None,
+    },
+    // llama3-8b's layout scaled down with rows of 1024 and 2048: whole groups of the regrouped
+    // Q4_0 / Q8_0 GPUs keep weights in (about 23 M parameters).
+    Shape {
+        name: "small-llama",
+        arch: "llama",
+        n_embd: 1024,
+        n_layer: 2,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 128,
+        n_ff: 2048,
+        n_vocab: 2048,
         n_expert: 0,
         n_expert_used: 0,
         expert_ff: 0,

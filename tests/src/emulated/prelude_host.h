@@ -75,6 +75,7 @@ inline int __float2int_rn(float f) { return (int)nearbyintf(f); }
 // Rounded float arithmetic that is never contracted (no FMA without -march).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     unsigned long long v = ((unsigned long long)y << 32) | x;
     unsigned r = 0;

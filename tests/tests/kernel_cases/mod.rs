@@ -6,7 +6,8 @@
 //! masks and sinks; the small ops' fast paths (row-contiguous kernels) at model sizes, odd sizes and
 //! through views; the fused add -> norm -> mul chains against the same nodes run unfused (bit-equal)
 //! and the float64 reference; the decode fusions (`fusions.rs`); mul_mat_id at the shapes of MoE
-//! models, prompts and decode, and ids out of range (`moe.rs`). Each result is compared with the
+//! models, prompts and decode, and ids out of range (`moe.rs`). The quantized cases include the
+//! regrouped Q4_0 / Q8_0 layouts GPUs keep weights in. Each result is compared with the
 //! suite's float64 reference under its bound. Shared by two test binaries, each with its own
 //! `kernel_device()`: `cuda_kernels` (the first CUDA device; `skipped: no CUDA device` without one)
 //! and `kernels_on_host` (the kernels compiled for the host, as on CI).
@@ -126,6 +127,8 @@ fn mul_mat_id_long_rows() {
         DType::Q4K,
         DType::Q6K,
         DType::MXFP4,
+        DType::Q4_0G,
+        DType::Q8_0G,
     ] {
         for (n_used, b1, n_tok) in [(2, 1, 5), (4, 4, 3)] {
             let experts = InputSpec::new(w, [1024, 67, 8, 1]);
@@ -496,9 +499,12 @@ fn fused_norm_chains_match_unfused_and_reference() {
 // of 32 through shared memory; the other quantized types at the same sizes through direct decoding),
 // the F32 -> F16 activation conversion and the dequantizer of the GEMM path.
 
-/// Quantized weight types.
+/// Quantized weight types, and the regrouped layouts GPUs keep Q4_0 / Q8_0 weights in.
 fn quantized_weights() -> impl Iterator<Item = DType> {
-    DType::WEIGHTS.into_iter().filter(|w| w.is_quantized())
+    DType::WEIGHTS
+        .into_iter()
+        .filter(|w| w.is_quantized())
+        .chain(DType::GROUPED)
 }
 
 #[test]
@@ -509,7 +515,7 @@ fn gemv_long_rows_every_quantized_type() {
         // 6144 = 3 whole chunks (aligned K-quant rows); 6656 = 208 units of the 32-blocks (K-quant
         // rows of 6656 do not exist).
         for k in [6144, 6656] {
-            if w.block_size() == 256 && k % 256 != 0 {
+            if w.row_size(k).is_none() {
                 continue;
             }
             for n in [1, 2, 3, 8] {
@@ -533,6 +539,17 @@ fn gemv_long_rows_every_quantized_type() {
         let b =
             InputSpec::new(DType::F32, [6144, 2, 1, 1]).view(ViewKind::Pad { pad: 4, offset: 1 });
         push_mul_mat(&mut set, "gemv staged strided".into(), a, b, w);
+        // The embedding lookup of a table in this type.
+        let table = InputSpec::new(w, [4096, 300, 1, 1]);
+        let ids = InputSpec::ids([7, 1, 1, 1], 300, false);
+        set.push(
+            "get_rows",
+            String::new(),
+            vec![table, ids],
+            Check::Nmse(float_bound(Class::Exact, DType::F32)),
+            |g, x| g.get_rows(x[0], x[1]),
+            |x| Ok(mx::get_rows(&x[0], &x[1])),
+        );
     }
     run(set, seed);
 }
@@ -548,10 +565,16 @@ fn gemm_converted_activations_and_dequantized_weights() {
         DType::Q4K,
         DType::Q6K,
         DType::MXFP4,
+        DType::Q4_0G,
+        DType::Q8_0G,
     ] {
         // K * N not a multiple of 4 (the conversion's scalar tail); units not a multiple of the
-        // dequantizer's block of 128.
-        let k = if w.block_size() == 256 { 768 } else { 544 };
+        // dequantizer's block of 128 (the regrouped layouts: 2 groups of 32 units).
+        let k = match w.block_size() {
+            256 => 768,
+            1024 => 2048,
+            _ => 544,
+        };
         let a = InputSpec::new(w, [k, 301, 1, 1]);
         let b = InputSpec::new(DType::F32, [k, 13, 1, 1]);
         push_mul_mat(&mut set, "gemm odd sizes".into(), a, b, w);
@@ -613,6 +636,10 @@ fn grouped_products_match_separate_ones() {
         push_grouped_products(&mut set, w, 2560, &[67, 16, 16]);
         push_grouped_products(&mut set, w, 2560, &[300, 300]);
         push_grouped_products(&mut set, w, 2560, &[1, 5, 4096]);
+    }
+    for w in DType::GROUPED {
+        push_grouped_products(&mut set, w, 3072, &[67, 16, 16]);
+        push_grouped_products(&mut set, w, 3072, &[300, 300]);
     }
     for w in [DType::F32, DType::F16, DType::BF16] {
         // Odd row length: the scalar path of float weights.

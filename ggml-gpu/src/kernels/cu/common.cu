@@ -21,6 +21,10 @@ typedef unsigned char u8;
 #define T_Q5K 10
 #define T_Q6K 11
 #define T_MXFP4 12
+// Q4_0 / Q8_0 regrouped per 32 blocks (GPU weights; decode.cu): a group of 32 units is the type's
+// block of 1024 elements.
+#define T_Q4_0G 13
+#define T_Q8_0G 14
 
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -42,7 +46,7 @@ __device__ __forceinline__ u16 f2bf(float f) {
 __device__ __forceinline__ u16 ld16(const u8* p) { return *(const u16*)p; }
 
 __device__ __forceinline__ int block_size(int t) {
-    return t <= T_I32 ? 1 : (t >= T_Q4K && t <= T_Q6K ? 256 : 32);
+    return t <= T_I32 ? 1 : (t >= T_Q4K && t <= T_Q6K ? 256 : (t >= T_Q4_0G ? 1024 : 32));
 }
 
 // Address of element (or block holding element) i.
@@ -102,6 +106,14 @@ __device__ float dequant(const u8* b, int type, int j) {
         u32 e = b[0];
         float d = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
         return d * (float)vals[nib(b + 1, j)];
+    }
+    case T_Q4_0G: {
+        const int u = j / 32, e = j % 32;
+        return h2f(ld16(b + 512 + 2 * u)) * (float)(nib(b + 16 * u, e) - 8);
+    }
+    case T_Q8_0G: {
+        const int u = j / 32, e = j % 32;
+        return h2f(ld16(b + 1024 + 2 * u)) * (float)(signed char)b[512 * (e / 16) + 16 * u + e % 16];
     }
     }
     return __int_as_float(0x7fc00000);

@@ -2,7 +2,8 @@
 // F16 dequantizer (plus the F32 to F16 conversion of GEMM activations): a quantized unit is 32 consecutive weights of a row as 8 packed signed int8x4
 // (for dp4a against 8-bit activations) with a scale for the first and second 16 (Q6_K has two) and
 // an offset per unit of activation sum; a float unit is 8 weights. Loads are as wide as the block's
-// alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K and floats).
+// alignment allows (2 bytes for Q4_0/Q5_0/Q8_0/Q6_K, 4 for Q4_1/Q5_1, 16 for Q4_K/Q5_K, the
+// regrouped Q4_0/Q8_0 and floats).
 
 // 32 weights: value 4i+t is byte t of w[i] (signed, or unsigned below 128), times sa (values 0..15)
 // or sb (16..31), plus m per unit of the activations' sum (the offset of Q4_1/Q5_1/K-quants, and
@@ -88,6 +89,27 @@ __device__ __forceinline__ void decode_q(const u8* row, int s, QUnit& u) {
         u.sa = u.sb = h2f(ld16(p));
 #pragma unroll
         for (int i = 0; i < 8; i++) u.w[i] = (int)ld32_a2(p + 2 + 4 * i);
+    } else if (T == T_Q4_0G || T == T_Q8_0G) {
+        // Unit j of a group of 32: its 16-byte quant halves at 512 h + 16 j, its scale after the
+        // group's quants (rows start 16-byte aligned: the host checks).
+        const int j = s & 31, halves = T == T_Q4_0G ? 1 : 2;
+        const u8* g = row + (T == T_Q4_0G ? 576 : 1088) * (s >> 5);
+        u.sa = u.sb = h2f(ld16(g + 512 * halves + 2 * j));
+        const uint4 a = ld128(g + 16 * j);
+        if (T == T_Q4_0G) {
+            u.m = -8.0f * u.sa;
+            const u32 q[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                u.w[i] = (int)(q[i] & 0x0F0F0F0Fu);
+                u.w[4 + i] = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
+            }
+        } else {
+            const uint4 b = ld128(g + 512 + 16 * j);
+            const u32 q[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) u.w[i] = (int)q[i];
+        }
     } else if (T == T_MXFP4) {
         const u8* p = row + 17 * s;
         u32 e = p[0];
@@ -262,3 +284,5 @@ DEQUANT_KERNEL(q4_k, T_Q4K)
 DEQUANT_KERNEL(q5_k, T_Q5K)
 DEQUANT_KERNEL(q6_k, T_Q6K)
 DEQUANT_KERNEL(mxfp4, T_MXFP4)
+DEQUANT_KERNEL(q4_0g, T_Q4_0G)
+DEQUANT_KERNEL(q8_0g, T_Q8_0G)

@@ -76,7 +76,10 @@ __device__ __forceinline__ void dot_q8(const GV& g, const QUnit (&u)[R], i64 s, 
             hi = DOT4_I8(w[5], x1.y, hi);
             hi = DOT4_I8(w[6], x1.z, hi);
             hi = DOT4_I8(w[7], x1.w, hi);
-            acc[r][c] += (u[r].sa * (float)lo + u[r].sb * (float)hi) * ds.x + u[r].m * ds.y;
+            // Rounded step by step: the compiler may not contract this differently per kernel
+            // (results stay bit-equal between the one-row, row-pair and gated-unit kernels).
+            const float t = __fmaf_rn(u[r].sb, (float)hi, __fmul_rn(u[r].sa, (float)lo));
+            acc[r][c] = __fmaf_rn(u[r].m, ds.y, __fmaf_rn(t, ds.x, acc[r][c]));
         }
     }
 }
@@ -334,3 +337,5 @@ GEMV_KERNELS(q4_k, T_Q4K)
 GEMV_KERNELS(q5_k, T_Q5K)
 GEMV_KERNELS(q6_k, T_Q6K)
 GEMV_KERNELS(mxfp4, T_MXFP4)
+GEMV_KERNELS(q4_0g, T_Q4_0G)
+GEMV_KERNELS(q8_0g, T_Q8_0G)

@@ -203,6 +203,8 @@ MOE_KERNEL(q4_k, T_Q4K)
 MOE_KERNEL(q5_k, T_Q5K)
 MOE_KERNEL(q6_k, T_Q6K)
 MOE_KERNEL(mxfp4, T_MXFP4)
+MOE_KERNEL(q4_0g, T_Q4_0G)
+MOE_KERNEL(q8_0g, T_Q8_0G)
 
 // The expert mix of a decode step's MoE layer in one launch: m = o * w (o [d, k, t] the experts'
 // outputs, w [1, k, t] their router weights) and the running sums s_e = m_0 + ... + m_e for
