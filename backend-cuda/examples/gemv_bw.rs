@@ -266,10 +266,13 @@ fn launch_gaps(c: &Ctx) {
 /// The product shapes of Llama-3-8B: (K, M) of q/o, k/v, gate/up and down.
 const SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)];
 
-/// The weight types of the GEMV sections.
-const GEMV_TYPES: [DType; 9] = [
+/// The weight types of the GEMV sections (Q4_0 and Q8_0 also in the regrouped layouts the
+/// loader gives GPUs).
+const GEMV_TYPES: [DType; 11] = [
     DType::Q4_0,
+    DType::Q4_0G,
     DType::Q8_0,
+    DType::Q8_0G,
     DType::BF16,
     DType::F16,
     DType::Q4K,
