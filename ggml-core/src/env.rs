@@ -4,7 +4,8 @@
 //! - [`flag`]: unset or empty means the default, `0`, `off` and `false` mean off, anything else on;
 //! - [`count`]: a positive whole number (unset, empty, `0` or unreadable: none);
 //! - [`bytes`]: a byte count, or `off` / `never` for [`usize::MAX`] (a threshold never reached);
-//! - [`text`]: the value as it is (unset or empty: none).
+//! - [`text`]: the value as it is (unset or empty: none);
+//! - [`dtypes`]: element type names separated by commas (`q4_0,q8_0`), or `none` for no type.
 //!
 //! [`cache_dir`] is the user's cache folder of ggml-tp that every clone on the machine shares
 //! (`$XDG_CACHE_HOME/ggml-tp`, else `~/.cache/ggml-tp`); [`models_cache_dir`] holds the downloaded
@@ -12,6 +13,7 @@
 //!
 //! A value that cannot be read is reported once on stderr and treated as unset.
 
+use crate::dtype::DType;
 use std::path::PathBuf;
 
 /// The switch `var`, or `default` when it is unset or empty.
@@ -37,6 +39,27 @@ pub fn bytes(var: &str) -> Option<usize> {
         warn(var, &value, "a byte count, `off` or `never`");
     }
     parsed
+}
+
+/// The element types named in `var` (see [`DType::name`]), separated by commas; `none` for no
+/// type.
+pub fn dtypes(var: &str) -> Option<Vec<DType>> {
+    let value = text(var)?;
+    let parsed = parse_dtypes(&value);
+    if parsed.is_none() {
+        warn(var, &value, "type names separated by commas, or `none`");
+    }
+    parsed
+}
+
+fn parse_dtypes(value: &str) -> Option<Vec<DType>> {
+    if value.eq_ignore_ascii_case("none") {
+        return Some(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|name| DType::from_name(name.trim()))
+        .collect()
 }
 
 /// The value of `var`, trimmed; none when unset or empty.
@@ -98,7 +121,20 @@ fn warn(var: &str, value: &str, expected: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::{cache_dir_from, parse_bytes, parse_count, parse_flag};
+    use super::{cache_dir_from, parse_bytes, parse_count, parse_dtypes, parse_flag};
+    use crate::dtype::DType;
+
+    #[test]
+    fn type_lists() {
+        assert_eq!(parse_dtypes("q8_0"), Some(vec![DType::Q8_0]));
+        assert_eq!(
+            parse_dtypes("Q4_0, q8_0"),
+            Some(vec![DType::Q4_0, DType::Q8_0])
+        );
+        assert_eq!(parse_dtypes("none"), Some(vec![]));
+        assert_eq!(parse_dtypes("q8_0,nope"), None);
+        assert_eq!(parse_dtypes(""), None);
+    }
     use std::path::PathBuf;
 
     #[test]

@@ -91,12 +91,12 @@ pub fn type_name(t: DType) -> Option<&'static str> {
 }
 
 /// The type a GPU keeps weights of type `dtype` with rows of `ne0` elements in
-/// ([`ggml_core::Device::weight_dtype`]): Q4_0 and Q8_0 rows of whole groups regrouped (measured on
-/// an H100: Q4_0 GEMV 4096 x 14336 15.8 -> 12.8 us, Q8_0 26.1 -> 23.7 us), unless
-/// `GGML_TP_GROUPED_WEIGHTS=0`; every other type as it is.
+/// ([`ggml_core::Device::weight_dtype`]): rows of whole groups regrouped for the types
+/// `GGML_TP_GROUPED_WEIGHTS` names (Q8_0 by default); every other weight as it is.
 pub fn weight_dtype(dtype: DType, ne0: usize) -> DType {
+    let regroup = crate::settings::settings().grouped_weights.contains(&dtype);
     match dtype.grouped() {
-        Some(g) if crate::settings::settings().grouped_weights && g.row_size(ne0).is_some() => g,
+        Some(g) if regroup && g.row_size(ne0).is_some() => g,
         _ => dtype,
     }
 }
