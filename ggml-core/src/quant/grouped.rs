@@ -33,54 +33,74 @@ fn check_groups(op: &'static str, grouped: DType, bytes: usize) -> Result<()> {
     check_row(op, grouped, n, bytes)
 }
 
+/// Where the pieces of a group's blocks go: (offset in the regrouped layout, offset in GGUF's,
+/// bytes) of each 16-byte half of quants and each scale.
+fn pieces(base: DType) -> Vec<(usize, usize, usize)> {
+    let (bs, q) = (base.type_size(), halves(base));
+    let mut out = Vec::with_capacity(GROUP_BLOCKS * (q + 1));
+    for j in 0..GROUP_BLOCKS {
+        for h in 0..q {
+            out.push((
+                GROUP_BLOCKS * HALF * h + HALF * j,
+                bs * j + SCALE + HALF * h,
+                HALF,
+            ));
+        }
+        out.push((GROUP_BLOCKS * HALF * q + SCALE * j, bs * j, SCALE));
+    }
+    out
+}
+
+/// `src`, whole groups of `grouped`, into `dst` (as long) with every group's pieces moved into the
+/// regrouped layout (`into_groups`) or back into GGUF's.
+fn permute(grouped: DType, src: &[u8], dst: &mut [u8], into_groups: bool) -> Result<()> {
+    let op = if into_groups { "regroup" } else { "ungroup" };
+    check_groups(op, grouped, src.len())?;
+    if dst.len() != src.len() {
+        return Err(Error::Shape {
+            op,
+            msg: format!("{} bytes into {}", src.len(), dst.len()),
+        });
+    }
+    let pieces = pieces(grouped.base());
+    let size = grouped.type_size();
+    for (s, d) in src.chunks_exact(size).zip(dst.chunks_exact_mut(size)) {
+        for &(at_group, at_file, n) in &pieces {
+            let (from, to) = if into_groups {
+                (at_file, at_group)
+            } else {
+                (at_group, at_file)
+            };
+            d[to..to + n].copy_from_slice(&s[from..from + n]);
+        }
+    }
+    Ok(())
+}
+
+/// [`regroup`] into `dst`, which is as long as `src`: callers may cut a tensor at whole groups
+/// and regroup the pieces in parallel.
+pub fn regroup_into(base: DType, src: &[u8], dst: &mut [u8]) -> Result<()> {
+    permute(grouped_of(base)?, src, dst, true)
+}
+
 /// `src`, whole groups of [`GROUP_BLOCKS`] `base` blocks (Q4_0 or Q8_0, GGUF layout), in the
 /// regrouped layout of [`DType::grouped`].
 pub fn regroup(base: DType, src: &[u8]) -> Result<Vec<u8>> {
-    let grouped = grouped_of(base)?;
-    check_groups("regroup", grouped, src.len())?;
-    let (bs, q) = (base.type_size(), halves(base));
     let mut dst = vec![0u8; src.len()];
-    for (s, d) in src
-        .chunks_exact(grouped.type_size())
-        .zip(dst.chunks_exact_mut(grouped.type_size()))
-    {
-        for (j, block) in s.chunks_exact(bs).enumerate() {
-            for h in 0..q {
-                let at = GROUP_BLOCKS * HALF * h + HALF * j;
-                d[at..at + HALF].copy_from_slice(&block[SCALE + HALF * h..SCALE + HALF * (h + 1)]);
-            }
-            let at = GROUP_BLOCKS * HALF * q + SCALE * j;
-            d[at..at + SCALE].copy_from_slice(&block[..SCALE]);
-        }
-    }
+    regroup_into(base, src, &mut dst)?;
     Ok(dst)
 }
 
 /// `src`, whole groups of the regrouped type `grouped`, back in its base type's GGUF layout.
 pub fn ungroup(grouped: DType, src: &[u8]) -> Result<Vec<u8>> {
-    let base = grouped.base();
-    if base.grouped() != Some(grouped) {
+    if grouped.base().grouped() != Some(grouped) {
         return Err(Error::UnsupportedType {
             dtype: grouped,
             what: "ungrouping".to_string(),
         });
     }
-    check_groups("ungroup", grouped, src.len())?;
-    let (bs, q) = (base.type_size(), halves(base));
     let mut dst = vec![0u8; src.len()];
-    for (s, d) in src
-        .chunks_exact(grouped.type_size())
-        .zip(dst.chunks_exact_mut(grouped.type_size()))
-    {
-        for (j, block) in d.chunks_exact_mut(bs).enumerate() {
-            for h in 0..q {
-                let at = GROUP_BLOCKS * HALF * h + HALF * j;
-                block[SCALE + HALF * h..SCALE + HALF * (h + 1)].copy_from_slice(&s[at..at + HALF]);
-            }
-            let at = GROUP_BLOCKS * HALF * q + SCALE * j;
-            block[..SCALE].copy_from_slice(&s[at..at + SCALE]);
-        }
-    }
+    permute(grouped, src, &mut dst, false)?;
     Ok(dst)
 }
 

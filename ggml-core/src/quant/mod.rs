@@ -32,7 +32,7 @@ mod mxfp4;
 
 pub use blocks::*;
 pub use dot::{vec_dot_ref, vec_dot_type};
-pub use grouped::{regroup, ungroup};
+pub use grouped::{regroup, regroup_into, ungroup};
 
 use bytemuck::Pod;
 

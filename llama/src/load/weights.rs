@@ -242,7 +242,7 @@ impl Loader<'_> {
         let (layout, bytes) = if dtype == layout.dtype {
             (layout, bytes)
         } else {
-            regrouped = ggml_core::quant::regroup(layout.dtype, bytes)?;
+            regrouped = regroup(layout.dtype, dtype, bytes)?;
             (limits::layout(name, dtype, layout.ne)?, &regrouped[..])
         };
         let data = self.alloc.alloc(name, layout, &split, home)?;
@@ -253,4 +253,18 @@ impl Loader<'_> {
             data,
         })
     }
+}
+
+/// `bytes` of `base` (whole groups) in the regrouped layout `grouped`, regrouped in parallel
+/// pieces of whole groups (a Q8_0 8B model: 8 GB through one thread took 5 s).
+fn regroup(base: DType, grouped: DType, bytes: &[u8]) -> Result<Vec<u8>, ModelError> {
+    use rayon::prelude::*;
+    /// Groups per piece.
+    const GROUPS: usize = 256;
+    let piece = GROUPS * grouped.type_size();
+    let mut out = vec![0u8; bytes.len()];
+    out.par_chunks_mut(piece)
+        .zip(bytes.par_chunks(piece))
+        .try_for_each(|(d, s)| ggml_core::quant::regroup_into(base, s, d))?;
+    Ok(out)
 }
