@@ -1,5 +1,6 @@
-//! The x86 prompt kernels of Q4_0 / Q5_0 and of the K-quants, at AVX2 and at AVX-512 (there the
-//! unsigned x signed dot is one `vpdpbusd`; measured on a 2-core EPYC guest, criterion GEMM at the
+//! The x86 prompt kernels of Q4_0 / Q5_0 (at AVX2; at AVX-512 they take `quant_rows8_avx512.rs`)
+//! and of the K-quants, at AVX2 and at AVX-512 (there the unsigned x signed dot is one `vpdpbusd`;
+//! measured on a 2-core EPYC guest, criterion GEMM at the
 //! AVX-512 level against its two-row kernels: Q5_0 141 -> 201 Gelem/s, Q4_0 179 -> 204, Q4_K 166 ->
 //! 196, Q6_K 177 -> 199): groups of four activation columns, one weight row at a time, each weight block unpacked once per tile instead of once per
 //! group of columns ([`prompt_tile`]: chunks of rows unpacked while they stay in L2, each against

@@ -3,8 +3,9 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; Q4_0, Q5_0
-//! and the K-quants take `quant_prompt_x86.rs` at both levels instead).
+//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; the
+//! K-quants take `quant_prompt_x86.rs` at both levels instead, Q4_0 / Q5_0 at AVX2 too, and at
+//! AVX-512 `quant_rows8_avx512.rs`, prompt and decode: [`DotI8::small_offset_rows`]).
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
@@ -81,6 +82,20 @@ pub(crate) trait DotI8 {
             }
         }
     }
+    /// The Q4_0 / Q5_0 kernels of this level: at AVX2 [`rows_small_offset`], at AVX-512 the
+    /// eight-row kernels of `quant_rows8_avx512.rs`.
+    #[inline(always)]
+    unsafe fn small_offset_rows<T: SmallOffset>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe { rows_small_offset::<T, Self>(job, nb, rows, cols) }
+    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -118,6 +133,16 @@ impl DotI8 for VnniDot {
     ) -> [[f32; 4]; 2] {
         // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
         unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
+    }
+    #[inline(always)]
+    unsafe fn small_offset_rows<T: SmallOffset>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_rows8_avx512::rows8::<T>(job, nb, rows, cols) }
     }
 }
 
@@ -651,9 +676,9 @@ unsafe fn rows_any<D: DotI8>(
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
-            DType::Q4_0 => rows_small_offset::<Q4_0, D>(job, nb, rows, cols),
+            DType::Q4_0 => D::small_offset_rows::<Q4_0>(job, nb, rows, cols),
             DType::Q4_1 => rows_min::<Q4_1, D>(job, nb, rows, cols),
-            DType::Q5_0 => rows_small_offset::<Q5_0, D>(job, nb, rows, cols),
+            DType::Q5_0 => D::small_offset_rows::<Q5_0>(job, nb, rows, cols),
             DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
