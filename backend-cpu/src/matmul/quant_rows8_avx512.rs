@@ -1,5 +1,7 @@
 //! The AVX-512 kernels of Q4_0 / Q5_0, prompt and decode: eight weight rows side by side in the
-//! eight lanes of a vector, each lane a row's whole-block integer dot (VNNI `vpdpbusd`).
+//! eight lanes of a vector, each lane a row's whole-block integer dot (VNNI `vpdpbusd`); and the
+//! drivers of such eight-row kernels ([`Rows8`]: [`prompt_tile`], [`decode_tile`]), which the
+//! K-quants' (`quant_rows8_k_avx512.rs`) share.
 //!
 //! The x86 kernels of the other levels keep per block eight partial sums per (row, column) and
 //! pay three float steps for them (convert, scale, FMA) per 32 products. Here a block of eight
@@ -9,8 +11,8 @@
 //! starting from minus `OFFSET` times the activation block's sum ([`ActTerms`]), and the float
 //! steps are paid once per eight rows (criterion GEMM 4864x512x896 on one core of a 2-core EPYC
 //! guest: Q5_0 105 -> 235 Gelem/s). The prompt kernel ([`prompt_tile`]) interleaves chunks of rows
-//! once per tile and takes them against four columns at a time; the decode kernel ([`decode_tile`])
-//! dots each row's block against the column and sums the eight rows' lanes with a transposing
+//! once per tile and takes them against four columns at a time; the decode kernel
+//! ([`LegacyRows8::decode_group`]) dots each row's block against the column and sums the eight rows' lanes with a transposing
 //! add tree ([`row_sums`]), which gives the same integers.
 //!
 //! The float steps are the portable kernel's (`quant::legacy_scalar`): per block
@@ -23,10 +25,15 @@ use super::quant_offset_x86::SmallOffset;
 use super::quant_x86::F16c;
 use super::Job;
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 /// Rows per group: the lanes of a `__m256i` of i32.
-const ROWS: usize = 8;
+pub(super) const ROWS: usize = 8;
+
+/// The largest span of a group of rows that [`Group::prefetch_next`] prefetches into L1 (half of
+/// a 32 KiB L1).
+const L1_SPAN: usize = 16 << 10;
 
 /// Bytes of interleaved weight blocks a prompt tile keeps at once.
 const CHUNK_BYTES: usize = 64 << 10;
@@ -108,8 +115,10 @@ unsafe fn store_group(job: &Job, rows: &Range<usize>, g: usize, c: usize, v: __m
 }
 
 /// The eight weight rows of a group from `m0`, the last row of the tile repeated past its end.
-struct Group {
-    w: [*const u8; ROWS],
+pub(super) struct Group {
+    pub(super) w: [*const u8; ROWS],
+    /// Bytes from a row to the next.
+    stride: usize,
     /// Byte offsets of the rows from the first (lanes of a gather).
     offsets: __m256i,
 }
@@ -127,34 +136,58 @@ impl Group {
         }
         // SAFETY: AVX enabled by the caller.
         let offsets = unsafe { _mm256_loadu_si256(offsets.as_ptr() as *const __m256i) };
-        Group { w, offsets }
+        Group {
+            w,
+            stride: job.w_stride,
+            offsets,
+        }
+    }
+
+    /// Prefetches share `i` of `nb` of the next group's rows (one contiguous span), in address
+    /// order. The decode kernels read a group's eight rows side by side, eight interleaved streams
+    /// that the hardware prefetcher serves poorly (Qwen2.5-0.5B Q5_0 tg at AVX-512 on a 2-core EPYC
+    /// guest: prefetching each row's blocks in the next group instead was 5-10% slower than the
+    /// one-row kernels, `quant_x86::prefetch_ahead`'s fixed distance, which lands inside the group,
+    /// 20-25%). Spans over [`L1_SPAN`] (the K-quants' long rows) go to L2: into L1 they evicted
+    /// the group in hand (Q4_K / Q6_K GEMV 14336x4096 on one core: 8 GiB/s instead of 12-13).
+    #[inline(always)]
+    pub(super) unsafe fn prefetch_next(&self, i: usize, nb: usize) {
+        let span = ROWS * self.stride;
+        let next = self.w[0].wrapping_add(span);
+        let mut off = i * span / nb;
+        while off < (i + 1) * span / nb + 64 {
+            let p = next.wrapping_add(off) as *const i8;
+            // SAFETY: SSE is part of x86-64; a prefetch never faults.
+            unsafe {
+                if span <= L1_SPAN {
+                    _mm_prefetch::<_MM_HINT_T0>(p);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T1>(p);
+                }
+            }
+            off += 64;
+        }
     }
 
     /// The scales of block `i` of the rows.
     #[inline(always)]
     unsafe fn scales<T: SmallOffset>(&self, i: usize) -> __m256 {
         // SAFETY: forwarded from the caller; block `i` exists in every row.
-        unsafe { scales(self.w[0].add(i * T::SIZE), self.offsets, 0xFF) }
-    }
-}
-
-/// The f16 scales that start the blocks at `base` plus `offsets` (lanes in `mask`; 0 in the others),
-/// by one gather and F16C's exact conversion. AVX-512 F/VL and F16C enabled by the caller; the
-/// blocks of the lanes in `mask` exist (and hold at least four bytes).
-#[inline(always)]
-unsafe fn scales(base: *const u8, offsets: __m256i, mask: u8) -> __m256 {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        let zero = _mm256_setzero_si256();
-        let h = _mm256_mmask_i32gather_epi32::<1>(zero, mask, offsets, base as *const i32);
-        _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h))
+        // (One gather and F16C's exact conversion.)
+        // SAFETY: AVX-512 F/VL and F16C enabled by the caller; block `i` exists in every row and
+        // holds at least four bytes.
+        unsafe {
+            let base = self.w[0].add(i * T::SIZE) as *const i32;
+            let h = _mm256_i32gather_epi32::<1>(base, self.offsets);
+            _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h))
+        }
     }
 }
 
 /// The eight i32 lanes of `q` as the columns of an 8 x 8 matrix: lane `r` of result `k` is lane
 /// `k` of `q[r]`.
 #[inline(always)]
-unsafe fn transpose(q: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) unsafe fn transpose(q: [__m256i; 8]) -> [__m256i; 8] {
     // SAFETY: AVX2 enabled by the caller.
     unsafe {
         let t: [__m256i; 8] = [
@@ -182,6 +215,77 @@ unsafe fn transpose(q: [__m256i; 8]) -> [__m256i; 8] {
             out[j + 4] = _mm256_permute2x128_si256::<0x31>(u[j], u[j + 4]);
         }
         out
+    }
+}
+
+/// A weight format's eight-row kernels, which [`prompt_tile`] and [`decode_tile`] drive.
+pub(super) trait Rows8: Sized {
+    /// Block `i` of a group's eight rows interleaved for the prompt kernel (plain vectors and
+    /// floats, for which zero bits are valid).
+    type Block: Copy;
+    /// The kernel against the activation rows `acts` of `nb` blocks (a tile's columns).
+    unsafe fn new(acts: &[*const u8], nb: usize) -> Self;
+    /// Block `i` of the rows of `group` interleaved.
+    unsafe fn interleave(&self, group: &Group, i: usize) -> Self::Block;
+    /// An interleaved group (`blocks`, one per block of the row) against the columns `cols`
+    /// (indices into `acts`): the eight rows' results per column.
+    unsafe fn dot<const C: usize>(&self, blocks: &[Self::Block], cols: [usize; C]) -> [__m256; C];
+    /// The rows of `group` (`nb` blocks each) straight from the weights against column 0
+    /// (decode): the eight rows' results.
+    unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256;
+}
+
+/// The kernels of Q4_0 / Q5_0 (`T`) against a tile's Q8_0 columns.
+struct LegacyRows8<T> {
+    acts: Vec<*const u8>,
+    terms: ActTerms,
+    kind: PhantomData<T>,
+}
+
+impl<T: SmallOffset> Rows8 for LegacyRows8<T> {
+    type Block = GroupBlock;
+    unsafe fn new(acts: &[*const u8], nb: usize) -> Self {
+        LegacyRows8 {
+            acts: acts.to_vec(),
+            terms: ActTerms::new::<T>(acts, nb),
+            kind: PhantomData,
+        }
+    }
+    #[inline(always)]
+    unsafe fn interleave(&self, group: &Group, i: usize) -> GroupBlock {
+        // SAFETY: forwarded from the caller.
+        unsafe { interleave::<T>(group, i) }
+    }
+    #[inline(always)]
+    unsafe fn dot<const C: usize>(&self, blocks: &[GroupBlock], cols: [usize; C]) -> [__m256; C] {
+        let acts = cols.map(|c| self.acts[c]);
+        let terms = cols.map(|c| self.terms.column(c));
+        // SAFETY: forwarded from the caller.
+        unsafe { group_dot(blocks, acts, terms) }
+    }
+    /// Block by block, the eight rows' lanes summed by [`row_sums`] ([`Group::prefetch_next`]).
+    #[inline(always)]
+    unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256 {
+        let (aq, asz) = act_layout(false);
+        let terms = self.terms.column(0);
+        // SAFETY: AVX-512 F/BW/VL/VNNI and F16C enabled by the caller; the rows and the column
+        // hold `nb` blocks.
+        unsafe {
+            let mut acc = _mm256_setzero_ps();
+            for i in 0..nb {
+                group.prefetch_next(i, nb);
+                let y = _mm256_loadu_si256(self.acts[0].add(i * asz + aq) as *const __m256i);
+                let mut v = [_mm256_setzero_si256(); ROWS];
+                for (r, w) in group.w.iter().enumerate() {
+                    let q = T::unpack_u_avx512(w.add(i * T::SIZE));
+                    v[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y);
+                }
+                let excess = _mm256_set1_epi32(*terms.excess.get_unchecked(i));
+                let s = _mm256_add_epi32(row_sums(v), excess);
+                acc = accumulate(acc, s, group.scales::<T>(i), *terms.da.get_unchecked(i));
+            }
+            acc
+        }
     }
 }
 
@@ -237,42 +341,35 @@ unsafe fn group_dot<const C: usize>(
 /// `rows` x `cols` of a job with at least four columns: chunks of row groups interleaved (at most
 /// [`CHUNK_BYTES`]), each against every group of four columns, then against the rest one by one.
 #[inline(always)]
-unsafe fn prompt_tile<T: SmallOffset>(
-    job: &Job,
-    nb: usize,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    let acts = &job.acts[cols.clone()];
-    let terms = ActTerms::new::<T>(acts, nb);
+unsafe fn prompt_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
+    let ncols = cols.len();
     let groups = rows.len().div_ceil(ROWS);
-    let chunk = (CHUNK_BYTES / (nb * size_of::<GroupBlock>())).clamp(1, groups);
-    // SAFETY: vectors of plain integers and floats, for which zero bits are valid.
-    let mut buf = vec![unsafe { std::mem::zeroed::<GroupBlock>() }; chunk * nb];
-    let grouped = acts.len() / 4 * 4;
+    let chunk = (CHUNK_BYTES / (nb * size_of::<K::Block>())).clamp(1, groups);
     // SAFETY: the job's pointers are valid for `rows` x `cols`, these destination elements are
-    // written by this thread only (caller), and AVX-512 F/VL/VNNI are enabled by the caller.
+    // written by this thread only (caller), and AVX-512 F/VL/VNNI are enabled by the caller;
+    // zero bits are a valid `K::Block`.
     unsafe {
+        let kern = K::new(&job.acts[cols.clone()], nb);
+        let mut buf = vec![std::mem::zeroed::<K::Block>(); chunk * nb];
         for g0 in (0..groups).step_by(chunk) {
             let g1 = (g0 + chunk).min(groups);
             for (g, blocks) in (g0..g1).zip(buf.chunks_exact_mut(nb)) {
                 let group = Group::new(job, rows.start + ROWS * g, &rows);
                 for (i, b) in blocks.iter_mut().enumerate() {
-                    *b = interleave::<T>(&group, i);
+                    *b = kern.interleave(&group, i);
                 }
             }
-            for c in (0..grouped).step_by(4) {
-                let a = [acts[c], acts[c + 1], acts[c + 2], acts[c + 3]];
-                let t = [c, c + 1, c + 2, c + 3].map(|c| terms.column(c));
+            for c in (0..ncols / 4 * 4).step_by(4) {
                 for (g, blocks) in (g0..g1).zip(buf.chunks_exact(nb)) {
-                    for (j, v) in group_dot(blocks, a, t).into_iter().enumerate() {
+                    let out = kern.dot(blocks, [c, c + 1, c + 2, c + 3]);
+                    for (j, v) in out.into_iter().enumerate() {
                         store_group(job, &rows, g, cols.start + c + j, v);
                     }
                 }
             }
-            for (c, &act) in acts.iter().enumerate().skip(grouped) {
+            for c in ncols / 4 * 4..ncols {
                 for (g, blocks) in (g0..g1).zip(buf.chunks_exact(nb)) {
-                    let [v] = group_dot(blocks, [act], [terms.column(c)]);
+                    let [v] = kern.dot(blocks, [c]);
                     store_group(job, &rows, g, cols.start + c, v);
                 }
             }
@@ -282,7 +379,7 @@ unsafe fn prompt_tile<T: SmallOffset>(
 
 /// Lane `r` of the result: the sum of the eight lanes of `v[r]`.
 #[inline(always)]
-unsafe fn row_sums(v: [__m256i; 8]) -> __m256i {
+pub(super) unsafe fn row_sums(v: [__m256i; 8]) -> __m256i {
     // SAFETY: AVX2 enabled by the caller.
     unsafe {
         let h01 = _mm256_hadd_epi32(v[0], v[1]);
@@ -299,76 +396,53 @@ unsafe fn row_sums(v: [__m256i; 8]) -> __m256i {
     }
 }
 
-/// `rows` x `cols` of a job, column by column and eight rows at a time, each row's blocks dotted
-/// with the column straight from the weights and the rows' lanes summed by [`row_sums`]. The
-/// eight rows are read side by side, eight interleaved streams that the hardware prefetcher
-/// serves poorly, so the next group's rows (one contiguous span) are prefetched in address order,
-/// a share per block (Qwen2.5-0.5B Q5_0 tg at AVX-512 on a 2-core EPYC guest: prefetching each
-/// row's blocks in the next group instead was 5-10% slower than the one-row kernels,
-/// `quant_x86::prefetch_ahead`'s fixed distance, which lands inside the group, 20-25%).
+/// `rows` x `cols` of a job, column by column and eight rows at a time
+/// ([`Rows8::decode_group`]).
 #[inline(always)]
-unsafe fn decode_tile<T: SmallOffset>(
-    job: &Job,
-    nb: usize,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    let (aq, asz) = act_layout(false);
-    let span = ROWS * job.w_stride;
+unsafe fn decode_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
     // SAFETY: as for `prompt_tile`.
     unsafe {
         for c in cols {
-            let act = job.acts[c];
-            let all = ActTerms::new::<T>(&[act], nb);
-            let terms = all.column(0);
+            let kern = K::new(&[job.acts[c]], nb);
             for m0 in rows.clone().step_by(ROWS) {
-                let group = Group::new(job, m0, &rows);
-                let mut acc = _mm256_setzero_ps();
-                for i in 0..nb {
-                    let y = _mm256_loadu_si256(act.add(i * asz + aq) as *const __m256i);
-                    let mut v = [_mm256_setzero_si256(); ROWS];
-                    let next = group.w[0].wrapping_add(ROWS * job.w_stride);
-                    let mut off = i * span / nb;
-                    while off < (i + 1) * span / nb + 64 {
-                        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8);
-                        off += 64;
-                    }
-                    for (r, w) in group.w.iter().enumerate() {
-                        let p = w.add(i * T::SIZE);
-                        let q = T::unpack_u_avx512(p);
-                        v[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y);
-                    }
-                    let excess = _mm256_set1_epi32(*terms.excess.get_unchecked(i));
-                    let s = _mm256_add_epi32(row_sums(v), excess);
-                    acc = accumulate(acc, s, group.scales::<T>(i), *terms.da.get_unchecked(i));
-                }
+                let acc = kern.decode_group(&Group::new(job, m0, &rows), nb);
                 store_group(job, &rows, (m0 - rows.start) / ROWS, c, acc);
             }
         }
     }
 }
 
-/// Q4_0 / Q5_0 weights `T` of `nb` blocks per row: `rows` x `cols` of a job, through
-/// [`prompt_tile`] from four columns, else [`decode_tile`].
+/// `rows` x `cols` of a job with the kernels `K` (`nb` blocks per row): [`prompt_tile`] from four
+/// columns, else [`decode_tile`].
 ///
 /// # Safety
 /// As for `quant::rows`, with AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI enabled in the caller.
 #[inline(always)]
-pub(super) unsafe fn rows8<T: SmallOffset>(
-    job: &Job,
-    nb: usize,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
+pub(super) unsafe fn rows8<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
     if rows.is_empty() {
         return;
     }
     // SAFETY: forwarded from the caller.
     unsafe {
         if cols.len() >= 4 {
-            prompt_tile::<T>(job, nb, rows, cols)
+            prompt_tile::<K>(job, nb, rows, cols)
         } else {
-            decode_tile::<T>(job, nb, rows, cols)
+            decode_tile::<K>(job, nb, rows, cols)
         }
     }
+}
+
+/// Q4_0 / Q5_0 weights `T` of `nb` blocks per row: `rows` x `cols` of a job ([`rows8`]).
+///
+/// # Safety
+/// As for [`rows8`].
+#[inline(always)]
+pub(super) unsafe fn legacy_rows8<T: SmallOffset>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { rows8::<LegacyRows8<T>>(job, nb, rows, cols) }
 }

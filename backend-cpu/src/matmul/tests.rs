@@ -254,23 +254,26 @@ fn column_results_do_not_depend_on_the_batch() {
     }
 }
 
-/// Q4_0 / Q5_0 at AVX-512 (`quant_rows8_avx512`: groups of eight rows, the portable kernel's float
-/// steps) equal the scalar level bit for bit: row counts that end inside a group, the column
-/// counts of the decode kernel (< 4) and of the prompt kernel (groups of four and the rest), one
-/// block or many (two chunks of rows at K = 14848), contiguous and strided activations.
+/// Q4_0 / Q5_0 and the K-quants at AVX-512 (`quant_rows8_avx512`, `quant_rows8_k_avx512`: groups
+/// of eight rows, the portable kernel's float steps) equal the scalar level bit for bit: row counts
+/// that end inside a group, the column counts of the decode kernel (< 4) and of the prompt kernel
+/// (groups of four and the rest), one block or many (several chunks of rows: 464 legacy blocks, 20
+/// super-blocks), contiguous and strided activations.
 #[test]
 fn eight_row_kernels_equal_scalar() {
     if !SimdLevel::Avx512.is_available() {
         return;
     }
-    for wt in [DType::Q4_0, DType::Q5_0] {
-        for (m, n, k) in [
-            (1, 1, 32),
-            (13, 3, 96),
-            (8, 4, 896),
-            (29, 11, 224),
-            (70, 67, 14848),
+    for wt in [DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+        let long = if wt.block_size() == 32 { 464 } else { 20 };
+        for (m, n, blocks) in [
+            (1, 1, 1),
+            (13, 3, 3),
+            (8, 4, 28),
+            (29, 11, 7),
+            (70, 67, long),
         ] {
+            let k = wt.block_size() * blocks;
             for transposed in [false, true] {
                 let (mut abuf, _) = weights(wt, k, m);
                 let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
