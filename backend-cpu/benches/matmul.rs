@@ -4,7 +4,8 @@
 //! - `copy`: the memory-bandwidth baseline, a 256 MiB copy split over all cores (and on one core);
 //!   bandwidth = bytes read / time (a copy also writes as many bytes). `read_*` streams the same
 //!   256 MiB read-only (a stricter baseline for the read-only GEMV).
-//! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096 times one column; throughput =
+//! - `gemv`: Q4_0 / Q8_0 (and F16) weights 4096x4096 and 14336x4096, and Q5_0 4864x896 (Qwen2.5-0.5B's
+//!   FFN up / gate), times one column; throughput =
 //!   weight bytes / time. Several copies of the weights (>= 256 MiB in all) are cycled so every
 //!   call streams its weights from DRAM, not from the 32 MiB L3.
 //! - `gemm`: F32 1024^3 (GFLOP/s = 2 M N K / time), Q4_0 4096x4096 times 512 columns, and the
@@ -87,9 +88,12 @@ fn bench_copy(c: &mut Criterion) {
 fn bench_gemv(c: &mut Criterion) {
     let mut g = c.benchmark_group("gemv");
     g.sample_size(20).measurement_time(Duration::from_secs(3));
-    for wt in [DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4K, DType::Q6K] {
-        for m in [4096usize, 14336] {
-            let k = 4096;
+    let llama_shapes = [DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4K, DType::Q6K]
+        .into_iter()
+        .flat_map(|wt| [(wt, 4096usize, 4096usize), (wt, 14336, 4096)]);
+    // Qwen2.5-0.5B's FFN up / gate: rows of 896 elements, 616 bytes.
+    for (wt, m, k) in llama_shapes.chain([(DType::Q5_0, 4864, 896)]) {
+        {
             let bytes = wt.row_size(k).unwrap() * m;
             let copies = (COPY_BYTES).div_ceil(bytes).max(2);
             let mut ws = weight_copies(wt, k, m, copies);

@@ -319,10 +319,21 @@ impl OnlineSoftmax {
         }
         scores.iter_mut().for_each(|x| *x -= self.max);
         self.ops.exp(scores);
-        for (&j, &weight) in chunk.keys[..n].iter().zip(scores.iter()) {
-            // SAFETY: `j` is a key of `values` (caller).
-            let vr = unsafe { values.row(j, sv)? };
-            self.ops.axpy(weight, vr, &mut self.acc);
+        if let Some(c) = values.converted {
+            // Converted rows stay put: all of the chunk's rows in one pass over the accumulator.
+            let mut rows: [&[f32]; CHUNK] = [&[]; CHUNK];
+            for (r, &j) in rows.iter_mut().zip(&chunk.keys[..n]) {
+                *r = c.value(j);
+            }
+            self.ops.axpy_rows(scores, &rows[..n], &mut self.acc);
+        } else {
+            for (&j, &weight) in chunk.keys[..n].iter().zip(scores.iter()) {
+                // SAFETY: `j` is a key of `values` (caller).
+                let vr = unsafe { values.row(j, sv)? };
+                self.ops.axpy(weight, vr, &mut self.acc);
+            }
+        }
+        for &weight in scores.iter() {
             self.sum += weight;
         }
         Ok(())

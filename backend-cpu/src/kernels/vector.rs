@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 pub(crate) struct RowOps {
     dot: unsafe fn(*const f32, *const f32, usize) -> f32,
     axpy: unsafe fn(f32, *const f32, *mut f32, usize),
+    axpy_rows: unsafe fn(*const f32, *const &[f32], usize, *mut f32, usize),
     scale: unsafe fn(f32, *mut f32, usize),
     widen_f16: unsafe fn(*const u16, *mut f32, usize),
     exp: unsafe fn(*mut f32, usize),
@@ -31,6 +32,7 @@ impl RowOps {
             _ => RowOps {
                 dot: dot_impl::<Scalar8>,
                 axpy: axpy_impl::<Scalar8>,
+                axpy_rows: axpy_rows_impl::<Scalar8>,
                 scale: scale_impl::<Scalar8>,
                 widen_f16: widen_f16_impl::<Scalar8>,
                 exp: exp_scalar,
@@ -50,6 +52,16 @@ impl RowOps {
     pub(crate) fn axpy(&self, alpha: f32, x: &[f32], y: &mut [f32]) {
         // SAFETY: as for `dot`.
         unsafe { (self.axpy)(alpha, x.as_ptr(), y.as_mut_ptr(), x.len().min(y.len())) }
+    }
+
+    /// `y[i] += w[j] * x_j[i]` for every row `x_j` of `xs` in turn, over `y`'s length (each `x_j`
+    /// at least as long): the same steps as one [`RowOps::axpy`] per row, with `y` kept in
+    /// registers across the rows.
+    #[inline]
+    pub(crate) fn axpy_rows(&self, w: &[f32], xs: &[&[f32]], y: &mut [f32]) {
+        assert!(w.len() == xs.len() && xs.iter().all(|x| x.len() >= y.len()));
+        // SAFETY: every row holds `y.len()` elements (checked); as for `dot` otherwise.
+        unsafe { (self.axpy_rows)(w.as_ptr(), xs.as_ptr(), w.len(), y.as_mut_ptr(), y.len()) }
     }
 
     /// `y[i] *= s`.
@@ -133,6 +145,47 @@ unsafe fn axpy_impl<V: F32Vec>(alpha: f32, x: *const f32, y: *mut f32, n: usize)
     }
 }
 
+/// Vectors of `y` one [`axpy_rows_impl`] pass keeps in registers.
+const AXPY_TILE: usize = 4;
+
+#[inline(always)]
+unsafe fn axpy_rows_impl<V: F32Vec>(
+    w: *const f32,
+    xs: *const &[f32],
+    count: usize,
+    y: *mut f32,
+    n: usize,
+) {
+    let l = V::LANES;
+    // SAFETY: `w` and `xs` hold `count` entries, every row and `y` `n` elements, rows and `y`
+    // do not overlap (caller).
+    unsafe {
+        let mut i = 0;
+        while i < n / l * l {
+            let t = ((n / l * l - i) / l).min(AXPY_TILE);
+            let mut acc = [V::zero(); AXPY_TILE];
+            for (k, a) in acc.iter_mut().enumerate().take(t) {
+                *a = V::load(y.add(i + k * l));
+            }
+            for j in 0..count {
+                let (wv, x) = (V::splat(*w.add(j)), (*xs.add(j)).as_ptr());
+                for (k, a) in acc.iter_mut().enumerate().take(t) {
+                    *a = V::fmadd(wv, V::load(x.add(i + k * l)), *a);
+                }
+            }
+            for (k, a) in acc.iter().enumerate().take(t) {
+                a.store(y.add(i + k * l));
+            }
+            i += t * l;
+        }
+        for e in i..n {
+            for j in 0..count {
+                *y.add(e) += *w.add(j) * *(*xs.add(j)).as_ptr().add(e);
+            }
+        }
+    }
+}
+
 #[inline(always)]
 unsafe fn scale_impl<V: F32Vec>(s: f32, y: *mut f32, n: usize) {
     let l = V::LANES;
@@ -181,6 +234,17 @@ macro_rules! row_ops_for {
                 unsafe { axpy_impl::<$v>(alpha, x, y, n) }
             }
             #[target_feature(enable = $features)]
+            unsafe fn axpy_rows(
+                w: *const f32,
+                xs: *const &[f32],
+                count: usize,
+                y: *mut f32,
+                n: usize,
+            ) {
+                // SAFETY: as for `dot`.
+                unsafe { axpy_rows_impl::<$v>(w, xs, count, y, n) }
+            }
+            #[target_feature(enable = $features)]
             unsafe fn scale(s: f32, y: *mut f32, n: usize) {
                 // SAFETY: as for `dot`.
                 unsafe { scale_impl::<$v>(s, y, n) }
@@ -193,6 +257,7 @@ macro_rules! row_ops_for {
             RowOps {
                 dot,
                 axpy,
+                axpy_rows,
                 scale,
                 widen_f16,
                 exp: $exp,
@@ -259,6 +324,26 @@ mod tests {
                     assert!(
                         (f64::from(y[i]) - w).abs() <= 1e-6,
                         "{lvl:?} axpy n={n} i={i}"
+                    );
+                }
+                // axpy_rows: the steps of one axpy per row, bit for bit (odd row counts and
+                // lengths: whole tiles, a partial tile, the scalar tail).
+                for rows in [1usize, 3, 16] {
+                    let xs: Vec<Vec<f32>> = (0..rows)
+                        .map(|_| (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect())
+                        .collect();
+                    let w: Vec<f32> = (0..rows).map(|_| rng.gen_range(0.0..1.0)).collect();
+                    let (mut one, mut all) = (b.clone(), b.clone());
+                    for (x, &wj) in xs.iter().zip(&w) {
+                        ops.axpy(wj, x, &mut one);
+                    }
+                    let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+                    ops.axpy_rows(&w, &refs, &mut all);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&one),
+                        bits(&all),
+                        "{lvl:?} axpy_rows n={n} rows={rows}"
                     );
                 }
                 let xs: Vec<f32> = (0..n).map(|_| rng.gen_range(-90.0..5.0)).collect();

@@ -1,5 +1,6 @@
-//! The AVX-512 prompt kernel of the legacy formats but Q4_0 / Q5_0 (those, and the K-quants, take
-//! `quant_prompt_x86` at every level): two weight rows x four activation columns.
+//! The AVX-512 prompt kernel of the legacy formats but Q4_0 / Q5_0 (those take
+//! `quant_rows8_avx512`, and the K-quants `quant_rows8_k_avx512`): two weight rows x four
+//! activation columns.
 //!
 //! [`legacy_2x4`]: two blocks per 512-bit vector. The low half of every vector holds an even block
 //! and the high half the next, odd one, so the accumulator of a (row, column) is `quant_x86`'s even (low) and odd (high)

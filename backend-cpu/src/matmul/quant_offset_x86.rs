@@ -1,5 +1,6 @@
 //! x86 one-column kernels of the 4- and 5-bit legacy formats, the decode products of most legacy
-//! models: the offset kernel of the signed ones (Q4_0, Q5_0) and, at the end, the kernel of the
+//! models: the offset kernel of the signed ones (Q4_0, Q5_0; at AVX2, AVX-512 takes
+//! `quant_rows8_avx512`) and, at the end, the kernel of the
 //! `d * q + m` ones (Q4_1, Q5_1, [`min_rows`]), whose Q8_1 activation scales and sums are converted
 //! once per column and tile instead of once per weight row (same values, same order of the float
 //! steps as the generic kernel's, so again bit-identical).
@@ -21,9 +22,42 @@ use std::ops::Range;
 
 /// Legacy formats whose quants plus [`LegacyX86::OFFSET`] stay below 32, so that the unsigned x
 /// signed byte products of a pair sum without saturating 16 bits.
-pub(super) trait SmallOffset: LegacyX86 {}
-impl SmallOffset for Q4_0 {}
-impl SmallOffset for Q5_0 {}
+pub(super) trait SmallOffset: LegacyX86 {
+    /// [`LegacyX86::unpack_u`]'s bytes with AVX-512 BW/VL (the kernels of `quant_rows8_avx512`):
+    /// the nibbles from one broadcast load and a per-lane shift, Q5_0's fifth bits as a mask.
+    unsafe fn unpack_u_avx512(p: *const u8) -> __m256i;
+}
+
+/// Low nibbles of the 16 bytes at `qs` in the low lane, high nibbles in the high lane (AVX-512
+/// BW/VL enabled by the caller; 16 readable bytes).
+#[inline(always)]
+unsafe fn nibbles_avx512(qs: *const u8) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs as *const __m128i));
+        let shift = _mm256_set_epi64x(0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0, 0);
+        _mm256_and_si256(_mm256_srlv_epi16(v, shift), _mm256_set1_epi8(15))
+    }
+}
+
+// SAFETY (every `unsafe` block of these impls): AVX-512 BW/VL are enabled by the caller, who
+// passes a whole block.
+impl SmallOffset for Q4_0 {
+    #[inline(always)]
+    unsafe fn unpack_u_avx512(p: *const u8) -> __m256i {
+        unsafe { nibbles_avx512(p.add(2)) }
+    }
+}
+impl SmallOffset for Q5_0 {
+    #[inline(always)]
+    unsafe fn unpack_u_avx512(p: *const u8) -> __m256i {
+        unsafe {
+            let n = nibbles_avx512(p.add(6));
+            let bits = (p.add(2) as *const u32).read_unaligned();
+            _mm256_mask_add_epi8(n, bits, n, _mm256_set1_epi8(16))
+        }
+    }
+}
 
 /// Per block of one activation column: `OFFSET` times the activation sums in the lanes of
 /// [`DotI8::dot_us`], and the activation scale (one allocation per column and tile).

@@ -1,5 +1,7 @@
-//! The x86 prompt kernels of Q4_0 / Q5_0 and of the K-quants, at AVX2 and at AVX-512 (there the
-//! unsigned x signed dot is one `vpdpbusd`; measured on a 2-core EPYC guest, criterion GEMM at the
+//! The AVX2 prompt kernels of Q4_0 / Q5_0 and of the K-quants (at AVX-512 they take the eight-row
+//! kernels of `quant_rows8_avx512.rs` / `quant_rows8_k_avx512.rs`, which reuse [`KUnpacked`]; the
+//! numbers that follow are of these kernels at AVX-512 before those, where the unsigned x signed
+//! dot was one `vpdpbusd`; measured on a 2-core EPYC guest, criterion GEMM at the
 //! AVX-512 level against its two-row kernels: Q5_0 141 -> 201 Gelem/s, Q4_0 179 -> 204, Q4_K 166 ->
 //! 196, Q6_K 177 -> 199): groups of four activation columns, one weight row at a time, each weight block unpacked once per tile instead of once per
 //! group of columns ([`prompt_tile`]: chunks of rows unpacked while they stay in L2, each against
@@ -24,7 +26,7 @@
 //! depend on its batch).
 
 use super::quant::{act_layout, rd16, HalfCvt};
-use super::quant::{KBlock, Q8K_QS, Q8K_SIZE};
+use super::quant::{KBlock, Q8K_BSUMS, Q8K_QS, Q8K_SIZE};
 use super::quant_offset_x86::SmallOffset;
 use super::quant_x86::{finish, hsums, kquant_accumulate, DotI8, F16c, KQuantX86};
 use super::Job;
@@ -115,16 +117,41 @@ impl KUnpacked {
         unsafe {
             for c in 0..C {
                 let a = acts[c].add(i * Q8K_SIZE);
-                let mut isum = _mm256_setzero_si256();
-                for (v, sc) in self.scv.iter().enumerate() {
-                    let q = _mm256_loadu_si256(self.kb.q.as_ptr().add(32 * v) as *const __m256i);
-                    let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
-                    isum =
-                        _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
-                }
-                acc[c] = kquant_accumulate(acc[c], isum, self.mn, &self.kb, a);
+                let (isum, msum) = (self.int_sums(a), self.min_sums(a));
+                acc[c] = kquant_accumulate(acc[c], isum, msum, &self.kb, a);
             }
         }
+    }
+
+    /// The block's scaled integer dots against the Q8_K block at `a`, in eight i32 lanes (lane
+    /// `l`: quants `4 l .. 4 l + 4` of every 32, times their scales).
+    #[inline(always)]
+    pub(super) unsafe fn int_sums(&self, a: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `a` points to a whole Q8_K block.
+        unsafe {
+            let mut isum = _mm256_setzero_si256();
+            for (v, sc) in self.scv.iter().enumerate() {
+                let q = _mm256_loadu_si256(self.kb.q.as_ptr().add(32 * v) as *const __m256i);
+                let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
+            }
+            isum
+        }
+    }
+
+    /// The block's min terms against the Q8_K block at `a` (its block sums), in eight i32 lanes.
+    #[inline(always)]
+    pub(super) unsafe fn min_sums(&self, a: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `a` points to a whole Q8_K block.
+        unsafe {
+            let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
+            _mm256_madd_epi16(bs, self.mn)
+        }
+    }
+
+    /// The unpacked block.
+    pub(super) fn block(&self) -> &KBlock {
+        &self.kb
     }
 }
 

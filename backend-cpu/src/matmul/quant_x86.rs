@@ -3,12 +3,14 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; Q4_0, Q5_0
-//! and the K-quants take `quant_prompt_x86.rs` at both levels instead).
+//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; the
+//! K-quants and Q4_0 / Q5_0 take `quant_prompt_x86.rs` at AVX2 instead, and at AVX-512 the
+//! eight-row kernels of `quant_rows8_avx512.rs` / `quant_rows8_k_avx512.rs`, prompt and decode:
+//! [`DotI8::small_offset_rows`], [`DotI8::kquant_rows`]).
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
-    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K_BSUMS, Q8_0,
+    RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
 use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
 use super::quant_prompt_x86::{kquant_prompt_rows, prompt_rows, KUnpacked};
@@ -81,6 +83,34 @@ pub(crate) trait DotI8 {
             }
         }
     }
+    /// The Q4_0 / Q5_0 kernels of this level: at AVX2 [`rows_small_offset`], at AVX-512 the
+    /// eight-row kernels of `quant_rows8_avx512.rs`.
+    #[inline(always)]
+    unsafe fn small_offset_rows<T: SmallOffset>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe { rows_small_offset::<T, Self>(job, nb, rows, cols) }
+    }
+    /// The K-quant kernels of this level: at AVX2 [`rows_kquant`], at AVX-512 the eight-row
+    /// kernels of `quant_rows8_k_avx512.rs`.
+    #[inline(always)]
+    unsafe fn kquant_rows<T: KQuantX86>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) where
+        Self: Sized,
+    {
+        // SAFETY: forwarded from the caller.
+        unsafe { rows_kquant::<T, Self>(job, nb, rows, cols) }
+    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -118,6 +148,26 @@ impl DotI8 for VnniDot {
     ) -> [[f32; 4]; 2] {
         // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
         unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
+    }
+    #[inline(always)]
+    unsafe fn small_offset_rows<T: SmallOffset>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_rows8_avx512::legacy_rows8::<T>(job, nb, rows, cols) }
+    }
+    #[inline(always)]
+    unsafe fn kquant_rows<T: KQuantX86>(
+        job: &Job,
+        nb: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
+        unsafe { super::quant_rows8_k_avx512::kquant_rows8::<T>(job, nb, rows, cols) }
     }
 }
 
@@ -516,22 +566,21 @@ pub(super) unsafe fn hsums<const C: usize>(acc: [__m256; C]) -> [f32; C] {
 }
 
 /// `acc` plus super-block `kb`'s eight lanes of integer sums `isum` (lane `l`: quants `4 l .. 4 l +
-/// 4` of every 32, scaled) and its min terms (`mn`: `kb.mn` as a vector) against the Q8_K block at
-/// `a`, scaled: the float steps every K-quant kernel shares, so that a column's result does not
-/// depend on the kernel that computed it.
+/// 4` of every 32, scaled) and of min terms `msum` against the Q8_K block at `a`, scaled: the
+/// float steps every AVX2 K-quant kernel shares, so that a column's result does not depend on the
+/// kernel that computed it.
 #[inline(always)]
 pub(super) unsafe fn kquant_accumulate(
     acc: __m256,
     isum: __m256i,
-    mn: __m256i,
+    msum: __m256i,
     kb: &KBlock,
     a: *const u8,
 ) -> __m256 {
     // SAFETY: AVX2/FMA enabled by the caller; `a` points to a whole Q8_K block.
     unsafe {
         let da = (a as *const f32).read_unaligned();
-        let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
-        let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn));
+        let msum = _mm256_cvtepi32_ps(msum);
         let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc);
         _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc)
     }
@@ -651,15 +700,15 @@ unsafe fn rows_any<D: DotI8>(
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
-            DType::Q4_0 => rows_small_offset::<Q4_0, D>(job, nb, rows, cols),
+            DType::Q4_0 => D::small_offset_rows::<Q4_0>(job, nb, rows, cols),
             DType::Q4_1 => rows_min::<Q4_1, D>(job, nb, rows, cols),
-            DType::Q5_0 => rows_small_offset::<Q5_0, D>(job, nb, rows, cols),
+            DType::Q5_0 => D::small_offset_rows::<Q5_0>(job, nb, rows, cols),
             DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => rows_kquant::<Q4K, D>(job, nb, rows, cols),
-            DType::Q5K => rows_kquant::<Q5K, D>(job, nb, rows, cols),
-            DType::Q6K => rows_kquant::<Q6K, D>(job, nb, rows, cols),
+            DType::Q4K => D::kquant_rows::<Q4K>(job, nb, rows, cols),
+            DType::Q5K => D::kquant_rows::<Q5K>(job, nb, rows, cols),
+            DType::Q6K => D::kquant_rows::<Q6K>(job, nb, rows, cols),
             _ => {}
         }
     }

@@ -93,6 +93,31 @@ fn k_for(wt: DType, odd: bool) -> usize {
     }
 }
 
+/// The bytes and layout of activations `[K, N, B2, B3]` whose logical row `r` is `vals[r * K..]`:
+/// contiguous, or `transposed` (per batch stored as [N, K] and viewed as [K, N]).
+fn activations(vals: &[f32], ne: [usize; 4], transposed: bool) -> (Vec<u8>, Layout) {
+    let [k, n, b2, _] = ne;
+    if !transposed {
+        let layout = Layout::contiguous(DType::F32, ne);
+        return (bytemuck::cast_slice(vals).to_vec(), layout);
+    }
+    // Per batch a [N, K] block: element (i0, i1) at i0 * N + i1.
+    let mut t = vec![0f32; vals.len()];
+    for r in 0..vals.len() / k {
+        let (i1, batch) = (r % n, r / n);
+        for i0 in 0..k {
+            t[batch * n * k + i0 * n + i1] = vals[r * k + i0];
+        }
+    }
+    let nb = [4 * n, 4, 4 * n * k, 4 * n * k * b2];
+    let layout = Layout {
+        dtype: DType::F32,
+        ne,
+        nb,
+    };
+    (bytemuck::cast_slice(&t).to_vec(), layout)
+}
+
 /// One `mul_mat` case; returns the output. `transposed`: b stored as [N, K] and viewed as [K, N].
 #[allow(clippy::too_many_arguments)] // a test case spelled out: level, type, K, M, N, batch dims, layout
 fn run_mul_mat(
@@ -110,31 +135,8 @@ fn run_mul_mat(
     let a = TView::of_slice(&mut abuf, wt, [k, m, a23[0], a23[1]]);
     let nb_rows = n * b23[0] * b23[1];
     let bvals = rand_vec(k * nb_rows); // logical b[(row) * k + i0]
-    let mut bbuf: Vec<u8>;
-    let b = if transposed {
-        // Per batch a [N, K] block: element (i0, i1) at i0 * N + i1.
-        let mut t = vec![0f32; k * nb_rows];
-        for r in 0..nb_rows {
-            let (i1, batch) = (r % n, r / n);
-            for i0 in 0..k {
-                t[batch * n * k + i0 * n + i1] = bvals[r * k + i0];
-            }
-        }
-        bbuf = bytemuck::cast_slice(&t).to_vec();
-        let ne = [k, n, b23[0], b23[1]];
-        let nb = [4 * n, 4, 4 * n * k, 4 * n * k * b23[0]];
-        TView::new(
-            bbuf.as_mut_ptr(),
-            Layout {
-                dtype: DType::F32,
-                ne,
-                nb,
-            },
-        )
-    } else {
-        bbuf = bytemuck::cast_slice(&bvals).to_vec();
-        TView::of_slice(&mut bbuf, DType::F32, [k, n, b23[0], b23[1]])
-    };
+    let (mut bbuf, blayout) = activations(&bvals, [k, n, b23[0], b23[1]], transposed);
+    let b = TView::new(bbuf.as_mut_ptr(), blayout);
     let mut dbuf: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * nb_rows]).to_vec();
     let dst = TView::of_slice(&mut dbuf, DType::F32, [m, n, b23[0], b23[1]]);
     mul_mat_with(level, &a, &b, &dst).unwrap();
@@ -246,6 +248,54 @@ fn column_results_do_not_depend_on_the_batch() {
                         .all(|(x, y)| x.to_bits() == y.to_bits()),
                     "{wt} at {} column {j}: alone {alone:?} batched {batched:?}",
                     level.name()
+                );
+            }
+        }
+    }
+}
+
+/// Q4_0 / Q5_0 and the K-quants at AVX-512 (`quant_rows8_avx512`, `quant_rows8_k_avx512`: groups
+/// of eight rows, the portable kernel's float steps) equal the scalar level bit for bit: row counts
+/// that end inside a group, the column counts of the decode kernel (< 4) and of the prompt kernel
+/// (groups of four and the rest), one block or many (several chunks of rows: 464 legacy blocks, 20
+/// super-blocks), contiguous and strided activations.
+#[test]
+fn eight_row_kernels_equal_scalar() {
+    if !SimdLevel::Avx512.is_available() {
+        return;
+    }
+    for wt in [DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+        let long = if wt.block_size() == 32 { 464 } else { 20 };
+        for (m, n, blocks) in [
+            (1, 1, 1),
+            (13, 3, 3),
+            (8, 4, 28),
+            (29, 11, 7),
+            (70, 67, long),
+        ] {
+            let k = wt.block_size() * blocks;
+            for transposed in [false, true] {
+                let (mut abuf, _) = weights(wt, k, m);
+                let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
+                let (mut bbuf, blayout) = activations(&rand_vec(k * n), [k, n, 1, 1], transposed);
+                let b = TView::new(bbuf.as_mut_ptr(), blayout);
+                let outs: Vec<Vec<f32>> = [SimdLevel::Scalar, SimdLevel::Avx512]
+                    .into_iter()
+                    .map(|level| {
+                        let mut d: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * n]).to_vec();
+                        let dst = TView::of_slice(&mut d, DType::F32, [m, n, 1, 1]);
+                        mul_mat_with(level, &a, &b, &dst).unwrap();
+                        to_f32(&d)
+                    })
+                    .collect();
+                assert!(
+                    outs[0]
+                        .iter()
+                        .zip(&outs[1])
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{wt} m={m} n={n} k={k} t={transposed}: scalar {:?} avx512 {:?}",
+                    outs[0],
+                    outs[1]
                 );
             }
         }
