@@ -18,6 +18,10 @@
 //! float steps (the scale `d * d_a` lane by lane, one FMA into the even or odd accumulator), with
 //! eight accumulators live.
 //!
+//! Q4_1 / Q5_1 ([`MinPrompt`]): the generic kernel's steps (their quants are unsigned already)
+//! on blocks unpacked once per tile, one row against four columns (the two-row kernel's sixteen
+//! accumulators spill at AVX2).
+//!
 //! K-quants ([`KQuantPrompt`]): the one-column kernel's steps on the unpacked super-blocks
 //! ([`KUnpacked`]: quants, scale vectors, min terms), whose unpacking (scales decoded one by one)
 //! cost as much as the dot products when done for every group of four columns.
@@ -28,7 +32,7 @@
 use super::quant::{act_layout, rd16, HalfCvt};
 use super::quant::{KBlock, Q8K_BSUMS, Q8K_QS, Q8K_SIZE};
 use super::quant_offset_x86::SmallOffset;
-use super::quant_x86::{finish, hsums, kquant_accumulate, DotI8, F16c, KQuantX86};
+use super::quant_x86::{finish, hsums, kquant_accumulate, DotI8, F16c, KQuantX86, LegacyX86};
 use super::Job;
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -62,6 +66,41 @@ impl Columns {
                     let y = _mm256_loadu_si256(a.add(aq) as *const __m256i);
                     cols.y.push(_mm256_xor_si256(y, bias));
                     cols.d.push(F16c::cvt(rd16(a)));
+                }
+            }
+        }
+        cols
+    }
+}
+
+/// The Q8_1 activation columns of a tile for Q4_1 / Q5_1: per column and block, the quants as
+/// they are, the scale and the scaled sum.
+struct MinColumns {
+    y: Vec<__m256i>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+}
+
+impl MinColumns {
+    /// The Q8_1 rows `acts` of `nb` blocks.
+    #[inline(always)]
+    unsafe fn new(acts: &[*const u8], nb: usize) -> Self {
+        let (aq, asz) = act_layout(true);
+        let n = acts.len() * nb;
+        let mut cols = MinColumns {
+            y: Vec::with_capacity(n),
+            d: Vec::with_capacity(n),
+            s: Vec::with_capacity(n),
+        };
+        // SAFETY: AVX2 enabled by the caller; every row holds `nb` blocks. (Loops, not closures:
+        // closures do not inherit the caller's target features.)
+        unsafe {
+            for &act in acts {
+                for i in 0..nb {
+                    let a = act.add(i * asz);
+                    cols.y.push(_mm256_loadu_si256(a.add(aq) as *const __m256i));
+                    cols.d.push(F16c::cvt(rd16(a)));
+                    cols.s.push(F16c::cvt(rd16(a.add(2))));
                 }
             }
         }
@@ -246,6 +285,88 @@ impl<T: SmallOffset, D: DotI8> PromptKernel for LegacyPrompt<T, D> {
     }
 }
 
+/// Block of a Q4_1 / Q5_1 weight row unpacked for every column group of a tile: the unsigned
+/// quants, the scale in every lane (see [`RowBlock`]) and the min.
+#[derive(Clone, Copy)]
+struct MinBlock {
+    q: __m256i,
+    d: __m256,
+    m: f32,
+}
+
+/// Q4_1 / Q5_1 against the Q8_1 activations of a tile, with the generic kernel's steps
+/// (`quant_x86::legacy_step`): per block and column the unsigned x signed dot, scaled by `d * d_a`
+/// into the even or odd accumulator, and `m * s_a` into the column's min sum.
+struct MinPrompt<T, D> {
+    cols: MinColumns,
+    nb: usize,
+    kind: PhantomData<(T, D)>,
+}
+
+impl<T: LegacyX86, D: DotI8> MinPrompt<T, D> {
+    /// Block `i` of an unpacked row against block `i` of the four columns from `j` (indices of
+    /// [`MinColumns`]), into `acc` and `msum`.
+    #[inline(always)]
+    unsafe fn step(&self, b: &MinBlock, j: [usize; 4], acc: &mut [__m256; 4], msum: &mut [f32; 4]) {
+        // SAFETY: AVX2/FMA enabled by the caller; `j` indexes the columns.
+        unsafe {
+            for c in 0..4 {
+                let s = D::dot_us(b.q, *self.cols.y.get_unchecked(j[c]));
+                let scale = _mm256_mul_ps(b.d, _mm256_set1_ps(*self.cols.d.get_unchecked(j[c])));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[c]);
+                msum[c] += b.m * *self.cols.s.get_unchecked(j[c]);
+            }
+        }
+    }
+}
+
+impl<T: LegacyX86, D: DotI8> PromptKernel for MinPrompt<T, D> {
+    type Block = MinBlock;
+    fn empty() -> MinBlock {
+        // SAFETY: vectors of plain integers and floats, for which zero bits are valid.
+        unsafe { std::mem::zeroed() }
+    }
+    #[inline(always)]
+    unsafe fn unpack(&self, w: *const u8, i: usize, out: &mut MinBlock) {
+        // SAFETY: AVX2 enabled by the caller; block `i` exists in the row.
+        unsafe {
+            let p = w.add(i * T::SIZE);
+            let (d, m) = T::dm::<F16c>(p);
+            *out = MinBlock {
+                q: T::unpack_x86(p),
+                d: _mm256_set1_ps(d),
+                m,
+            };
+        }
+    }
+    /// Even and odd blocks in separate accumulators, as in the generic kernel.
+    #[inline(always)]
+    unsafe fn row4(&self, blocks: &[MinBlock], g: usize) -> [f32; 4] {
+        let nb = self.nb;
+        let j0 = [g * nb, (g + 1) * nb, (g + 2) * nb, (g + 3) * nb];
+        // SAFETY: AVX2/FMA enabled by the caller; the row and the columns hold `nb` blocks.
+        unsafe {
+            let mut acc0 = [[_mm256_setzero_ps(); 4]];
+            let mut acc1 = [[_mm256_setzero_ps(); 4]];
+            let mut msum = [[0f32; 4]];
+            let mut i = 0;
+            while i + 2 <= nb {
+                let b = blocks.get_unchecked(i);
+                self.step(b, j0.map(|j| j + i), &mut acc0[0], &mut msum[0]);
+                let b = blocks.get_unchecked(i + 1);
+                self.step(b, j0.map(|j| j + i + 1), &mut acc1[0], &mut msum[0]);
+                i += 2;
+            }
+            if i < nb {
+                let b = blocks.get_unchecked(i);
+                self.step(b, j0.map(|j| j + i), &mut acc0[0], &mut msum[0]);
+            }
+            let [out] = finish(&acc0, &acc1, &msum);
+            out
+        }
+    }
+}
+
 /// K-quants against the Q8_K rows of a tile, with the one-column kernel's steps ([`KUnpacked`]).
 struct KQuantPrompt<'a, T> {
     acts: &'a [*const u8],
@@ -334,6 +455,28 @@ pub(super) unsafe fn prompt_rows<T: SmallOffset, D: DotI8>(
     unsafe {
         let kern = LegacyPrompt::<T, D> {
             cols: Columns::new(&job.acts[cols.clone()], nb),
+            nb,
+            kind: PhantomData,
+        };
+        prompt_tile(&kern, job, nb, rows, cols);
+    }
+}
+
+/// Q4_1 / Q5_1 weights `T` of `nb` blocks per row: `rows` x `cols` (a multiple of four columns).
+///
+/// # Safety
+/// As for `quant::rows`, with AVX2/FMA/F16C enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn min_prompt_rows<T: LegacyX86, D: DotI8>(
+    job: &Job,
+    nb: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let kern = MinPrompt::<T, D> {
+            cols: MinColumns::new(&job.acts[cols.clone()], nb),
             nb,
             kind: PhantomData,
         };

@@ -13,7 +13,7 @@ use super::quant::{
     RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
 use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
-use super::quant_prompt_x86::{kquant_prompt_rows, prompt_rows, KUnpacked};
+use super::quant_prompt_x86::{kquant_prompt_rows, min_prompt_rows, prompt_rows, KUnpacked};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -645,8 +645,8 @@ unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
     }
 }
 
-/// Q4_1 / Q5_1: groups of four columns through the generic and prompt kernels, the remaining
-/// columns through the one-column kernel of `quant_offset_x86`.
+/// Q4_1 / Q5_1: groups of four columns through the prompt kernel of `quant_prompt_x86`, the
+/// remaining columns through the one-column kernel of `quant_offset_x86`.
 #[inline(always)]
 unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     job: &Job,
@@ -658,8 +658,7 @@ unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     // SAFETY: forwarded from the caller.
     unsafe {
         if grouped > cols.start {
-            let kern = LegacyK::<T, D>(nb, PhantomData);
-            rows_with(&kern, job, rows.clone(), cols.start..grouped);
+            min_prompt_rows::<T, D>(job, nb, rows.clone(), cols.start..grouped);
         }
         min_rows::<T, D>(job, nb, rows, grouped..cols.end);
     }
