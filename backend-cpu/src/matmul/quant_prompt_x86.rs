@@ -216,6 +216,58 @@ trait PromptKernel {
     unsafe fn row4(&self, blocks: &[Self::Block], g: usize) -> [f32; 4];
 }
 
+/// A legacy prompt kernel's step: block `i` of an unpacked row against block `i` of four columns
+/// (`j`: their indices in the tile's column data), into the scaled accumulators `acc` and the min
+/// sums `msum`, as the generic kernel's `quant_x86::legacy_step` does.
+trait LegacyStep: PromptKernel {
+    /// Blocks per row.
+    fn nb(&self) -> usize;
+    unsafe fn step(
+        &self,
+        b: &Self::Block,
+        j: [usize; 4],
+        acc: &mut [__m256; 4],
+        msum: &mut [f32; 4],
+    );
+}
+
+/// The unpacked row `blocks` against the four tile columns from `g` with `k`'s steps: even and odd
+/// blocks in separate accumulators, then `quant_x86::finish`, as in the generic kernel (so every
+/// result is bit-identical to it).
+#[inline(always)]
+unsafe fn even_odd_row4<K: LegacyStep>(k: &K, blocks: &[K::Block], g: usize) -> [f32; 4] {
+    let nb = k.nb();
+    let j0 = [g * nb, (g + 1) * nb, (g + 2) * nb, (g + 3) * nb];
+    // SAFETY: AVX2/FMA enabled by the caller; the row and the columns hold `nb` blocks.
+    unsafe {
+        let mut acc0 = [[_mm256_setzero_ps(); 4]];
+        let mut acc1 = [[_mm256_setzero_ps(); 4]];
+        let mut msum = [[0f32; 4]];
+        let mut i = 0;
+        while i + 2 <= nb {
+            k.step(
+                blocks.get_unchecked(i),
+                j0.map(|j| j + i),
+                &mut acc0[0],
+                &mut msum[0],
+            );
+            let j1 = j0.map(|j| j + i + 1);
+            k.step(blocks.get_unchecked(i + 1), j1, &mut acc1[0], &mut msum[0]);
+            i += 2;
+        }
+        if i < nb {
+            k.step(
+                blocks.get_unchecked(i),
+                j0.map(|j| j + i),
+                &mut acc0[0],
+                &mut msum[0],
+            );
+        }
+        let [out] = finish(&acc0, &acc1, &msum);
+        out
+    }
+}
+
 /// Q4_0 / Q5_0 against the unsigned activations of a tile.
 struct LegacyPrompt<T, D> {
     cols: Columns,
@@ -223,11 +275,13 @@ struct LegacyPrompt<T, D> {
     kind: PhantomData<(T, D)>,
 }
 
-impl<T: SmallOffset, D: DotI8> LegacyPrompt<T, D> {
-    /// Block `i` of an unpacked row against block `i` of the four columns from `j` (indices of
-    /// [`Columns`]), into `acc`.
+impl<T: SmallOffset, D: DotI8> LegacyStep for LegacyPrompt<T, D> {
+    fn nb(&self) -> usize {
+        self.nb
+    }
+    /// The min sums stay zero (Q4_0 / Q5_0 carry their offset in the integer dot).
     #[inline(always)]
-    unsafe fn step(&self, b: &RowBlock, j: [usize; 4], acc: &mut [__m256; 4]) {
+    unsafe fn step(&self, b: &RowBlock, j: [usize; 4], acc: &mut [__m256; 4], _: &mut [f32; 4]) {
         // SAFETY: AVX2/FMA enabled by the caller; `j` indexes the columns.
         unsafe {
             for c in 0..4 {
@@ -260,28 +314,10 @@ impl<T: SmallOffset, D: DotI8> PromptKernel for LegacyPrompt<T, D> {
             };
         }
     }
-    /// Even and odd blocks in separate accumulators, as in the generic kernel.
     #[inline(always)]
     unsafe fn row4(&self, blocks: &[RowBlock], g: usize) -> [f32; 4] {
-        let nb = self.nb;
-        let j0 = [g * nb, (g + 1) * nb, (g + 2) * nb, (g + 3) * nb];
-        // SAFETY: AVX2/FMA enabled by the caller; the row and the columns hold `nb` blocks.
-        unsafe {
-            let mut acc0 = [[_mm256_setzero_ps(); 4]];
-            let mut acc1 = [[_mm256_setzero_ps(); 4]];
-            let mut i = 0;
-            while i + 2 <= nb {
-                self.step(blocks.get_unchecked(i), j0.map(|j| j + i), &mut acc0[0]);
-                let j1 = j0.map(|j| j + i + 1);
-                self.step(blocks.get_unchecked(i + 1), j1, &mut acc1[0]);
-                i += 2;
-            }
-            if i < nb {
-                self.step(blocks.get_unchecked(i), j0.map(|j| j + i), &mut acc0[0]);
-            }
-            let [out] = finish(&acc0, &acc1, &[[0.0; 4]]);
-            out
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { even_odd_row4(self, blocks, g) }
     }
 }
 
@@ -303,9 +339,10 @@ struct MinPrompt<T, D> {
     kind: PhantomData<(T, D)>,
 }
 
-impl<T: LegacyX86, D: DotI8> MinPrompt<T, D> {
-    /// Block `i` of an unpacked row against block `i` of the four columns from `j` (indices of
-    /// [`MinColumns`]), into `acc` and `msum`.
+impl<T: LegacyX86, D: DotI8> LegacyStep for MinPrompt<T, D> {
+    fn nb(&self) -> usize {
+        self.nb
+    }
     #[inline(always)]
     unsafe fn step(&self, b: &MinBlock, j: [usize; 4], acc: &mut [__m256; 4], msum: &mut [f32; 4]) {
         // SAFETY: AVX2/FMA enabled by the caller; `j` indexes the columns.
@@ -339,31 +376,10 @@ impl<T: LegacyX86, D: DotI8> PromptKernel for MinPrompt<T, D> {
             };
         }
     }
-    /// Even and odd blocks in separate accumulators, as in the generic kernel.
     #[inline(always)]
     unsafe fn row4(&self, blocks: &[MinBlock], g: usize) -> [f32; 4] {
-        let nb = self.nb;
-        let j0 = [g * nb, (g + 1) * nb, (g + 2) * nb, (g + 3) * nb];
-        // SAFETY: AVX2/FMA enabled by the caller; the row and the columns hold `nb` blocks.
-        unsafe {
-            let mut acc0 = [[_mm256_setzero_ps(); 4]];
-            let mut acc1 = [[_mm256_setzero_ps(); 4]];
-            let mut msum = [[0f32; 4]];
-            let mut i = 0;
-            while i + 2 <= nb {
-                let b = blocks.get_unchecked(i);
-                self.step(b, j0.map(|j| j + i), &mut acc0[0], &mut msum[0]);
-                let b = blocks.get_unchecked(i + 1);
-                self.step(b, j0.map(|j| j + i + 1), &mut acc1[0], &mut msum[0]);
-                i += 2;
-            }
-            if i < nb {
-                let b = blocks.get_unchecked(i);
-                self.step(b, j0.map(|j| j + i), &mut acc0[0], &mut msum[0]);
-            }
-            let [out] = finish(&acc0, &acc1, &msum);
-            out
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { even_odd_row4(self, blocks, g) }
     }
 }
 
