@@ -143,7 +143,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q4_0G | DType::Q8_0G => {
             let mut base = vec![0u8; dst.len()];
             quantize_row(dtype.base(), src, &mut base)?;
-            dst.copy_from_slice(&regroup(dtype.base(), &base)?);
+            regroup_into(dtype.base(), &base, dst)?;
         }
     }
     Ok(())

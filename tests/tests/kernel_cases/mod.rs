@@ -64,6 +64,18 @@ fn push_mul_mat(set: &mut CaseSet, params: String, a: InputSpec, b: InputSpec, w
     );
 }
 
+/// The rows `ids` of `table` (an embedding lookup).
+fn push_get_rows(set: &mut CaseSet, table: InputSpec, ids: InputSpec, check: Check) {
+    set.push(
+        "get_rows",
+        String::new(),
+        vec![table, ids],
+        check,
+        |g, x| g.get_rows(x[0], x[1]),
+        |x| Ok(mx::get_rows(&x[0], &x[1])),
+    );
+}
+
 #[test]
 fn gemv_every_type_and_column_count() {
     let seed = seed();
@@ -313,14 +325,7 @@ fn small_ops_fast_paths_at_model_sizes() {
         }
         let table = InputSpec::new(t, [4096, 500, 1, 1]);
         let ids = InputSpec::ids([9, 1, 1, 1], 500, false);
-        set.push(
-            "get_rows",
-            String::new(),
-            vec![table, ids],
-            exact,
-            |g, x| g.get_rows(x[0], x[1]),
-            |x| Ok(mx::get_rows(&x[0], &x[1])),
-        );
+        push_get_rows(&mut set, table, ids, exact);
     }
     run(set, seed);
 }
@@ -542,14 +547,8 @@ fn gemv_long_rows_every_quantized_type() {
         // The embedding lookup of a table in this type.
         let table = InputSpec::new(w, [4096, 300, 1, 1]);
         let ids = InputSpec::ids([7, 1, 1, 1], 300, false);
-        set.push(
-            "get_rows",
-            String::new(),
-            vec![table, ids],
-            Check::Nmse(float_bound(Class::Exact, DType::F32)),
-            |g, x| g.get_rows(x[0], x[1]),
-            |x| Ok(mx::get_rows(&x[0], &x[1])),
-        );
+        let exact = Check::Nmse(float_bound(Class::Exact, DType::F32));
+        push_get_rows(&mut set, table, ids, exact);
     }
     run(set, seed);
 }
