@@ -13,9 +13,13 @@
 #        cp -r ../shared/anchor scripts/device-decode.sh .device-bin/NAME/
 # There: bash .device-bin/NAME/device-decode.sh [PRESET ...] with `carry` naming .device-bin/NAME;
 #        presets default to llama3-8b-f16 llama3-8b-q4_0. Environment: DEPTHS (default
-#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=0; `none`: no A/B runs), ATTN=1 (decode
-#        attention alone too), PROFILE=1 (the per-node GPU time of 32 tokens of the first preset),
-#        LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background, ~270 s).
+#        0,4096,32768), AB (default GGML_TP_GEMV_ROW_PAIRS=0; `none`: no A/B runs; several settings
+#        separated by `;`, each its own runs), ATTN=1 (decode attention alone too), PROFILE=1 (the
+#        per-node GPU time of 32 tokens of the first preset), NCU=REGEX (Nsight Compute's warp
+#        states, stall sites and occupancy of the kernels whose names match, in a decode step of
+#        the first preset), LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background,
+#        ~270 s). A program file in the folder given as GGML_TP_CUDA_PROGRAM=NAME.cu in AB is
+#        found there (kernel variants A/B without a Rust build).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:?run this through the device tool}/decode.txt
@@ -37,7 +41,10 @@ presets=("$@")
 depths=${DEPTHS:-0,4096,32768}
 ab=${AB:-GGML_TP_GEMV_ROW_PAIRS=0}
 settings=("")
-[ "$ab" = none ] || settings+=("$ab")
+if [ "$ab" != none ]; then
+    IFS=';' read -r -a more <<<"$ab"
+    settings+=("${more[@]}")
+fi
 [ ${#presets[@]} -eq 0 ] && presets=(llama3-8b-f16 llama3-8b-q4_0)
 
 [ "${LLAMA_CPP:-1}" = 1 ] && (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
@@ -72,6 +79,10 @@ for p in "${presets[@]}"; do
 done
 [ "${PROFILE:-0}" = 1 ] && step "profile ${presets[0]}" env GGML_TP_CUDA_PROFILE=1 timeout 120 ./ggml-tp bench \
     -m "/tmp/m/${presets[0]}.gguf" --devices cuda:0 -p 0 -n 32 -r 1
+[ -n "${NCU:-}" ] && step "ncu ${presets[0]} $NCU" timeout 240 ncu --graph-profiling node -k "regex:$NCU" \
+    --launch-skip 200 --launch-count 12 --section WarpStateStats --section SourceCounters \
+    --section LaunchStats --section Occupancy --section SpeedOfLight ./ggml-tp bench \
+    -m "/tmp/m/${presets[0]}.gguf" --devices cuda:0 -p 0 -n 8 -r 1
 [ "${LLAMA_CPP:-1}" = 1 ] || exit 0
 wait $LCPP
 step lcpp_build tail -3 /tmp/w/lcpp_build.txt

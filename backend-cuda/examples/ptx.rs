@@ -2,7 +2,9 @@
 //! names) for one compute capability, with NVRTC and no GPU: `cargo xtask ptxas` feeds it to
 //! `ptxas -v` for each kernel's registers, stack and spills.
 //!
-//! `cargo run --release -p backend-cuda --example ptx -- OUT.ptx [MAJOR.MINOR]` (default 9.0)
+//! `cargo run --release -p backend-cuda --example ptx -- OUT.ptx [MAJOR.MINOR]` (default 9.0);
+//! with an OUT ending in `.cu` it writes the program's text instead (a starting point for a kernel
+//! experiment carried to a GPU machine and named by `GGML_TP_CUDA_PROGRAM` there).
 
 use std::process::ExitCode;
 
@@ -26,19 +28,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if out.ends_with(".cu") {
+        return write(out, backend_cuda::kernels::program_text());
+    }
     // SAFETY: only opens the library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         eprintln!("no NVRTC library found (set LD_LIBRARY_PATH to a folder with libnvrtc.so)");
         return ExitCode::FAILURE;
     }
-    let ptx = match backend_cuda::kernels::ptx_for(cc) {
-        Ok(p) => p,
+    write(out, backend_cuda::kernels::ptx_for(cc))
+}
+
+/// Writes `text` to `out`, or says why there is nothing to write.
+fn write(out: &str, text: Result<String, String>) -> ExitCode {
+    let text = match text {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = std::fs::write(out, ptx) {
+    if let Err(e) = std::fs::write(out, text) {
         eprintln!("{out}: {e}");
         return ExitCode::FAILURE;
     }

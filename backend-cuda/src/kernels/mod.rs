@@ -38,7 +38,7 @@ pub fn ptx_for(cc: (i32, i32)) -> std::result::Result<String, String> {
 
 /// The program NVRTC compiles: the built-in one, or the text of the file `GGML_TP_CUDA_PROGRAM`
 /// names.
-fn program_text() -> std::result::Result<String, String> {
+pub fn program_text() -> std::result::Result<String, String> {
     match &crate::settings::settings().program {
         None => Ok(program(Vendor::Cuda)),
         Some(path) => std::fs::read_to_string(path)

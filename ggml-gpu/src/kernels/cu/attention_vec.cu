@@ -133,13 +133,15 @@ __device__ __forceinline__ FavPlace fav_place(const TD& q, const TD& k, const TD
 }
 
 // The keys [lo, hi) of the block's split from its first to its last key that some head of the
-// block sees unmasked (empty when there is none; the whole split without a mask). sh_first and
+// block sees unmasked (empty when there is none; the whole split without a mask or when it is a
+// single tile). sh_first and
 // sh_last: shared memory for each group of 32 threads' finds (FAV_THREADS / 32 each).
 __device__ __forceinline__ void fav_live_keys(const TD& m, int has_mask, const FavPlace& p, int* sh_first,
                                               int* sh_last, int& lo, int& hi) {
     lo = p.kv0;
     hi = p.kv1;
-    if (!has_mask) return;
+    // A split of one tile gains nothing from the scan: the tile's scores find its masked keys.
+    if (!has_mask || p.kv1 - p.kv0 <= FAV_TILE) return;
     const int tid = threadIdx.x;
     int first = p.kv1, last = p.kv0 - 1;
     for (int j = p.kv0 + tid; j < p.kv1; j += FAV_THREADS) {

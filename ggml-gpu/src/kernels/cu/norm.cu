@@ -164,7 +164,9 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
         norm_load<V>(a, b, i, c, add, xc, yc);
         norm_sum<V>(s, i, c, add, xc, yc, s1, s2);
     }
-    const TD& src = add ? s : a;
+    // The sums' source rows (a pointer: a reference chosen at run time between two parameters
+    // would copy both to the stack).
+    const u8* src = active ? (add ? row_at(s, i) : row_at(a, i)) : nullptr;
     float mean = 0.0f;
     double var;
     if (rms) {
@@ -177,7 +179,7 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
             if (active && lane + k * tpr < cpr) norm_dev<V>(x[k], mean, acc);
         for (u32 c = rest; active && c < cpr; c += tpr) {
             float xc[V];
-            ld_row<V>(row_at(src, i), T_F32, c * V, xc);
+            ld_row<V>(src, T_F32, c * V, xc);
             norm_dev<V>(xc, mean, acc);
         }
         var = row_sum(acc, tpr) / n0;
@@ -189,7 +191,7 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
             norm_store<V>(n, w, m, i, lane + k * tpr, flags, mean, scale, x[k], g[k], g_early);
     for (u32 c = rest; active && c < cpr; c += tpr) {
         float xc[V], gc[V];
-        ld_row<V>(row_at(src, i), T_F32, c * V, xc);
+        ld_row<V>(src, T_F32, c * V, xc);
         norm_store<V>(n, w, m, i, c, flags, mean, scale, xc, gc, false);
     }
     if (xq) {
