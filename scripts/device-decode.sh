@@ -17,9 +17,10 @@
 #        separated by `;`, each its own runs), ATTN=1 (decode attention alone too), PROFILE=1 (the
 #        per-node GPU time of 32 tokens of the first preset), NCU=REGEX (Nsight Compute's warp
 #        states, stall sites and occupancy of the kernels whose names match, in a decode step of
-#        the first preset), LLAMA_CPP=0 (no llama.cpp; else llama-bench builds in the background,
-#        ~270 s). A program file in the folder given as GGML_TP_CUDA_PROGRAM=NAME.cu in AB is
-#        found there (kernel variants A/B without a Rust build).
+#        the first preset), GEMV=0 (no GEMV runs), LLAMA_CPP=0 (no llama.cpp; else llama-bench
+#        builds in the background, ~270 s). A program file in the folder given as
+#        GGML_TP_CUDA_PROGRAM=NAME.cu in AB is found there (kernel variants A/B without a Rust
+#        build; `cargo run --release -p backend-cuda --example ptx -- NAME.cu` writes one).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:?run this through the device tool}/decode.txt
@@ -55,9 +56,11 @@ SYNTH=$!
 step gpu nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 # Decode attention alone (with ATTN=1); the GEMV of every type under the default settings and $ab.
 [ "${ATTN:-0}" = 1 ] && step "decode attention" timeout 120 ./gemv_bw decode-attention
-for env in "${settings[@]}"; do
-    step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
-done
+if [ "${GEMV:-1}" = 1 ]; then
+    for env in "${settings[@]}"; do
+        step "gemv ${env:-default}" env $env timeout 80 ./gemv_bw gemv
+    done
+fi
 # The GPU tests side by side (correctness only; nothing is timed while they run).
 tests=()
 timeout 300 ./cuda_kernels >/tmp/w/cuda_kernels.txt 2>&1 &

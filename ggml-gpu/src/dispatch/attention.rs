@@ -71,7 +71,7 @@ pub struct BatchedGemmCall {
 }
 
 /// The operands of one flash_attn_ext node.
-struct Attn<'a> {
+pub(super) struct Attn<'a> {
     q: TDesc,
     k: TDesc,
     v: TDesc,
@@ -89,13 +89,17 @@ struct Attn<'a> {
     has_sinks: i32,
 }
 
-/// Computes flash_attn_ext `node` of `graph` (`[scale, max_bias, softcap]`).
+/// Computes flash_attn_ext `node` of `graph` (`[scale, max_bias, softcap]`); with `q8` (the
+/// 8-bit activations' values and scales of [`super::gemv::q8_scratch`]) also rounds the result to
+/// 8 bits for the quantized product after it where the decode kernels can ([`rounds_to_q8`]).
+/// Whether it did.
 pub(super) fn flash_attn_ext(
     r: &dyn Runner,
     graph: &Graph,
     node: TensorId,
     [scale, max_bias, softcap]: [f32; 3],
-) -> Result<()> {
+    q8: Option<(u64, u64)>,
+) -> Result<bool> {
     let t = graph.tensor(node);
     let desc = |i: usize| match t.src.get(i) {
         Some(&s) => r.desc(graph, s),
@@ -119,12 +123,21 @@ pub(super) fn flash_attn_ext(
         has_sinks: i32::from(t.src.len() > 4),
     };
     if r.has_gemm_batched() && blas_fits(&a) {
-        through_blas(r, &a)
+        through_blas(r, &a)?;
     } else if vec_attention_on() && vec_fits(&a) {
-        vec_blocks(r, &a)
+        let q8 = q8.filter(|_| rounds_to_q8(&a));
+        vec_blocks(r, &a, q8.unwrap_or((0, 0)))?;
+        return Ok(q8.is_some());
     } else {
-        row_blocks(r, &a)
+        row_blocks(r, &a)?;
     }
+    Ok(false)
+}
+
+/// Whether the decode kernels (`k_flash_attn_vec`, `k_flash_attn_combine`) can round the result
+/// to 8 bits as they write it: F32 rows, contiguous, of whole units of 32 (a warp writes a unit).
+pub(super) fn rounds_to_q8(a: &Attn) -> bool {
+    a.ld.dtype == DType::F32 && a.ld.is_contiguous() && a.ld.ne[0].is_multiple_of(32)
 }
 
 /// Splits of the KV axis for `rows` query rows over `n_kv` keys, and the keys per split (a multiple
@@ -224,8 +237,8 @@ fn vec_max_heads(lv: &Layout) -> usize {
 }
 
 /// `k_flash_attn_vec`: blocks of query heads of one group per KV head, query and sequence, and
-/// split of the keys.
-fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+/// split of the keys; `(xq, xd)` the result's 8-bit copy ((0, 0): none).
+fn vec_blocks(r: &dyn Runner, a: &Attn, (xq, xd): (u64, u64)) -> Result<()> {
     let [_, n_q, heads, seqs] = a.lq.ne;
     let [_, n_kv, kv_heads, _] = a.lk.ne;
     let target = crate::settings::settings()
@@ -241,20 +254,23 @@ fn vec_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAV_THREADS);
     let split = (plan.splits, plan.kv_per_split);
-    attend_in_splits(r, a, "k_flash_attn_vec", blocks, heads_per_block, split)
+    let q8 = Some((xq, xd));
+    attend_in_splits(r, a, "k_flash_attn_vec", blocks, heads_per_block, split, q8)
 }
 
 /// `k_flash_attn`: one block per output row (head, query, sequence) and split of the keys.
 fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let rows = a.ld.nrows();
     let split = attention_splits(rows, a.lk.ne[1]);
-    attend_in_splits(r, a, "k_flash_attn", (rows, FA_THREADS), vec![], split)
+    attend_in_splits(r, a, "k_flash_attn", (rows, FA_THREADS), vec![], split, None)
 }
 
-/// Launches `kernel` (`k_flash_attn` or `k_flash_attn_vec`) on `blocks`
-/// blocks of `threads` threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
+/// Launches `kernel` (`k_flash_attn` or `k_flash_attn_vec`) on `blocks` blocks of `threads`
+/// threads per split of the keys (`splits` of `kv_per_split` keys): the node's operands, then the
 /// kernel's own arguments `own`, the keys per split and the per-split partials (none for one
-/// split, when the kernel writes the result); then `k_flash_attn_combine` merges the partials.
+/// split, when the kernel writes the result), then for a kernel that takes them (`q8` set) the
+/// result's 8-bit copy, `(0, 0)` for none; then `k_flash_attn_combine` merges the partials (and
+/// makes that copy instead).
 fn attend_in_splits(
     r: &dyn Runner,
     a: &Attn,
@@ -262,6 +278,7 @@ fn attend_in_splits(
     (blocks, threads): (usize, u32),
     own: Vec<KernelArg>,
     (splits, kv_per_split): (usize, usize),
+    q8: Option<(u64, u64)>,
 ) -> Result<()> {
     let rows = a.ld.nrows();
     let part = if splits == 1 {
@@ -284,13 +301,18 @@ fn attend_in_splits(
     ];
     args.extend(own);
     args.extend(args![kv_per_split as i32, part]);
+    let (xq, xd) = q8.unwrap_or((0, 0));
+    if q8.is_some() {
+        let (own_xq, own_xd) = if splits == 1 { (xq, xd) } else { (0, 0) };
+        args.extend(args![own_xq, own_xd]);
+    }
     let mut attend = Launch::rows(kernel, blocks, threads, 0, args);
     attend.grid[1] = splits as u32;
     r.launch(&attend)?;
     if splits == 1 {
         return Ok(());
     }
-    let args = args![a.sinks, a.d, a.has_sinks, splits as i32, part];
+    let args = args![a.sinks, a.d, a.has_sinks, splits as i32, part, xq, xd];
     r.launch(&Launch::rows(
         "k_flash_attn_combine",
         rows,

@@ -5,7 +5,9 @@
 //! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). A chain
 //! whose result the next launch multiplies with quantized weights also writes that result rounded
 //! to 8 bits, as `k_quantize_q8` rounds it, where the products read it ([`gemv::mark_rounded`]):
-//! the products skip their own rounding launch. Adjacent
+//! the products skip their own rounding launch; so does decode attention before the output
+//! projection (`k_flash_attn_vec` or, after splits, `k_flash_attn_combine` rounds as it writes).
+//! Adjacent
 //! single-column products of one activation (q, k and v; gate and up: the model builder puts them
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
@@ -61,6 +63,9 @@ pub struct FusionCounts {
     /// Of those, chains that also rounded their result to 8 bits for the quantized products after
     /// them (no `k_quantize_q8` launch there).
     pub norm_q8: u64,
+    /// Decode attentions that rounded their result to 8 bits for the quantized product after
+    /// them (no `k_quantize_q8` launch there).
+    pub attn_q8: u64,
     /// Groups of products of one activation (`k_gemv_group_*`).
     pub product_groups: u64,
     /// Expert mixes of MoE layers (`k_moe_weighted_sum`).
@@ -78,13 +83,14 @@ enum Fused {
     RopeCache,
     NormChain,
     NormQ8,
+    AttnQ8,
     ProductGroup,
     ExpertSum,
     Router,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -94,6 +100,7 @@ pub fn fusion_counts() -> FusionCounts {
         rope_cache: c(Fused::RopeCache),
         norm_chains: c(Fused::NormChain),
         norm_q8: c(Fused::NormQ8),
+        attn_q8: c(Fused::AttnQ8),
         product_groups: c(Fused::ProductGroup),
         expert_sums: c(Fused::ExpertSum),
         routers: c(Fused::Router),
@@ -139,8 +146,8 @@ pub fn compute_nodes(r: &dyn Runner, graph: &Graph, nodes: &[TensorId]) -> Resul
 /// Launches the fused chain or product group `group` (from [`chain_len`]) where its memory allows;
 /// returns how many of its leading nodes that computed (0 for none, and for a single node). Gate
 /// and up whose gated unit cannot join them still run as one grouped launch. Second: whether a
-/// norm chain also left the 8-bit copy of its result for `next`, the first node of the next group
-/// (see [`chain_q8`]).
+/// norm chain or a decode attention (a group of its own) also left the 8-bit copy of its result
+/// for `next`, the first node of the next group (see [`rounds_for`]).
 fn launch_fused(
     r: &dyn Runner,
     graph: &Graph,
@@ -149,6 +156,28 @@ fn launch_fused(
 ) -> Result<(usize, bool)> {
     let whole = |launched: bool| if launched { group.len() } else { 0 };
     let done = match (group, &graph.tensor(group[0]).op) {
+        (
+            &[node],
+            &Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            },
+        ) => {
+            let params = [scale, max_bias, softcap];
+            let q8 = if rounds_for(graph, node, next) {
+                let n = graph.layout(node).nelements();
+                Some(gemv::q8_scratch(r, n)?)
+            } else {
+                None
+            };
+            let rounded = super::attention::flash_attn_ext(r, graph, node, params, q8)?;
+            if rounded {
+                COUNTS[Fused::AttnQ8 as usize].fetch_add(1, Ordering::Relaxed);
+                gemv::mark_rounded(r.desc(graph, node)?.ptr, graph.layout(node).nelements());
+            }
+            return Ok((1, rounded));
+        }
         ([_], _) => 0,
         (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
             if counted(
@@ -182,7 +211,8 @@ fn launch_fused(
             moe::launch_expert_sum(r, graph, group)?,
         )),
         _ => {
-            let launched = launch_chain(r, graph, group, chain_q8(graph, group, next))?;
+            let last = *group.last().expect("groups are not empty");
+            let launched = launch_chain(r, graph, group, rounds_for(graph, last, next))?;
             let rounded = launched == Some(true);
             if counted(Fused::NormChain, launched.is_some()) && rounded {
                 COUNTS[Fused::NormQ8 as usize].fetch_add(1, Ordering::Relaxed);
@@ -398,18 +428,20 @@ pub(super) fn spans_apart(written: &[(u64, u64)], read: &[(u64, u64)]) -> bool {
     })
 }
 
-/// Whether the chain `group` should also round its last result to 8 bits: `next` multiplies it
-/// (as the activation of at most [`gemv::MAX_COLUMNS`] columns) with quantized weights, which the
-/// GEMV kernels take with 8-bit activations.
-fn chain_q8(graph: &Graph, group: &[TensorId], next: Option<TensorId>) -> bool {
-    let last = *group.last().expect("groups are not empty");
-    let l = graph.layout(last);
+/// Whether the launch that computes `result` should also round it to 8 bits: `next` multiplies
+/// it, or a contiguous reshape of it, as the activation of at most [`gemv::MAX_COLUMNS`] columns
+/// with quantized weights, which the GEMV kernels take with 8-bit activations.
+fn rounds_for(graph: &Graph, result: TensorId, next: Option<TensorId>) -> bool {
+    let l = graph.layout(result);
     next.is_some_and(|n| {
         let t = graph.tensor(n);
+        let lb = graph.layout(t.src[1]);
         t.op == Op::MulMat
-            && t.src[1] == last
+            && moe::base(graph, t.src[1]) == result
             && graph.layout(t.src[0]).dtype.is_quantized()
-            && l.nrows() <= gemv::MAX_COLUMNS
+            && lb.nrows() <= gemv::MAX_COLUMNS
+            && lb.is_contiguous()
+            && lb.nelements() == l.nelements()
             && l.is_contiguous()
     })
 }

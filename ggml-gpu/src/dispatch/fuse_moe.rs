@@ -34,7 +34,7 @@ const ROUTER_MAX_EXPERTS: usize = 4096;
 const ROUTER_THREADS: u32 = 256;
 
 /// `id` through reshapes and views to the tensor whose memory it is.
-fn base(graph: &Graph, mut id: TensorId) -> TensorId {
+pub(super) fn base(graph: &Graph, mut id: TensorId) -> TensorId {
     while graph.tensor(id).op.is_view() {
         id = graph.tensor(id).src[0];
     }

@@ -287,7 +287,10 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             scale,
             max_bias,
             softcap,
-        } => return attention::flash_attn_ext(r, graph, node, [*scale, *max_bias, *softcap]),
+        } => {
+            let params = [*scale, *max_bias, *softcap];
+            return attention::flash_attn_ext(r, graph, node, params, None).map(|_| ());
+        }
         Op::GatedDeltaNet { heads } => return delta_net::gated_delta_net(r, graph, node, *heads),
         Op::MulMat => {
             let (la, lb) = (graph.layout(t.src[0]), graph.layout(t.src[1]));

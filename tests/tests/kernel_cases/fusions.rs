@@ -5,7 +5,8 @@
 //! the models write K, decode and prefill), alone and with the rope of q and the cache write of v;
 //! the expert mix of a MoE layer (the router-weighted expert outputs summed) in one
 //! `k_moe_weighted_sum`; the experts' gate and up products with their gated unit; the MoE router
-//! (soft_max, top_k, the chosen weights) in one `k_moe_router`. Every result of a chain is checked: the products
+//! (soft_max, top_k, the chosen weights) in one `k_moe_router`; norm chains and decode attention
+//! that round their result to 8 bits for the quantized product after them. Every result of a chain is checked: the products
 //! against the float64 reference, the gated unit against the float64 unit of the products the
 //! launch wrote, the rope and the cache bit-equal to the unfused run and within the reference
 //! bounds. Every input stays alive to the end (an output), as a model's weights and inputs do, so
@@ -571,4 +572,71 @@ fn norm_chains_round_the_activations_of_quantized_products() {
         );
     }
     println!("{checked} products after norm chains that rounded their activations");
+}
+
+/// Decode attention over `heads` query heads (`kv_heads` KV heads, F16 K and V of `keys` keys,
+/// head size 128, the mask's prefix of `live` keys unmasked) and the product of quantized weights
+/// with its result, reshaped as the models feed the output projection: fused (`apart` false) or
+/// with a node between them; the attention's result and the product.
+fn attention_then_product(
+    dev: &Arc<dyn Device>,
+    inputs: &[(InputSpec, Vec<u8>)],
+    apart: bool,
+) -> Vec<(Vec<u8>, Dense)> {
+    let build = |g: &mut Graph, t: &[TensorId]| {
+        t.iter().for_each(|&input| g.output(input));
+        let scale = 1.0 / (128f32).sqrt();
+        let a = g
+            .flash_attn_ext(t[0], t[1], t[2], Some(t[3]), None, scale, 0.0, 0.0)
+            .unwrap();
+        let n = g.layout(a).nelements();
+        let flat = g.reshape(a, &[n, 1]).unwrap();
+        vec![a, g.mul_mat(t[4], flat).unwrap()]
+    };
+    run_chain(dev, inputs, &build, apart)
+}
+
+#[test]
+fn decode_attention_rounds_the_activations_of_quantized_products() {
+    // Decode attention before a quantized product writes its result's 8-bit copy as it writes the
+    // result (no k_quantize_q8 launch): k_flash_attn_vec for few keys (one split), and
+    // k_flash_attn_combine after several splits. The product must equal the one after a separate
+    // rounding, bit for bit, and the reference within the weights' bound.
+    let Some(dev) = kernel_device() else { return };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut checked = 0;
+    // (weight type, heads, KV heads, keys, unmasked keys)
+    let cases = [
+        (DType::Q4_0, 32, 8, 64, 17),
+        (DType::Q8_0, 8, 2, 256, 200),
+        (DType::Q4K, 16, 4, 4096, 3000),
+    ];
+    for (wt, heads, kv_heads, keys, live) in cases {
+        let permuted = ViewKind::Permute([0, 2, 1, 3]);
+        let specs = [
+            InputSpec::new(DType::F32, [128, 1, heads, 1]).view(permuted),
+            InputSpec::new(DType::F16, [128, keys, kv_heads, 1]),
+            InputSpec::new(DType::F16, [128, keys, kv_heads, 1]),
+            InputSpec::new(DType::F16, [keys, 4, 1, 1]).gen(Gen::PrefixMask(live)),
+            InputSpec::new(wt, [128 * heads, 96, 1, 1]),
+        ];
+        let inputs = draw_inputs(&mut rng, &specs);
+        let what = format!("{wt} heads {heads}/{kv_heads} keys {live}/{keys}");
+        let before = ggml_gpu::dispatch::fusion_counts();
+        let fused = attention_then_product(&dev, &inputs, false);
+        let after = ggml_gpu::dispatch::fusion_counts();
+        assert!(after.attn_q8 > before.attn_q8, "{what}: {before:?} -> {after:?}");
+        let unfused = attention_then_product(&dev, &inputs, true);
+        assert_eq!(fused[0].0, unfused[0].0, "{what}: the attention's result");
+        assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
+        let seen = seen_values(&inputs);
+        let flat = Dense::from_vec([128 * heads, 1, 1, 1], fused[0].1.data.clone());
+        checked += within(
+            &format!("{what}: product"),
+            &fused[1].1,
+            &mx::mul_mat(&seen[4], &flat),
+            weight_bound(wt),
+        );
+    }
+    println!("{checked} products after decode attentions that rounded their activations");
 }

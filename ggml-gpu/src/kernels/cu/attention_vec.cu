@@ -72,6 +72,16 @@ __device__ __forceinline__ float half_warp_key_sums(const float (&x)[FAV_KEYS], 
     return w + WARP_SHFL_XOR(w, 1);
 }
 
+// Attention's result value x, element `at` of the rows of d one after another, rounded to 8 bits
+// into xq / xd for the quantized product after it when xq is set (no k_quantize_q8 launch there).
+// The host asks for it only where d is contiguous and its rows are whole units of 32, so the 32
+// lanes of a warp hold one unit: every lane of a warp that writes result values comes here.
+__device__ __forceinline__ void attn_round_q8(float x, u64 at, u64 xq, u64 xd) {
+    if (!xq) return;
+    const float v[1] = {x};
+    round_q8<1>(v, true, at, xq, xd);
+}
+
 // Element j of a mask row starting at `row` (elements `nb0` bytes apart, F32, F16 or BF16).
 __device__ __forceinline__ float mask_at(const u8* row, i64 nb0, int type, int j) {
     const u8* e = row + j * nb0;
@@ -318,10 +328,12 @@ __device__ __forceinline__ void fav_values(const TD& v, const FavPlace& p, int t
 }
 
 // The block's result from the threads' V sums: its partial (max, sum, accumulator per head) for
-// k_flash_attn_combine when `part` is set, else the normalized rows of d (the sink added).
+// k_flash_attn_combine when `part` is set, else the normalized rows of d (the sink added), with xq
+// set also rounded to 8 bits (d contiguous, rows of whole units of 32: see attn_round_q8).
 template <int NH>
 __device__ __forceinline__ void fav_write(const TD& v, const TD& sk, const TD& d, int has_sinks, const FavPlace& p,
-                                          u64 part, const float (&acc)[NH][FAV_SLOTS / NH][8], FavShared& sh) {
+                                          u64 part, u64 xq, u64 xd, const float (&acc)[NH][FAV_SLOTS / NH][8],
+                                          FavShared& sh) {
     const int tid = threadIdx.x, half = tid / 16, l16 = tid % 16;
     const int DV = (int)v.ne[0], ves = v.type == T_F32 ? 4 : 2, v_pass = FAV_PASS_BYTES / ves;
 #pragma unroll
@@ -352,10 +364,12 @@ __device__ __forceinline__ void fav_write(const TD& v, const TD& sk, const TD& d
             float a = 0.0f;
 #pragma unroll
             for (int hw = 0; hw < FAV_HALVES; hw++) a += sh.red[hw][hh * (FAV_SLOTS / NH) + ps][at];
-            if (part)
+            if (part) {
                 out[dv] = a;
-            else
+            } else {
                 store(d, dv, h, p.iq, p.s, a * inv);
+                attn_round_q8(a * inv, (u64)(row0 + hh) * DV + dv, xq, xd);
+            }
         }
     }
 }
@@ -365,7 +379,7 @@ __device__ __forceinline__ void fav_write(const TD& v, const TD& sk, const TD& d
 template <int NH, int T>
 __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
                                           float scale, float softcap, int has_mask, int has_sinks, const FavPlace& p,
-                                          u64 part, FavShared& sh) {
+                                          u64 part, u64 xq, u64 xd, FavShared& sh) {
     const int tid = threadIdx.x, D = (int)q.ne[0], l16 = tid % 16;
     const int es = (T == FAV_ANY_TYPE ? k.type : T) == T_F32 ? 4 : 2;
     const int ves = (T == FAV_ANY_TYPE ? v.type : T) == T_F32 ? 4 : 2;
@@ -401,22 +415,22 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
         __syncthreads();
         fav_values<NH, T>(v, p, t0, hi, vraw, sh.ws[buf], sh.alpha[buf], acc);
     }
-    fav_write<NH>(v, sk, d, has_sinks, p, part, acc, sh);
+    fav_write<NH>(v, sk, d, has_sinks, p, part, xq, xd, acc, sh);
 }
 
 // fav_block for NH heads with the element type fixed when K and V are both F16.
 template <int NH>
 __device__ __forceinline__ void fav_typed(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
                                           float scale, float softcap, int has_mask, int has_sinks, const FavPlace& p,
-                                          u64 part, FavShared& sh) {
+                                          u64 part, u64 xq, u64 xd, FavShared& sh) {
     if (k.type == T_F16 && v.type == T_F16)
-        fav_block<NH, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        fav_block<NH, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
     else
-        fav_block<NH, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        fav_block<NH, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
 }
 
-// part: 0 for a single split (the block writes the result), else the partials of
-// k_flash_attn_combine (see part_acc). Block x: head block, KV head, query, sequence (fastest
+// part: 0 for a single split (the block writes the result, and its 8-bit copy into xq / xd when
+// xq is set), else the partials of k_flash_attn_combine (see part_acc). Block x: head block, KV head, query, sequence (fastest
 // first); block y: the split. Blocks of one head run the one-head body, of two the two-head one
 // (the code of a block of fewer heads is smaller and skips the others' checks); the host gives a
 // block at most FAV_SLOTS / (V's passes) heads.
@@ -424,15 +438,16 @@ extern "C" __global__ void __launch_bounds__(FAV_THREADS) k_flash_attn_vec(TD q,
                                                                            float scale, float max_bias, float softcap,
                                                                            int has_mask, int has_sinks,
                                                                            int heads_per_block, int kv_per_split,
-                                                                           u64 part) { GRID_DEPENDENCY_SYNC();
+                                                                           u64 part, u64 xq, u64 xd) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ FavShared sh;
     const FavPlace p = fav_place(q, k, v, m, max_bias, heads_per_block, kv_per_split);
     if (heads_per_block == 1)
-        fav_typed<1>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        fav_typed<1>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
     else if (heads_per_block == 2)
-        fav_typed<2>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        fav_typed<2>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
     else
-        fav_typed<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, sh);
+        fav_typed<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
 }
 
 // Threads per k_flash_attn_combine block (ROW_THREADS in dispatch/attention.rs).
@@ -448,8 +463,10 @@ __device__ __forceinline__ float split_weight(float mi, float mx) { return mi ==
 // weight in shared memory; then groups of threads take every groups-th split, each thread four
 // consecutive dimensions (one vector load; one where DV is not a multiple of 4 or the partials
 // are not 16-byte aligned), and the groups'
-// sums meet in shared memory.
-extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part) { GRID_DEPENDENCY_SYNC();
+// sums meet in shared memory. With xq set, the result is also rounded to 8 bits (see
+// attn_round_q8).
+extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int splits, u64 part, u64 xq, u64 xd) {
+    GRID_DEPENDENCY_SYNC();
     __shared__ float weight[FA_COMBINE_SPLITS];
     __shared__ float red[4 * FA_COMBINE_THREADS];
     const i64 r = blockIdx.x, rows = gridDim.x;
@@ -502,6 +519,7 @@ extern "C" __global__ void k_flash_attn_combine(TD sk, TD d, int has_sinks, int 
             float t = 0.0f;
             for (int gg = 0; gg < groups; gg++) t += red[gg * lanes * per + x];
             store(d, c0 * per + x, h, iq, s, t * inv);
+            attn_round_q8(t * inv, (u64)r * DV + c0 * per + x, xq, xd);
         }
     }
 }
