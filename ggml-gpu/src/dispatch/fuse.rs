@@ -435,9 +435,11 @@ fn rounds_for(graph: &Graph, result: TensorId, next: Option<TensorId>) -> bool {
     let l = graph.layout(result);
     next.is_some_and(|n| {
         let t = graph.tensor(n);
+        if t.op != Op::MulMat {
+            return false;
+        }
         let lb = graph.layout(t.src[1]);
-        t.op == Op::MulMat
-            && moe::base(graph, t.src[1]) == result
+        moe::base(graph, t.src[1]) == result
             && graph.layout(t.src[0]).dtype.is_quantized()
             && lb.nrows() <= gemv::MAX_COLUMNS
             && lb.is_contiguous()
