@@ -262,7 +262,15 @@ fn vec_blocks(r: &dyn Runner, a: &Attn, (xq, xd): (u64, u64)) -> Result<()> {
 fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let rows = a.ld.nrows();
     let split = attention_splits(rows, a.lk.ne[1]);
-    attend_in_splits(r, a, "k_flash_attn", (rows, FA_THREADS), vec![], split, None)
+    attend_in_splits(
+        r,
+        a,
+        "k_flash_attn",
+        (rows, FA_THREADS),
+        vec![],
+        split,
+        None,
+    )
 }
 
 /// Launches `kernel` (`k_flash_attn` or `k_flash_attn_vec`) on `blocks` blocks of `threads`

@@ -625,7 +625,10 @@ fn decode_attention_rounds_the_activations_of_quantized_products() {
         let before = ggml_gpu::dispatch::fusion_counts();
         let fused = attention_then_product(&dev, &inputs, false);
         let after = ggml_gpu::dispatch::fusion_counts();
-        assert!(after.attn_q8 > before.attn_q8, "{what}: {before:?} -> {after:?}");
+        assert!(
+            after.attn_q8 > before.attn_q8,
+            "{what}: {before:?} -> {after:?}"
+        );
         let unfused = attention_then_product(&dev, &inputs, true);
         assert_eq!(fused[0].0, unfused[0].0, "{what}: the attention's result");
         assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
