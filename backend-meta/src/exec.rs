@@ -25,6 +25,7 @@ use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Counters of a meta stream.
@@ -44,6 +45,12 @@ pub struct MetaStats {
     /// Stage shares of one device computed by another device's driver (CPU devices, when a
     /// device's thread was not running; see `takeover`).
     pub taken_over: u64,
+    /// Where any driver may compute any share (CPU devices) and the counters are on: the thread
+    /// CPU time of every stage share, summed, and of each stage's longest share, summed (the
+    /// stages' critical path). `devices * critical_ns / share_ns` is how much longer the stages
+    /// take than evenly cut ones would: 1.0 for an even cut, 1.33 for a 2:1 cut of two devices.
+    pub share_ns: u64,
+    pub critical_ns: u64,
 }
 
 impl MetaStats {
@@ -57,7 +64,21 @@ impl MetaStats {
             reduced_bytes: self.reduced_bytes + other.reduced_bytes,
             gathers: self.gathers + other.gathers,
             taken_over: self.taken_over + other.taken_over,
+            share_ns: self.share_ns + other.share_ns,
+            critical_ns: self.critical_ns + other.critical_ns,
         }
+    }
+
+    /// How much longer the stages of a meta device of `devices` devices took than evenly cut
+    /// ones would have (`devices * critical_ns / share_ns`), where share times were measured.
+    pub fn stage_balance(&self, devices: usize) -> Option<f64> {
+        (self.share_ns > 0).then(|| devices as f64 * self.critical_ns as f64 / self.share_ns as f64)
+    }
+
+    /// Adds one stage's per-device share times.
+    fn add_stage(&mut self, times: &[u64]) {
+        self.share_ns += times.iter().sum::<u64>();
+        self.critical_ns += times.iter().max().copied().unwrap_or(0);
     }
 }
 
@@ -234,13 +255,22 @@ impl MetaBackend {
                 if !crew.claims.claim(dev, s) {
                     continue;
                 }
+                let start = crew.share_ns.as_ref().and_then(|_| thread_cpu_ns());
                 if !stage.nodes[dev].is_empty() {
                     self.backends[dev].compute(&prog.graphs[dev], &stage.nodes[dev])?;
+                }
+                if let (Some(times), Some(start), Some(end)) =
+                    (&crew.share_ns, start, thread_cpu_ns())
+                {
+                    times[dev].store(end.saturating_sub(start), Ordering::Relaxed);
                 }
                 if dev != d {
                     self.stats.lock().taken_over += 1;
                 }
                 if crew.claims.finish() {
+                    if let Some(times) = &crew.share_ns {
+                        self.count_stage(times);
+                    }
                     if !self.queued_is_enough(&stage.after) {
                         self.synchronize()?;
                     }
@@ -333,6 +363,12 @@ impl MetaBackend {
         Ok(())
     }
 
+    /// Adds a finished stage's share times (see [`MetaStats::critical_ns`]).
+    fn count_stage(&self, times: &[AtomicU64]) {
+        let times: Vec<u64> = times.iter().map(|t| t.swap(0, Ordering::Relaxed)).collect();
+        self.stats.lock().add_stage(&times);
+    }
+
     fn count_reduction(&self, bytes: usize) {
         let mut s = self.stats.lock();
         s.reductions += 1;
@@ -364,21 +400,25 @@ fn lock_devices(devices: &[Arc<dyn Device>]) -> Vec<parking_lot::MutexGuard<'sta
 }
 
 /// What the drivers of one program run share: their barrier, the claims on stage shares (and the
-/// barrier's generation when the run started: stage `s` is open while it is `s` more), and the
-/// first failure.
+/// barrier's generation when the run started: stage `s` is open while it is `s` more), the CPU
+/// time of each device's share of the current stage (while the counters are on), and the first
+/// failure.
 struct Crew<'a> {
     barrier: &'a RankBarrier,
     claims: Claims,
     first_generation: usize,
+    share_ns: Option<Vec<AtomicU64>>,
     error: Mutex<Option<Error>>,
 }
 
 impl<'a> Crew<'a> {
     fn new(barrier: &'a RankBarrier, devices: usize) -> Crew<'a> {
+        let timed = crate::settings::settings().stats && thread_cpu_ns().is_some();
         Crew {
             barrier,
             claims: Claims::new(devices),
             first_generation: barrier.generation(),
+            share_ns: timed.then(|| (0..devices).map(|_| AtomicU64::new(0)).collect()),
             error: Mutex::new(None),
         }
     }
@@ -392,6 +432,23 @@ impl<'a> Crew<'a> {
     fn result(self) -> Result<()> {
         self.error.into_inner().map_or(Ok(()), Err)
     }
+}
+
+/// The CPU time of the calling thread in nanoseconds, where the system tells it.
+#[cfg(unix)]
+fn thread_cpu_ns() -> Option<u64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    ok.then(|| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_ns() -> Option<u64> {
+    None
 }
 
 /// Releases the other drivers when this one panics (the panic then reaches the caller).
@@ -465,7 +522,31 @@ impl Backend for MetaBackend {
 impl Drop for MetaBackend {
     fn drop(&mut self) {
         if crate::settings::settings().stats {
-            eprintln!("{} meta: {:?}", self.device.name(), self.stats());
+            let s = self.stats();
+            let balance = s.stage_balance(self.backends.len());
+            eprintln!(
+                "{} meta: {s:?}, stage balance {}",
+                self.device.name(),
+                balance.map_or("n/a".into(), |b| format!("{b:.3}"))
+            );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_balance_is_the_critical_path_over_an_even_cut() {
+        let mut s = MetaStats::default();
+        assert_eq!(s.stage_balance(2), None);
+        // Two devices: an even stage, then a 2:1 stage (three GQA groups over two devices).
+        s.add_stage(&[100, 100]);
+        assert_eq!(s.stage_balance(2), Some(1.0));
+        s.add_stage(&[200, 100]);
+        assert_eq!((s.share_ns, s.critical_ns), (500, 300));
+        assert_eq!(s.stage_balance(2), Some(1.2));
+        assert_eq!(s.plus(&s).stage_balance(2), Some(1.2));
     }
 }
