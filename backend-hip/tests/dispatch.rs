@@ -104,6 +104,8 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
                 "k_dequant_f16_##name(".to_string()
             } else if name.starts_with("k_moe_mm_") {
                 "k_moe_mm_##name(".to_string()
+            } else if name.starts_with("k_flash_attn_vec_") {
+                "k_flash_attn_vec_##name(".to_string()
             } else {
                 // Plain, or after its `__launch_bounds__(..)`.
                 let plain = format!("extern \"C\" __global__ void {name}(");

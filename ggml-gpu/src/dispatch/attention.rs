@@ -251,12 +251,37 @@ fn vec_blocks(r: &dyn Runner, a: &Attn, (xq, xd): (u64, u64)) -> Result<()> {
         target,
         vec_max_heads(a.lv),
     );
+    let kernel = vec_kernel(plan.heads_per_block, a.lk.dtype, a.lv.dtype);
     let heads_per_block = args![plan.heads_per_block as i32];
     let blocks = (plan.blocks, FAV_THREADS);
     let split = (plan.splits, plan.kv_per_split);
     let q8 = Some((xq, xd));
-    attend_in_splits(r, a, "k_flash_attn_vec", blocks, heads_per_block, split, q8)
+    attend_in_splits(r, a, kernel, blocks, heads_per_block, split, q8)
 }
+
+/// The `k_flash_attn_vec` entry point for blocks of `heads_per_block` heads: the body of the
+/// fewest heads that covers them (1, 2 or [`FAV_MAX_HEADS`]), with the element type fixed where
+/// K and V are F16 (one body per kernel: see `FAV_KERNEL` in attention_vec.cu).
+fn vec_kernel(heads_per_block: usize, k: DType, v: DType) -> &'static str {
+    let body = match heads_per_block {
+        1 => 0,
+        2 => 1,
+        _ => 2,
+    };
+    let f16 = k == DType::F16 && v == DType::F16;
+    VEC_KERNELS[body + if f16 { 0 } else { 3 }]
+}
+
+/// The `k_flash_attn_vec` entry points (`FAV_KERNEL` in attention_vec.cu): bodies of 1, 2 and
+/// [`FAV_MAX_HEADS`] heads over F16 K and V, then the same over K and V of any type.
+pub(crate) const VEC_KERNELS: [&str; 6] = [
+    "k_flash_attn_vec_h1_f16",
+    "k_flash_attn_vec_h2_f16",
+    "k_flash_attn_vec_h4_f16",
+    "k_flash_attn_vec_h1",
+    "k_flash_attn_vec_h2",
+    "k_flash_attn_vec_h4",
+];
 
 /// `k_flash_attn`: one block per output row (head, query, sequence) and split of the keys.
 fn row_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {

@@ -5,6 +5,7 @@
 //! implements by launching on its stream.
 
 mod attention;
+pub(crate) use attention::VEC_KERNELS;
 mod delta_net;
 mod fuse;
 mod fuse_decode;
@@ -190,7 +191,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 36] = [
+pub const NAMED_KERNELS: [&str; 35] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -217,7 +218,6 @@ pub const NAMED_KERNELS: [&str; 36] = [
     "k_concat",
     "k_argsort",
     "k_flash_attn",
-    "k_flash_attn_vec",
     "k_flash_attn_combine",
     "k_attn_softmax",
     "k_quantize_q8",
@@ -232,6 +232,7 @@ pub const NAMED_KERNELS: [&str; 36] = [
 /// Every kernel entry point of the program (the list both backends load).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = NAMED_KERNELS.iter().map(|s| s.to_string()).collect();
+    names.extend(VEC_KERNELS.iter().map(|s| s.to_string()));
     for t in DType::WEIGHTS.into_iter().chain(DType::GROUPED) {
         let tn = type_name(t).expect("GEMV types have kernel names");
         for nc in COLUMN_VARIANTS {

@@ -90,6 +90,14 @@ mod tests {
                 "kernel {name} missing from the sources"
             );
         }
+        // The decode attention family is instantiated by a macro, one line per body.
+        for name in crate::dispatch::VEC_KERNELS {
+            let body = name.trim_start_matches("k_flash_attn_vec_");
+            assert!(
+                src.contains(&format!("\nFAV_KERNEL({body}, ")),
+                "kernel {name} missing from the sources"
+            );
+        }
         // The GEMV and dequantizer families are instantiated by macros, one line per type.
         for t in DType::WEIGHTS {
             let tn = crate::dispatch::type_name(t).unwrap();

@@ -16,7 +16,8 @@
 // - every thread keeps its own weighted sums of V (its 16-byte chunk of each pass, its keys) in
 //   registers across the tiles, rescaled by the softmax; the half-warps' sums meet once, at the
 //   end of the split.
-// Blocks over F16 K and V run a body with the element type fixed; others read it at run time.
+// Blocks over F16 K and V run a body with the element type fixed; others read it at run time (one
+// kernel per body, see FAV_KERNEL).
 // With several splits each block writes its partial for k_flash_attn_combine.
 #define FAV_THREADS 128
 #define FAV_TILE 64
@@ -418,37 +419,35 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
     fav_write<NH>(v, sk, d, has_sinks, p, part, xq, xd, acc, sh);
 }
 
-// fav_block for NH heads with the element type fixed when K and V are both F16.
-template <int NH>
-__device__ __forceinline__ void fav_typed(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
-                                          float scale, float softcap, int has_mask, int has_sinks, const FavPlace& p,
-                                          u64 part, u64 xq, u64 xd, FavShared& sh) {
-    if (k.type == T_F16 && v.type == T_F16)
-        fav_block<NH, T_F16>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
-    else
-        fav_block<NH, FAV_ANY_TYPE>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
-}
-
 // part: 0 for a single split (the block writes the result, and its 8-bit copy into xq / xd when
-// xq is set), else the partials of k_flash_attn_combine (see part_acc). Block x: head block, KV head, query, sequence (fastest
-// first); block y: the split. Blocks of one head run the one-head body, of two the two-head one
-// (the code of a block of fewer heads is smaller and skips the others' checks); the host gives a
-// block at most FAV_SLOTS / (V's passes) heads.
-extern "C" __global__ void __launch_bounds__(FAV_THREADS) k_flash_attn_vec(TD q, TD k, TD v, TD m, TD sk, TD d,
-                                                                           float scale, float max_bias, float softcap,
-                                                                           int has_mask, int has_sinks,
-                                                                           int heads_per_block, int kv_per_split,
-                                                                           u64 part, u64 xq, u64 xd) {
-    GRID_DEPENDENCY_SYNC();
+// xq is set), else the partials of k_flash_attn_combine (see part_acc). Block x: head block, KV
+// head, query, sequence (fastest first); block y: the split. One entry point per body:
+// k_flash_attn_vec_h<NH> for blocks of at most NH heads over K and V of any type, with `_f16` for
+// F16 K and V (the element type fixed). Each holds one body's code only: a block of a short decode
+// runs once through its kernel, and with every body in one kernel its jumps across the others' code
+// missed the instruction cache (Nsight Compute on H100: two thirds of the warps' cycles waiting for
+// instruction fetch). The host gives a block at most FAV_SLOTS / (V's passes) heads.
+template <int NH, int T>
+__device__ __forceinline__ void fav_kernel(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
+                                           const TD& d, float scale, float max_bias, float softcap, int has_mask,
+                                           int has_sinks, int heads_per_block, int kv_per_split, u64 part, u64 xq,
+                                           u64 xd) {
     __shared__ FavShared sh;
     const FavPlace p = fav_place(q, k, v, m, max_bias, heads_per_block, kv_per_split);
-    if (heads_per_block == 1)
-        fav_typed<1>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
-    else if (heads_per_block == 2)
-        fav_typed<2>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
-    else
-        fav_typed<FAV_MAX_HEADS>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
+    fav_block<NH, T>(q, k, v, m, sk, d, scale, softcap, has_mask, has_sinks, p, part, xq, xd, sh);
 }
+
+#define FAV_KERNEL(name, NH, T)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(FAV_THREADS) k_flash_attn_vec_##name(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, int heads_per_block, int kv_per_split, u64 part, u64 xq, u64 xd) { GRID_DEPENDENCY_SYNC(); \
+        fav_kernel<NH, T>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block,         \
+                          kv_per_split, part, xq, xd);                                                                 \
+    }
+FAV_KERNEL(h1_f16, 1, T_F16)
+FAV_KERNEL(h2_f16, 2, T_F16)
+FAV_KERNEL(h4_f16, FAV_MAX_HEADS, T_F16)
+FAV_KERNEL(h1, 1, FAV_ANY_TYPE)
+FAV_KERNEL(h2, 2, FAV_ANY_TYPE)
+FAV_KERNEL(h4, FAV_MAX_HEADS, FAV_ANY_TYPE)
 
 // Threads per k_flash_attn_combine block (ROW_THREADS in dispatch/attention.rs).
 #define FA_COMBINE_THREADS 256
