@@ -282,18 +282,21 @@ __device__ __forceinline__ u32 chunk_row(u32 c, u32 cpr, const TD& d, u32* i) {
 }
 
 // Sum over the threads of one row: `tpr` consecutive threads of the block (a power of two, at
-// least 32 and at most blockDim.x); every thread of the row gets the result.
+// least 32 and at most blockDim.x); every thread of the row gets the result, the same bits in
+// each (the groups of 32 threads meet by exchanges twice: lane k of each group takes group k's
+// sum the second time, not a loop over them, which a single-row decode norm waits for).
 __device__ double row_sum(double v, int tpr) {
     __shared__ double part[32];
     for (int o = 16; o > 0; o >>= 1) v += WARP_SHFL_XOR(v, o);
     if (tpr == 32) return v;
-    int w = threadIdx.x / 32, first = (threadIdx.x / tpr) * (tpr / 32);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, groups = tpr / 32;
     __syncthreads();
-    if (threadIdx.x % 32 == 0) part[w] = v;
+    if (lane == 0) part[w] = v;
     __syncthreads();
-    double t = 0;
-    for (int k = 0; k < tpr / 32; k++) t += part[first + k];
-    return t;
+    double t = lane < groups ? part[(threadIdx.x / tpr) * groups + lane] : 0.0;
+    for (int o = groups / 2; o > 0; o >>= 1) t += WARP_SHFL_XOR(t, o);
+    // Lanes 0 .. groups - 1 hold the sum; every lane takes lane 0's.
+    return WARP_SHFL_XOR(t, lane);
 }
 
 // Values x[0..V) of a unit of 32 activations, element `at` of the rounded array, rounded to 8 bits

@@ -203,7 +203,7 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
     }
 }
 
-extern "C" __global__ void k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq,
+extern "C" __global__ void __launch_bounds__(1024) k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq,
                                        u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) norm_rows<4>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
     else norm_rows<1>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
