@@ -525,6 +525,30 @@ fn norm_then_product(
     run_chain(dev, inputs, &build, apart)
 }
 
+/// Runs a node and the quantized product after it fused (`chain(false)`) and with a node between
+/// them (`chain(true)`): the fused run must bump the fusion counter `counter` exactly when it
+/// `rounds` (writes its result's 8-bit copy for the product), and both runs must give the same
+/// bits (the node's result and the product). Returns the fused run's results.
+fn rounding_matches_apart(
+    what: &str,
+    rounds: bool,
+    counter: fn(&ggml_gpu::dispatch::FusionCounts) -> u64,
+    chain: impl Fn(bool) -> Vec<(Vec<u8>, Dense)>,
+) -> Vec<(Vec<u8>, Dense)> {
+    let before = ggml_gpu::dispatch::fusion_counts();
+    let fused = chain(false);
+    let after = ggml_gpu::dispatch::fusion_counts();
+    assert_eq!(
+        counter(&after) > counter(&before),
+        rounds,
+        "{what}: {before:?} -> {after:?}"
+    );
+    let unfused = chain(true);
+    assert_eq!(fused[0].0, unfused[0].0, "{what}: the first node's result");
+    assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
+    fused
+}
+
 #[test]
 fn norm_chains_round_the_activations_of_quantized_products() {
     // The decode chain add + rms_norm + mul writes its result's 8-bit copy for the product after
@@ -551,18 +575,12 @@ fn norm_chains_round_the_activations_of_quantized_products() {
         ];
         let inputs = draw_inputs(&mut rng, &specs);
         let what = format!("{wt} [{k}, {cols}] chain {chain:?}");
-        let before = ggml_gpu::dispatch::fusion_counts();
-        let fused = norm_then_product(&dev, &inputs, chain, false);
-        let after = ggml_gpu::dispatch::fusion_counts();
-        let rounds = k <= 8192;
-        assert_eq!(
-            after.norm_q8 > before.norm_q8,
-            rounds,
-            "{what}: {before:?} -> {after:?}"
+        let fused = rounding_matches_apart(
+            &what,
+            k <= 8192,
+            |c| c.norm_q8,
+            |apart| norm_then_product(&dev, &inputs, chain, apart),
         );
-        let unfused = norm_then_product(&dev, &inputs, chain, true);
-        assert_eq!(fused[0].0, unfused[0].0, "{what}: the chain's result");
-        assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
         let seen = seen_values(&inputs);
         checked += within(
             &format!("{what}: product"),
@@ -622,16 +640,12 @@ fn decode_attention_rounds_the_activations_of_quantized_products() {
         ];
         let inputs = draw_inputs(&mut rng, &specs);
         let what = format!("{wt} heads {heads}/{kv_heads} keys {live}/{keys}");
-        let before = ggml_gpu::dispatch::fusion_counts();
-        let fused = attention_then_product(&dev, &inputs, false);
-        let after = ggml_gpu::dispatch::fusion_counts();
-        assert!(
-            after.attn_q8 > before.attn_q8,
-            "{what}: {before:?} -> {after:?}"
+        let fused = rounding_matches_apart(
+            &what,
+            true,
+            |c| c.attn_q8,
+            |apart| attention_then_product(&dev, &inputs, apart),
         );
-        let unfused = attention_then_product(&dev, &inputs, true);
-        assert_eq!(fused[0].0, unfused[0].0, "{what}: the attention's result");
-        assert_eq!(fused[1].0, unfused[1].0, "{what}: the product");
         let seen = seen_values(&inputs);
         let flat = Dense::from_vec([128 * heads, 1, 1, 1], fused[0].1.data.clone());
         checked += within(
