@@ -10,11 +10,8 @@ use ggml_core::{DType, Layout};
 /// Threads per row of `k_norm_rows` never fall below a warp nor exceed a block.
 const NORM_MIN_THREADS: usize = 32;
 const NORM_MAX_THREADS: usize = 1024;
-/// Chunks a thread of `k_norm_rows` loads at once and keeps in registers from the first pass to
-/// the last (`NORM_KEEP` in norm.cu). Rows get a thread per chunk up to [`NORM_MAX_THREADS`]: a
-/// decode step's norm is one row on one SM, and its time is the latency of each thread's chain
-/// (more threads with shorter chains, Nsight Compute on H100: 7.7 µs for a 4096-element
-/// add + rms_norm + mul at two chunks a thread).
+/// Chunks each thread of `k_norm_rows` aims to handle: `NORM_KEEP` in norm.cu, the chunks a thread
+/// loads at once and keeps in registers from the first pass to the last.
 const NORM_CHUNKS_PER_THREAD: usize = 2;
 /// Threads of a `k_norm_rows` block when rows are short (several rows per block).
 const NORM_BLOCK_THREADS: usize = 256;
@@ -82,10 +79,11 @@ pub(super) fn chunked(
     Launch::elementwise(kernel, n / vec as usize, args)
 }
 
-/// Threads per row of `k_norm_rows` over rows of `ne0` elements in chunks of `vec`: one per chunk
-/// (a power of two) within [`NORM_MIN_THREADS`] ..= [`NORM_MAX_THREADS`].
+/// Threads per row of `k_norm_rows` over rows of `ne0` elements in chunks of `vec`: about
+/// [`NORM_CHUNKS_PER_THREAD`] chunks each.
 fn norm_threads_per_row(ne0: usize, vec: i32) -> usize {
     (ne0 / vec as usize)
+        .div_ceil(NORM_CHUNKS_PER_THREAD)
         .next_power_of_two()
         .clamp(NORM_MIN_THREADS, NORM_MAX_THREADS)
 }
@@ -97,8 +95,8 @@ pub(super) fn norm_rounds_to_q8(ne0: usize, vec: i32) -> bool {
     ne0.is_multiple_of(32) && chunks <= NORM_CHUNKS_PER_THREAD * norm_threads_per_row(ne0, vec)
 }
 
-/// `k_norm_rows` over `rows` rows of `ne0` elements: threads per row from
-/// [`norm_threads_per_row`], several short rows per block. `args` are the kernel's
+/// `k_norm_rows` over `rows` rows of `ne0` elements: threads per row for about
+/// [`NORM_CHUNKS_PER_THREAD`] chunks each, several short rows per block. `args` are the kernel's
 /// up to `flags`; the launch appends the 8-bit copy's values and scales (`q8`, see
 /// [`norm_rounds_to_q8`]; 0 for none), `tpr` and `vec`.
 pub(super) fn norm_launch(
@@ -144,9 +142,7 @@ mod tests {
     #[test]
     fn norm_threads_follow_the_row_length() {
         let l = norm_launch(4096, 1, 4, None, vec![]);
-        assert_eq!((l.grid[0], l.threads), (1, 1024));
-        let l = norm_launch(896, 3, 4, None, vec![]);
-        assert_eq!((l.grid[0], l.threads), (3, 256));
+        assert_eq!((l.grid[0], l.threads), (1, 512));
         let l = norm_launch(128, 100, 4, None, vec![]);
         assert_eq!(
             (l.grid[0], l.threads),
