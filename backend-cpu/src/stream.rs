@@ -3,7 +3,8 @@
 //! ([`Backend::drive`]) runs on a thread of that pool, so its computes start there without a hand-over.
 //! A compute issued from a worker of another CPU device's pool runs on that worker's pool: the CPU
 //! devices share one host, so a meta device's driver can take over another device's share of a
-//! stage (when that device's thread is not running) without handing it to a thread that is busy.
+//! stage (when that device's thread is not running) without handing it to a thread that is busy,
+//! and a driver waiting for another device's share helps run its ops ([`Backend::help`]).
 
 use crate::device::{build_pool, on_device_worker, CpuDevice};
 use crate::kernels::{self, NodeViews};
@@ -162,5 +163,10 @@ impl Backend for CpuBackend {
         // On a thread of the pool, every `compute` of the job runs its kernels in place.
         let pool = self.pool.read().clone();
         pool.install(job)
+    }
+    fn help(&self) -> bool {
+        // Any CPU stream's open op: the CPU devices share the host, and a team's tasks are
+        // indexed, so which thread runs them changes no result.
+        crate::team::help()
     }
 }

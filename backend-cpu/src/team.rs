@@ -9,9 +9,14 @@
 //! loops inside a task) [`par_tasks`] runs on the current rayon pool as before. After a compute the
 //! helpers keep spinning for [`IDLE_SPIN`] (the gap between a decode's tokens), then sleep until
 //! the next one.
+//!
+//! Any thread may join an open op the way a team's helpers do ([`help`]): a meta device's driver
+//! that has finished its CPU device's share of a stage runs tasks of the other devices' ops while
+//! it waits for them, so that a stage cut unevenly between devices (whole GQA groups) still keeps
+//! every core busy. A team with no helpers of its own still hands its ops over for that.
 
 use ggml_core::Result;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use rayon::prelude::*;
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +50,9 @@ struct Shared {
     op: UnsafeCell<Op>,
     /// The next task of the current op.
     next: AtomicUsize,
+    /// The tasks of the current op (`op.n`), readable without joining it: a thread outside the
+    /// team looks whether any task is left before it joins ([`Shared::help`]).
+    tasks: AtomicUsize,
     /// True while a compute runs.
     session: AtomicBool,
     shutdown: AtomicBool,
@@ -61,33 +69,27 @@ unsafe impl Sync for Shared {}
 fn noop(_: usize) {}
 
 impl Shared {
-    /// Runs tasks of the op `op` until none is left.
-    fn work(&self, op: Op) {
+    /// Runs tasks of the op `op` until none is left; returns how many this thread ran.
+    fn work(&self, op: Op) -> usize {
+        let mut ran = 0;
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= op.n {
-                return;
+                return ran;
             }
             // SAFETY: the closure outlives the op (`Team::run` waits for every helper inside it).
             unsafe { (*op.f)(i) };
+            ran += 1;
         }
     }
 
-    /// Joins the current op if it is open and not yet joined (`last`: the op counter of the last
-    /// one joined); true when it did.
-    fn try_join(&self, last: &mut u64) -> bool {
-        let s = self.state.load(Ordering::Acquire);
-        if s & OPEN == 0 || s >> 32 == *last {
-            return false;
-        }
-        if self
-            .state
+    /// Joins the op of state `s` (an open one) and runs its tasks until none is left; the tasks
+    /// this thread ran, `None` when the op was no longer open (or another thread joined or left
+    /// it just then).
+    fn join(&self, s: u64) -> Option<usize> {
+        self.state
             .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        *last = s >> 32;
+            .ok()?;
         /// Leaves the op even if a task panics, so that the compute's thread does not wait forever.
         struct Leave<'a>(&'a AtomicU64);
         impl Drop for Leave<'_> {
@@ -97,10 +99,29 @@ impl Shared {
         }
         let _leave = Leave(&self.state);
         // SAFETY: the op was published before the state store this join acquired, and is not
-        // rewritten until this helper leaves.
+        // rewritten until this thread leaves.
         let op = unsafe { *self.op.get() };
-        self.work(op);
+        Some(self.work(op))
+    }
+
+    /// Joins the current op if it is open and not yet joined (`last`: the op counter of the last
+    /// one joined); true when it did.
+    fn try_join(&self, last: &mut u64) -> bool {
+        let s = self.state.load(Ordering::Acquire);
+        if s & OPEN == 0 || s >> 32 == *last || self.join(s).is_none() {
+            return false;
+        }
+        *last = s >> 32;
         true
+    }
+
+    /// Joins the current op from outside the team if it is open with tasks left; true when this
+    /// thread ran any of them.
+    fn help(&self) -> bool {
+        let s = self.state.load(Ordering::Acquire);
+        s & OPEN != 0
+            && self.next.load(Ordering::Relaxed) < self.tasks.load(Ordering::Relaxed)
+            && self.join(s).is_some_and(|ran| ran > 0)
     }
 
     /// A helper's life: join ops while computes run, spin a while after each, sleep in between.
@@ -148,6 +169,16 @@ impl Shared {
     }
 }
 
+/// Every team alive in this process (each CPU stream's), for [`help`].
+static TEAMS: RwLock<Vec<Arc<Shared>>> = parking_lot::const_rwlock(Vec::new());
+
+/// Runs tasks of the open ops of any team's compute (the CPU streams of this host) on the calling
+/// thread, which must be outside every task; true when it ran any. Tasks are indexed and every
+/// task count is fixed by the op's own team, so results do not change with who helps.
+pub fn help() -> bool {
+    TEAMS.read().iter().fold(false, |ran, s| s.help() | ran)
+}
+
 /// The helper threads of one CPU stream (started on its first compute).
 pub struct Team {
     name: String,
@@ -167,21 +198,24 @@ impl Team {
     /// A team for computes of `threads` threads: the compute's own and `threads - 1` helpers named
     /// after the stream `name`.
     pub fn new(name: &str, threads: usize) -> Team {
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(0),
+            op: UnsafeCell::new(Op {
+                f: &noop as &(dyn Fn(usize) + Sync),
+                n: 0,
+            }),
+            next: AtomicUsize::new(0),
+            tasks: AtomicUsize::new(0),
+            session: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleepers: Mutex::new(0),
+            wake: Condvar::new(),
+        });
+        TEAMS.write().push(shared.clone());
         Team {
             name: name.to_string(),
             helpers: threads.saturating_sub(1),
-            shared: Arc::new(Shared {
-                state: AtomicU64::new(0),
-                op: UnsafeCell::new(Op {
-                    f: &noop as &(dyn Fn(usize) + Sync),
-                    n: 0,
-                }),
-                next: AtomicUsize::new(0),
-                session: AtomicBool::new(false),
-                shutdown: AtomicBool::new(false),
-                sleepers: Mutex::new(0),
-                wake: Condvar::new(),
-            }),
+            shared,
             threads: OnceLock::new(),
             busy: Mutex::new(()),
         }
@@ -192,10 +226,11 @@ impl Team {
         self.helpers
     }
 
-    /// Runs `f` (a compute) with this team's helpers running its [`par_tasks`] loops; without them
-    /// when the team has none, is busy with another compute, or its threads cannot start.
+    /// Runs `f` (a compute) with this team's helpers (and any thread that [`help`]s) running its
+    /// [`par_tasks`] loops; on the current rayon pool instead when the team is busy with another
+    /// compute or its threads cannot start.
     pub fn compute<R>(&self, f: impl FnOnce() -> R) -> R {
-        if self.helpers == 0 || !CURRENT.with(|c| c.get()).is_null() {
+        if !CURRENT.with(|c| c.get()).is_null() {
             return f();
         }
         let Some(_busy) = self.busy.try_lock() else {
@@ -246,6 +281,7 @@ impl Team {
         // the release store below publishes the op.
         unsafe { *s.op.get() = op };
         s.next.store(0, Ordering::Relaxed);
+        s.tasks.store(n, Ordering::Relaxed);
         let count = ((s.state.load(Ordering::Relaxed) >> 32) + 1) & u64::from(u32::MAX);
         s.state.store(count << 32 | OPEN, Ordering::Release);
         /// Closes the op and waits for the helpers inside it, however the tasks end.
@@ -273,6 +309,7 @@ impl Drop for Team {
         for t in self.threads.take().into_iter().flatten() {
             let _ = t.join();
         }
+        TEAMS.write().retain(|s| !Arc::ptr_eq(s, &self.shared));
     }
 }
 
@@ -363,6 +400,56 @@ mod tests {
             } else {
                 run();
             }
+        }
+    }
+
+    /// A thread outside a team (a meta driver waiting at a stage's end) runs tasks of the team's
+    /// open op through [`help`], even of a team with no helpers of its own, and every task still
+    /// runs once with the result its index gives. The team's thread does not finish its first
+    /// task before the outside thread has run one, so the test needs no timing.
+    #[test]
+    fn a_thread_outside_the_team_helps_with_its_op() {
+        let team = Team::new("helped", 1);
+        let n = 64;
+        let out: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let runs: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let helped = AtomicU32::new(0);
+        let owner = std::thread::current().id();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while helped.load(Ordering::Acquire) == 0 {
+                    help();
+                }
+            });
+            team.compute(|| {
+                par_tasks(n, |i| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                    out[i].store(
+                        (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                        Ordering::Relaxed,
+                    );
+                    if std::thread::current().id() == owner {
+                        while helped.load(Ordering::Acquire) == 0 {
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        helped.fetch_add(1, Ordering::Release);
+                    }
+                    Ok(())
+                })
+                .unwrap()
+            });
+        });
+        assert!(
+            helped.load(Ordering::Relaxed) >= 1,
+            "the outside thread ran no task"
+        );
+        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+        for (i, o) in out.iter().enumerate() {
+            assert_eq!(
+                o.load(Ordering::Relaxed),
+                (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            );
         }
     }
 }

@@ -114,16 +114,24 @@ impl RankBarrier {
     /// Waits (spinning, then parked) while the generation is `generation`; an error once the
     /// barrier is broken.
     pub fn wait_while(&self, generation: usize) -> Result<()> {
+        self.wait_while_helping(generation, &|| false)
+    }
+
+    /// [`RankBarrier::wait_while`], running `help` meanwhile (a piece of the work waited for,
+    /// true when it found any): the waiter spins as long as it keeps finding work, each piece
+    /// restarting the longest spin time, and parks only after a spin without any.
+    pub fn wait_while_helping(&self, generation: usize, help: &dyn Fn() -> bool) -> Result<()> {
         let released = || {
             self.generation.load(Ordering::Acquire) != generation
                 || self.broken.load(Ordering::Acquire)
         };
         if !released() {
-            let start = Instant::now();
+            let mut start = Instant::now();
             let spin = self.spin_ns.load(Ordering::Relaxed);
-            if !self.spin(spin, start, &released) {
+            if !self.spin(spin, &mut start, &released, help) {
                 self.park(generation);
             }
+            // The wait since the last piece of help is what spinning longer would have saved.
             let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             self.spin_ns.store(adapt(spin, waited), Ordering::Relaxed);
         }
@@ -134,15 +142,33 @@ impl RankBarrier {
         }
     }
 
-    /// Spins until `released` or `spin_ns` after `start`; true when released.
-    fn spin(&self, spin_ns: u64, start: Instant, released: &dyn Fn() -> bool) -> bool {
-        let budget = spin_ns as u128;
+    /// Spins until `released` or `spin_ns` after `start`, running `help` at each spin; a turn of
+    /// spins where it helped moves `start` to its end and gives the spin [`SPIN_MAX_NS`] from
+    /// there, so only a turn without help can end the spin. True when released.
+    fn spin(
+        &self,
+        spin_ns: u64,
+        start: &mut Instant,
+        released: &dyn Fn() -> bool,
+        help: &dyn Fn() -> bool,
+    ) -> bool {
+        let mut budget = spin_ns as u128;
         loop {
+            let mut helped = false;
             for _ in 0..SPINS_PER_CHECK {
                 if released() {
                     return true;
                 }
-                std::hint::spin_loop();
+                if help() {
+                    helped = true;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            if helped {
+                *start = Instant::now();
+                budget = SPIN_MAX_NS as u128;
+                continue;
             }
             let elapsed = start.elapsed().as_nanos();
             if elapsed >= budget {
@@ -292,6 +318,24 @@ mod tests {
         let back = (0..8).fold(spin, |s, _| adapt(s, SPIN_MIN_NS / 2));
         assert_eq!(back, SPIN_MAX_NS);
         assert_eq!(adapt(SPIN_MAX_NS, 0), SPIN_MAX_NS);
+    }
+
+    /// A waiter runs `help` while it waits, and does not park while `help` finds work: here the
+    /// help itself completes the round (a parked waiter would never be released).
+    #[test]
+    fn a_helping_waiter_helps_until_released() {
+        let barrier = RankBarrier::new(2);
+        let calls = AtomicUsize::new(0);
+        let generation = barrier.generation();
+        let help = || {
+            if calls.fetch_add(1, Ordering::Relaxed) + 1 == 1000 {
+                barrier.advance();
+            }
+            true
+        };
+        barrier.wait_while_helping(generation, &help).unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), 1000);
+        assert_eq!(barrier.generation(), generation + 1);
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! threads; the last driver to arrive performs the join and releases the others, so a join is one
 //! meeting. On CPU devices (one host) a driver also computes the shares of devices whose driver
 //! has not started them ([`crate::takeover`]): a stage then never waits for a thread that the host
-//! is not running. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
+//! is not running; and a driver with no share left to start runs tasks of the shares still
+//! running while it waits for them ([`Backend::help`]), so that an uneven cut (whole GQA groups)
+//! leaves no core idle. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
 //! not synchronize their devices around the AllReduce: they only make sure that every device's
 //! `compute` call has returned; they synchronize where the host reads device data (gathers, the
 //! generic AllReduce, outputs).
@@ -278,8 +280,11 @@ impl MetaBackend {
                     crew.barrier.advance();
                 }
             }
+            // Meanwhile this thread runs tasks of the shares still running (CPU streams).
             crew.barrier
-                .wait_while(crew.first_generation.wrapping_add(s))?;
+                .wait_while_helping(crew.first_generation.wrapping_add(s), &|| {
+                    self.backends[d].help()
+                })?;
         }
         self.backends[d].synchronize()
     }

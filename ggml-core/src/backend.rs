@@ -174,6 +174,14 @@ pub trait Backend: Send + Sync {
     fn drive(&self, job: &mut (dyn FnMut() + Send)) {
         job()
     }
+    /// Runs part of the work in flight on other streams of this stream's host on the calling
+    /// thread, which would otherwise only wait (a meta device's driver that has finished its
+    /// device's share of a stage while another device's share is still running); true when it ran
+    /// any. A stream offers this only where results do not depend on which thread runs which part
+    /// (the CPU's, whose ops are cut into indexed tasks). The default runs nothing.
+    fn help(&self) -> bool {
+        false
+    }
 }
 
 /// A point in a stream's work.
