@@ -15,12 +15,11 @@
 //!   weight row (two on x86 for Q4_1 / Q5_1 / MXFP4, and for Q8_0 at AVX-512) with up to 4 activation
 //!   columns per block load (integer dot per block, scaled by both block scales), every column's
 //!   result bit-identical whichever kernel computed it; on x86 the columns outside groups of 4
-//!   (all of decode's) of Q4_0 / Q5_0 / Q4_1 / Q5_1 go through `quant_offset_x86.rs`, and the
-//!   groups of Q4_0 / Q5_0 and the K-quants through `quant_prompt_x86.rs` (one row x four
-//!   columns, weights unpacked once per tile); at AVX-512 Q4_0 / Q5_0 and the K-quants (prompt
-//!   and decode) take `quant_rows8_avx512.rs` / `quant_rows8_k_avx512.rs` instead (eight rows per
-//!   vector, exact integer sums per block, the portable kernel's float steps: equal to the scalar
-//!   level's results);
+//!   (all of decode's) of Q4_1 / Q5_1 go through `quant_offset_x86.rs` and their groups through
+//!   `quant_prompt_x86.rs` (one row x four columns, weights unpacked once per tile); at both x86
+//!   levels Q4_0 / Q5_0 and the K-quants (prompt and decode) take `quant_rows8_x86.rs` /
+//!   `quant_rows8_k_x86.rs` instead (eight rows per vector, exact integer sums per block, the
+//!   portable kernel's float steps: equal to the scalar level's results);
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32
@@ -41,9 +40,9 @@ mod quant_offset_x86;
 #[cfg(target_arch = "x86_64")]
 mod quant_prompt_x86;
 #[cfg(target_arch = "x86_64")]
-mod quant_rows8_avx512;
+mod quant_rows8_k_x86;
 #[cfg(target_arch = "x86_64")]
-mod quant_rows8_k_avx512;
+mod quant_rows8_x86;
 #[cfg(target_arch = "x86_64")]
 mod quant_x86;
 pub mod simd;

@@ -1,5 +1,5 @@
 //! The AVX-512 prompt kernel of the legacy formats but Q4_0 / Q5_0 (those take
-//! `quant_rows8_avx512`, and the K-quants `quant_rows8_k_avx512`): two weight rows x four
+//! `quant_rows8_x86`, and the K-quants `quant_rows8_k_x86`): two weight rows x four
 //! activation columns.
 //!
 //! [`legacy_2x4`]: two blocks per 512-bit vector. The low half of every vector holds an even block

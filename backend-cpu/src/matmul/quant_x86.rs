@@ -3,17 +3,19 @@
 //! [`KQuant::unpack`]); this file holds what the intrinsics force: unpacking legacy blocks into one
 //! `__m256i` of 32 quants and the 8-bit integer dot products, which differ per level only in
 //! [`DotI8`] (AVX2 `maddubs`+`madd` versus AVX-512 VNNI `vpdpbusd`) and in its prompt kernels
-//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`; the
-//! K-quants and Q4_0 / Q5_0 take `quant_prompt_x86.rs` at AVX2 instead, and at AVX-512 the
-//! eight-row kernels of `quant_rows8_avx512.rs` / `quant_rows8_k_avx512.rs`, prompt and decode:
-//! [`DotI8::small_offset_rows`], [`DotI8::kquant_rows`]).
+//! (two weight rows x four columns, at AVX-512 the 512-bit ones of `quant_avx512.rs`). Q4_0 / Q5_0
+//! and the K-quants take the eight-row kernels of `quant_rows8_x86.rs` / `quant_rows8_k_x86.rs`
+//! at both levels (prompt and decode), Q4_1 / Q5_1 those of `quant_prompt_x86.rs` and
+//! `quant_offset_x86.rs`.
 
 use super::quant::{
     act_layout, rd16, rows_with, unpack_k4_scales, HalfCvt, KBlock, KQuant, Legacy, Mxfp4,
     RowKernel, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
-use super::quant_offset_x86::{min_rows, offset_rows, SmallOffset};
-use super::quant_prompt_x86::{kquant_prompt_rows, min_prompt_rows, prompt_rows, KUnpacked};
+use super::quant_offset_x86::min_rows;
+use super::quant_prompt_x86::min_prompt_rows;
+use super::quant_rows8_k_x86::kquant_rows8;
+use super::quant_rows8_x86::{legacy_rows8, Level8};
 use super::vec::F32Vec;
 use super::{Job, SimdLevel};
 use ggml_core::quant::MXFP4_VALUES;
@@ -83,34 +85,6 @@ pub(crate) trait DotI8 {
             }
         }
     }
-    /// The Q4_0 / Q5_0 kernels of this level: at AVX2 [`rows_small_offset`], at AVX-512 the
-    /// eight-row kernels of `quant_rows8_avx512.rs`.
-    #[inline(always)]
-    unsafe fn small_offset_rows<T: SmallOffset>(
-        job: &Job,
-        nb: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) where
-        Self: Sized,
-    {
-        // SAFETY: forwarded from the caller.
-        unsafe { rows_small_offset::<T, Self>(job, nb, rows, cols) }
-    }
-    /// The K-quant kernels of this level: at AVX2 [`rows_kquant`], at AVX-512 the eight-row
-    /// kernels of `quant_rows8_k_avx512.rs`.
-    #[inline(always)]
-    unsafe fn kquant_rows<T: KQuantX86>(
-        job: &Job,
-        nb: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) where
-        Self: Sized,
-    {
-        // SAFETY: forwarded from the caller.
-        unsafe { rows_kquant::<T, Self>(job, nb, rows, cols) }
-    }
 }
 
 pub(crate) struct Avx2Dot;
@@ -149,26 +123,6 @@ impl DotI8 for VnniDot {
         // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
         unsafe { super::quant_avx512::legacy_2x4::<T>(w, acts, nb) }
     }
-    #[inline(always)]
-    unsafe fn small_offset_rows<T: SmallOffset>(
-        job: &Job,
-        nb: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) {
-        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
-        unsafe { super::quant_rows8_avx512::legacy_rows8::<T>(job, nb, rows, cols) }
-    }
-    #[inline(always)]
-    unsafe fn kquant_rows<T: KQuantX86>(
-        job: &Job,
-        nb: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) {
-        // SAFETY: AVX-512 F/BW/VL/VNNI are enabled in every caller of this implementation.
-        unsafe { super::quant_rows8_k_avx512::kquant_rows8::<T>(job, nb, rows, cols) }
-    }
 }
 
 /// Unpacking of legacy blocks into 32 quants in one vector.
@@ -179,7 +133,7 @@ pub(crate) trait LegacyX86: Legacy {
     /// Whether the AVX2 prompt kernel takes two weight rows at once ([`legacy_2x4`]: activations
     /// loaded once per row pair, but its sixteen accumulators fill every register and spill) or
     /// one row at a time ([`legacy`] with four columns). One row measured faster for Q8_0 (+15% on
-    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither: see `quant_prompt_x86`.)
+    /// a 2-core EPYC guest). (Q4_0 and Q5_0 take neither: see `quant_rows8_x86`.)
     const PAIR_ROWS: bool = true;
     unsafe fn unpack_x86(p: *const u8) -> __m256i;
     /// The 32 quants plus [`LegacyX86::OFFSET`], as unsigned bytes.
@@ -427,6 +381,9 @@ unsafe fn legacy_2x4<T: LegacyX86, D: DotI8>(
 /// Vectorised unpacking of K-quant super-blocks into a [`KBlock`] (the portable `KQuant::unpack`
 /// computes the same bytes element by element).
 pub(crate) trait KQuantX86: KQuant {
+    /// How many `vpmaddubsw` results (byte pairs of unsigned quants times 8-bit activations) sum in
+    /// i16 without overflow: 4 for quants below 32 (`4 * 2 * 31 * 127 < 2^15`), 2 for Q6_K's.
+    const I16_QUADS: usize;
     unsafe fn unpack_x86(p: *const u8, out: &mut KBlock);
 }
 
@@ -468,6 +425,7 @@ unsafe fn k4_quants_x86(p: *const u8, qs_off: usize, out: &mut KBlock) {
 
 // SAFETY (every `unsafe` block of these impls): AVX2 is enabled by the caller, who passes a whole block.
 impl KQuantX86 for Q4K {
+    const I16_QUADS: usize = 4;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
         unsafe {
@@ -477,6 +435,7 @@ impl KQuantX86 for Q4K {
     }
 }
 impl KQuantX86 for Q5K {
+    const I16_QUADS: usize = 4;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
         unsafe {
@@ -496,6 +455,7 @@ impl KQuantX86 for Q5K {
     }
 }
 impl KQuantX86 for Q6K {
+    const I16_QUADS: usize = 2;
     #[inline(always)]
     unsafe fn unpack_x86(p: *const u8, out: &mut KBlock) {
         unsafe {
@@ -529,65 +489,7 @@ impl KQuantX86 for Q6K {
     }
 }
 
-/// K-quant kernel: weight row of `nb` super-blocks against `C` Q8_K rows. The block is unpacked
-/// once per group of columns ([`KUnpacked`], shared with the prompt kernel); every column
-/// accumulates scaled f32 lanes, summed horizontally once per row. One column (decode) prefetches
-/// the weights ahead, as [`legacy`] does.
-#[inline(always)]
-unsafe fn kquant<T: KQuantX86, const C: usize>(
-    w: *const u8,
-    acts: &[*const u8; C],
-    nb: usize,
-) -> [f32; C] {
-    let mut ku = KUnpacked::new();
-    // SAFETY: AVX2/FMA/F16C enabled by the caller; the rows hold `nb` super-blocks each.
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); C];
-        for i in 0..nb {
-            if C == 1 {
-                prefetch_ahead(w.add(i * T::SIZE), T::SIZE);
-            }
-            ku.fill::<T>(w.add(i * T::SIZE));
-            ku.dot::<C>(acts, i, &mut acc);
-        }
-        hsums(acc)
-    }
-}
-
-/// The horizontal sums of `acc`.
-#[inline(always)]
-pub(super) unsafe fn hsums<const C: usize>(acc: [__m256; C]) -> [f32; C] {
-    let mut out = [0f32; C];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: AVX2 enabled by the caller.
-        *o = unsafe { a.hsum() };
-    }
-    out
-}
-
-/// `acc` plus super-block `kb`'s eight lanes of integer sums `isum` (lane `l`: quants `4 l .. 4 l +
-/// 4` of every 32, scaled) and of min terms `msum` against the Q8_K block at `a`, scaled: the
-/// float steps every AVX2 K-quant kernel shares, so that a column's result does not depend on the
-/// kernel that computed it.
-#[inline(always)]
-pub(super) unsafe fn kquant_accumulate(
-    acc: __m256,
-    isum: __m256i,
-    msum: __m256i,
-    kb: &KBlock,
-    a: *const u8,
-) -> __m256 {
-    // SAFETY: AVX2/FMA enabled by the caller; `a` points to a whole Q8_K block.
-    unsafe {
-        let da = (a as *const f32).read_unaligned();
-        let msum = _mm256_cvtepi32_ps(msum);
-        let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(kb.d * da), acc);
-        _mm256_fmadd_ps(msum, _mm256_set1_ps(-kb.dmin * da), acc)
-    }
-}
-
 struct LegacyK<T, D>(usize, PhantomData<(T, D)>);
-struct KQuantK<T, D>(usize, PhantomData<(T, D)>);
 
 impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     #[inline(always)]
@@ -604,44 +506,6 @@ impl<T: LegacyX86, D: DotI8> RowKernel for LegacyK<T, D> {
     unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
         // SAFETY: forwarded from the caller.
         unsafe { legacy::<T, D, 1>(w, &[act], self.0)[0] }
-    }
-}
-
-impl<T: KQuantX86, D: DotI8> RowKernel for KQuantK<T, D> {
-    #[inline(always)]
-    unsafe fn dot4(&self, w: *const u8, acts: &[*const u8; 4]) -> [f32; 4] {
-        // SAFETY: forwarded from the caller.
-        unsafe { kquant::<T, 4>(w, acts, self.0) }
-    }
-    #[inline(always)]
-    unsafe fn dot1(&self, w: *const u8, act: *const u8) -> f32 {
-        // SAFETY: forwarded from the caller.
-        unsafe { kquant::<T, 1>(w, &[act], self.0)[0] }
-    }
-    /// Not reached on x86 (groups of four columns take `quant_prompt_x86`); the trait's shape.
-    #[inline(always)]
-    unsafe fn dot2x4(&self, w: &[*const u8; 2], acts: &[*const u8; 4]) -> [[f32; 4]; 2] {
-        // SAFETY: forwarded from the caller.
-        unsafe { [self.dot4(w[0], acts), self.dot4(w[1], acts)] }
-    }
-}
-
-/// Q4_0 / Q5_0: groups of four columns through the prompt kernel of `quant_prompt_x86`, the
-/// remaining columns (all of them in decode) through the offset kernel of `quant_offset_x86`.
-#[inline(always)]
-unsafe fn rows_small_offset<T: SmallOffset, D: DotI8>(
-    job: &Job,
-    nb: usize,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    let grouped = cols.start + cols.len() / 4 * 4;
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        if grouped > cols.start {
-            prompt_rows::<T, D>(job, nb, rows.clone(), cols.start..grouped);
-        }
-        offset_rows::<T, D>(job, nb, rows, grouped..cols.end);
     }
 }
 
@@ -664,32 +528,8 @@ unsafe fn rows_min<T: LegacyX86, D: DotI8>(
     }
 }
 
-/// K-quants: groups of four columns through the prompt kernel of `quant_prompt_x86`, the rest
-/// through the generic kernels.
 #[inline(always)]
-unsafe fn rows_kquant<T: KQuantX86, D: DotI8>(
-    job: &Job,
-    nb: usize,
-    rows: Range<usize>,
-    cols: Range<usize>,
-) {
-    let grouped = cols.start + cols.len() / 4 * 4;
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        if grouped > cols.start {
-            kquant_prompt_rows::<T>(job, nb, rows.clone(), cols.start..grouped);
-        }
-        rows_with(
-            &KQuantK::<T, D>(nb, PhantomData),
-            job,
-            rows,
-            grouped..cols.end,
-        );
-    }
-}
-
-#[inline(always)]
-unsafe fn rows_any<D: DotI8>(
+unsafe fn rows_any<D: Level8>(
     wt: DType,
     job: &Job,
     nb: usize,
@@ -699,15 +539,15 @@ unsafe fn rows_any<D: DotI8>(
     // SAFETY: forwarded from the caller.
     unsafe {
         match wt {
-            DType::Q4_0 => D::small_offset_rows::<Q4_0>(job, nb, rows, cols),
+            DType::Q4_0 => legacy_rows8::<Q4_0, D>(job, nb, rows, cols),
             DType::Q4_1 => rows_min::<Q4_1, D>(job, nb, rows, cols),
-            DType::Q5_0 => D::small_offset_rows::<Q5_0>(job, nb, rows, cols),
+            DType::Q5_0 => legacy_rows8::<Q5_0, D>(job, nb, rows, cols),
             DType::Q5_1 => rows_min::<Q5_1, D>(job, nb, rows, cols),
             DType::Q8_0 => rows_with(&LegacyK::<Q8_0, D>(nb, PhantomData), job, rows, cols),
             DType::MXFP4 => rows_with(&LegacyK::<Mxfp4, D>(nb, PhantomData), job, rows, cols),
-            DType::Q4K => D::kquant_rows::<Q4K>(job, nb, rows, cols),
-            DType::Q5K => D::kquant_rows::<Q5K>(job, nb, rows, cols),
-            DType::Q6K => D::kquant_rows::<Q6K>(job, nb, rows, cols),
+            DType::Q4K => kquant_rows8::<Q4K, D>(job, nb, rows, cols),
+            DType::Q5K => kquant_rows8::<Q5K, D>(job, nb, rows, cols),
+            DType::Q6K => kquant_rows8::<Q6K, D>(job, nb, rows, cols),
             _ => {}
         }
     }

@@ -12,9 +12,10 @@
 //!   quantized kernels use the portable code there (no hand-written `sdot` kernels yet).
 //!
 //! The quantized kernels of both x86 levels share everything but the 8-bit dot product and the
-//! prompt kernels: K-quant super-blocks are unpacked with AVX2 at both; prompt products multiply two
-//! weight rows by four activation columns per block load (legacy blocks at both levels, K-quants at
-//! AVX-512), at AVX-512 with two blocks (or two 32-quant chunks) per 512-bit vector.
+//! prompt kernels: K-quant super-blocks are unpacked with AVX2 at both; Q4_0 / Q5_0 and the K-quants
+//! take eight-row kernels at both (rows in the lanes of a vector; AVX-512 VNNI `vpdpbusd` or AVX2
+//! `vpmaddubsw` sums); the other legacy prompt products multiply two weight rows by four activation
+//! columns per block load, at AVX-512 with two blocks per 512-bit vector.
 
 use std::sync::OnceLock;
 

@@ -213,7 +213,7 @@ fn simd_levels_agree_with_scalar() {
 /// [`GEMM_MIN_COLS`] columns): every column of an N = 11 product (tiles of 2 x 4, 1 x 4, 4 x 1, 1 x 1)
 /// equals, bit for bit, the same column multiplied alone (4 x 1 and 1 x 1 tiles), at every level,
 /// for M = 13 rows (tiles of 4 rows) and K of 3 blocks (an odd count) or 14848 elements (464 legacy
-/// blocks: the x86 prompt kernel of Q4_0 / Q5_0, `quant_prompt_x86`, unpacks a tile's rows in two
+/// blocks: the x86 prompt kernels, `quant_prompt_x86` and `quant_rows8_x86`, unpack a tile's rows in two
 /// chunks).
 #[test]
 fn column_results_do_not_depend_on_the_batch() {
@@ -254,17 +254,48 @@ fn column_results_do_not_depend_on_the_batch() {
     }
 }
 
-/// Q4_0 / Q5_0 and the K-quants at AVX-512 (`quant_rows8_avx512`, `quant_rows8_k_avx512`: groups
+/// `n` values that quantize to extreme quants in blocks of `bs`: blocks of `+1` and of `-1` in
+/// turn, each with one element of the other sign.
+fn extreme_values(bs: usize, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let sign = if (i / bs) % 2 == 0 { 1.0 } else { -1.0 };
+            if i % bs == 0 {
+                -sign
+            } else {
+                sign
+            }
+        })
+        .collect()
+}
+
+/// Weights of `rows` rows of `k` whose quants are all the largest or the smallest.
+fn extreme_weights(wt: DType, k: usize, rows: usize) -> Vec<u8> {
+    let x = extreme_values(wt.block_size(), k * rows);
+    let rb = wt.row_size(k).unwrap();
+    let mut bytes = vec![0u8; rb * rows];
+    for r in 0..rows {
+        quantize_row(wt, &x[r * k..(r + 1) * k], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+    }
+    bytes
+}
+
+/// Q4_0 / Q5_0 and the K-quants at both x86 levels (`quant_rows8_x86`, `quant_rows8_k_x86`: groups
 /// of eight rows, the portable kernel's float steps) equal the scalar level bit for bit: row counts
 /// that end inside a group, the column counts of the decode kernel (< 4) and of the prompt kernel
 /// (groups of four and the rest), one block or many (several chunks of rows: 464 legacy blocks, 20
-/// super-blocks), contiguous and strided activations.
+/// super-blocks), contiguous and strided activations, and weights whose quants are all at the
+/// extremes (the AVX2 kernels' i16 sums of byte products at their largest).
 #[test]
 fn eight_row_kernels_equal_scalar() {
-    if !SimdLevel::Avx512.is_available() {
-        return;
-    }
-    for wt in [DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+    let levels: Vec<SimdLevel> = SimdLevel::available()
+        .into_iter()
+        .filter(|l| matches!(l, SimdLevel::Avx2 | SimdLevel::Avx512))
+        .collect();
+    for (wt, level) in [DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K]
+        .into_iter()
+        .flat_map(|wt| levels.iter().map(move |&l| (wt, l)))
+    {
         let long = if wt.block_size() == 32 { 464 } else { 20 };
         for (m, n, blocks) in [
             (1, 1, 1),
@@ -274,12 +305,21 @@ fn eight_row_kernels_equal_scalar() {
             (70, 67, long),
         ] {
             let k = wt.block_size() * blocks;
-            for transposed in [false, true] {
-                let (mut abuf, _) = weights(wt, k, m);
+            for (transposed, extreme) in [(false, false), (true, false), (false, true)] {
+                let mut abuf = if extreme {
+                    extreme_weights(wt, k, m)
+                } else {
+                    weights(wt, k, m).0
+                };
                 let a = TView::of_slice(&mut abuf, wt, [k, m, 1, 1]);
-                let (mut bbuf, blayout) = activations(&rand_vec(k * n), [k, n, 1, 1], transposed);
+                let vals = if extreme {
+                    extreme_values(wt.block_size(), k * n)
+                } else {
+                    rand_vec(k * n)
+                };
+                let (mut bbuf, blayout) = activations(&vals, [k, n, 1, 1], transposed);
                 let b = TView::new(bbuf.as_mut_ptr(), blayout);
-                let outs: Vec<Vec<f32>> = [SimdLevel::Scalar, SimdLevel::Avx512]
+                let outs: Vec<Vec<f32>> = [SimdLevel::Scalar, level]
                     .into_iter()
                     .map(|level| {
                         let mut d: Vec<u8> = bytemuck::cast_slice(&vec![f32::NAN; m * n]).to_vec();
@@ -293,8 +333,9 @@ fn eight_row_kernels_equal_scalar() {
                         .iter()
                         .zip(&outs[1])
                         .all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{wt} m={m} n={n} k={k} t={transposed}: scalar {:?} avx512 {:?}",
+                    "{wt} m={m} n={n} k={k} t={transposed} extreme={extreme}: scalar {:?} {} {:?}",
                     outs[0],
+                    level.name(),
                     outs[1]
                 );
             }

@@ -1,31 +1,102 @@
-//! The AVX-512 kernels of the K-quants (Q4_K, Q5_K, Q6_K), prompt and decode, on the eight-row
-//! drivers of `quant_rows8_avx512.rs`: eight weight rows in the eight lanes of a vector, each lane
-//! a row's exact integer sums per super-block.
+//! The eight-row kernels of the K-quants (Q4_K, Q5_K, Q6_K) at both x86 levels, prompt and
+//! decode, on the drivers of `quant_rows8_x86.rs`: eight weight rows in the eight lanes of a
+//! vector, each lane a row's exact integer sums per super-block.
 //!
 //! Per super-block the portable kernel (`quant::kquant_scalar`) takes two integers, `isum = sum_j
 //! sc_j dot_j` (sixteen 16-quant groups `j`) and `msum = sum_j mn_j bsum_j`, and one float step:
 //! `sum += d d_a isum - dmin d_a msum`. Both kernels here compute the same integers with rows in
 //! lanes and that float step lane by lane, so results equal the scalar level's and do not depend on
-//! the batch:
+//! the batch or the level:
 //! - prompt ([`KRows8::dot`]): the super-block of eight rows unpacked once per tile and
 //!   interleaved ([`KGroupBlock`]: vector `4 j + k` holds quants `16 j + 4 k ..` of every row), so
-//!   four `vpdpbusd` against broadcast activation quads give the rows' `dot_j`, one `vpmulld` by the
-//!   rows' scales adds it to `isum`, and eight `vpdpwssd` of the rows' min pairs against broadcast
-//!   block-sum pairs give `msum`;
-//! - decode ([`KRows8::decode_group`]): each row unpacked and dotted as the AVX2 kernels do
-//!   (`KUnpacked`), its lanes summed with the seven other rows' by `row_sums`.
+//!   [`Level8::k_group`] against the broadcast activation quads gives the rows' `sc_j dot_j`
+//!   (AVX-512: four `vpdpbusd` and one `vpmulld` by the rows' scales; AVX2: four `vpmaddubsw`
+//!   summed in i16, two at a time for Q6_K, and `vpmaddwd` by the scales in both i16 halves of
+//!   a lane), and eight [`Level8::pair_dots`] of the rows' min pairs against broadcast block-sum
+//!   pairs give `msum`;
+//! - decode ([`KRows8::decode_group`]): each row unpacked and dotted with AVX2 (`KUnpacked`), its
+//!   lanes summed with the seven other rows' by `row_sums`.
 
-use super::quant::{Q8K_BSUMS, Q8K_QS, Q8K_SIZE};
-use super::quant_prompt_x86::KUnpacked;
-use super::quant_rows8_avx512::{row_sums, rows8, transpose, Group, Rows8, ROWS};
+use super::quant::{KBlock, Q8K_BSUMS, Q8K_QS, Q8K_SIZE};
+use super::quant_rows8_x86::{bcast, row_sums, rows8, transpose, Group, Level8, Rows8, ROWS};
 use super::quant_x86::KQuantX86;
 use super::Job;
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 use std::ops::Range;
 
+/// A K-quant super-block unpacked ([`KBlock`]) with what every column reads of it as vectors: the
+/// per-16 scales (`scv`, lanes of `vpmaddwd`) and the min terms (`mn`), for the decode kernel's
+/// one-row dots ([`KUnpacked::int_sums`], [`KUnpacked::min_sums`]) and the prompt kernel's
+/// interleaving.
+#[derive(Clone)]
+pub(super) struct KUnpacked {
+    kb: KBlock,
+    scv: [__m256i; 8],
+    mn: __m256i,
+}
+
+impl KUnpacked {
+    pub(super) fn new() -> Self {
+        KUnpacked {
+            kb: KBlock::new(),
+            // SAFETY: vectors of plain integers, for which zero bits are valid.
+            scv: unsafe { std::mem::zeroed() },
+            mn: unsafe { std::mem::zeroed() },
+        }
+    }
+
+    /// Replaces the block by the super-block `T` at `p`.
+    #[inline(always)]
+    pub(super) unsafe fn fill<T: KQuantX86>(&mut self, p: *const u8) {
+        // SAFETY: AVX2 enabled by the caller, who passes a whole block.
+        unsafe {
+            T::unpack_x86(p, &mut self.kb);
+            self.mn = _mm256_loadu_si256(self.kb.mn.as_ptr() as *const __m256i);
+            for (v, s) in self.scv.iter_mut().enumerate() {
+                *s = _mm256_set_m128i(
+                    _mm_set1_epi16(self.kb.sc[2 * v + 1]),
+                    _mm_set1_epi16(self.kb.sc[2 * v]),
+                );
+            }
+        }
+    }
+
+    /// The block's scaled integer dots against the Q8_K block at `a`, in eight i32 lanes (lane
+    /// `l`: quants `4 l .. 4 l + 4` of every 32, times their scales).
+    #[inline(always)]
+    pub(super) unsafe fn int_sums(&self, a: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `a` points to a whole Q8_K block.
+        unsafe {
+            let mut isum = _mm256_setzero_si256();
+            for (v, sc) in self.scv.iter().enumerate() {
+                let q = _mm256_loadu_si256(self.kb.q.as_ptr().add(32 * v) as *const __m256i);
+                let y = _mm256_loadu_si256(a.add(Q8K_QS + 32 * v) as *const __m256i);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), *sc));
+            }
+            isum
+        }
+    }
+
+    /// The block's min terms against the Q8_K block at `a` (its block sums), in eight i32 lanes.
+    #[inline(always)]
+    pub(super) unsafe fn min_sums(&self, a: *const u8) -> __m256i {
+        // SAFETY: AVX2 enabled by the caller; `a` points to a whole Q8_K block.
+        unsafe {
+            let bs = _mm256_loadu_si256(a.add(Q8K_BSUMS) as *const __m256i);
+            _mm256_madd_epi16(bs, self.mn)
+        }
+    }
+
+    /// The unpacked block.
+    pub(super) fn block(&self) -> &KBlock {
+        &self.kb
+    }
+}
+
 /// A super-block of eight rows interleaved: `q[4 j + k]` holds quants `16 j + 4 k .. 16 j + 4 k +
-/// 4` of row `r` in i32 lane `r`, `sc[j]` the rows' scales of group `j` (i32), `mn[p]` their
+/// 4` of row `r` in i32 lane `r`, `sc[j]` the rows' scales of group `j` ([`Level8::k_scales`]),
+/// `mn[p]` their
 /// mins of groups `2 p` and `2 p + 1` (an i16 pair), `d` and `dmin` their super-block scales.
 #[derive(Clone, Copy)]
 pub(super) struct KGroupBlock {
@@ -55,20 +126,14 @@ unsafe fn kstep(
     }
 }
 
-/// The i32 at `p` in every lane.
-#[inline(always)]
-unsafe fn bcast(p: *const u8) -> __m256i {
-    // SAFETY: AVX enabled by the caller; four readable bytes.
-    unsafe { _mm256_set1_epi32((p as *const i32).read_unaligned()) }
-}
-
-/// The K-quant (`T`) kernels against a tile's Q8_K columns.
-pub(super) struct KRows8<T> {
+/// The K-quant (`T`) kernels at level `L` against a tile's Q8_K columns.
+pub(super) struct KRows8<T, L> {
     acts: Vec<*const u8>,
-    kind: PhantomData<T>,
+    kind: PhantomData<(T, L)>,
 }
 
-impl<T: KQuantX86> Rows8 for KRows8<T> {
+impl<T: KQuantX86, L: Level8> Rows8 for KRows8<T, L> {
+    type Level = L;
     type Block = KGroupBlock;
 
     unsafe fn new(acts: &[*const u8], _nb: usize) -> Self {
@@ -84,7 +149,8 @@ impl<T: KQuantX86> Rows8 for KRows8<T> {
         let mut rows = [[_mm256_setzero_si256(); 11]; ROWS];
         let (mut d, mut dmin) = ([0f32; ROWS], [0f32; ROWS]);
         let mut ku = KUnpacked::new();
-        // SAFETY: AVX-512 F/BW/VL enabled by the caller; super-block `i` exists in every row.
+        // SAFETY: the level's features are enabled by the caller; super-block `i` exists in every
+        // row.
         unsafe {
             for (r, w) in group.w.iter().enumerate() {
                 ku.fill::<T>(w.add(i * T::SIZE));
@@ -111,13 +177,16 @@ impl<T: KQuantX86> Rows8 for KRows8<T> {
             }
             b.sc[..8].copy_from_slice(&transpose(column(8)));
             b.sc[8..].copy_from_slice(&transpose(column(9)));
+            for sc in &mut b.sc {
+                *sc = L::k_scales(*sc);
+            }
             b
         }
     }
 
     #[inline(always)]
     unsafe fn dot<const C: usize>(&self, blocks: &[KGroupBlock], cols: [usize; C]) -> [__m256; C] {
-        // SAFETY: AVX-512 VL/VNNI enabled by the caller; the columns hold `blocks.len()`
+        // SAFETY: the level's features are enabled by the caller; the columns hold `blocks.len()`
         // super-blocks.
         unsafe {
             let mut acc = [_mm256_setzero_ps(); C];
@@ -128,23 +197,19 @@ impl<T: KQuantX86> Rows8 for KRows8<T> {
                 }
                 let mut isum = [_mm256_setzero_si256(); C];
                 for j in 0..16 {
-                    let mut t = [_mm256_setzero_si256(); C];
-                    for k in 0..4 {
-                        let q = b.q[4 * j + k];
-                        for c in 0..C {
-                            let y = bcast(a[c].add(Q8K_QS + 16 * j + 4 * k));
-                            t[c] = _mm256_dpbusd_epi32(t[c], q, y);
-                        }
-                    }
+                    let q = [b.q[4 * j], b.q[4 * j + 1], b.q[4 * j + 2], b.q[4 * j + 3]];
                     for c in 0..C {
-                        isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(t[c], b.sc[j]));
+                        let y = a[c].add(Q8K_QS + 16 * j);
+                        let y = [bcast(y), bcast(y.add(4)), bcast(y.add(8)), bcast(y.add(12))];
+                        let t = L::k_group(q, y, b.sc[j], T::I16_QUADS);
+                        isum[c] = _mm256_add_epi32(isum[c], t);
                     }
                 }
                 let mut msum = [_mm256_setzero_si256(); C];
                 for (p, &mn) in b.mn.iter().enumerate() {
                     for c in 0..C {
                         let bs = bcast(a[c].add(Q8K_BSUMS + 4 * p));
-                        msum[c] = _mm256_dpwssd_epi32(msum[c], mn, bs);
+                        msum[c] = L::pair_dots(msum[c], mn, bs);
                     }
                 }
                 for c in 0..C {
@@ -161,8 +226,8 @@ impl<T: KQuantX86> Rows8 for KRows8<T> {
     #[inline(always)]
     unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256 {
         let mut ku = KUnpacked::new();
-        // SAFETY: AVX-512 F/BW/VL enabled by the caller; the rows and the column hold `nb`
-        // super-blocks.
+        // SAFETY: the level's features are enabled by the caller; the rows and the column hold
+        // `nb` super-blocks.
         unsafe {
             let mut acc = _mm256_setzero_ps();
             for i in 0..nb {
@@ -187,17 +252,18 @@ impl<T: KQuantX86> Rows8 for KRows8<T> {
     }
 }
 
-/// K-quant weights `T` of `nb` super-blocks per row: `rows` x `cols` of a job (`rows8`).
+/// K-quant weights `T` of `nb` super-blocks per row at level `L`: `rows` x `cols` of a job
+/// (`rows8`).
 ///
 /// # Safety
-/// As for `quant::rows`, with AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI enabled in the caller.
+/// As for `quant::rows`, with the features of `L` enabled in the caller.
 #[inline(always)]
-pub(super) unsafe fn kquant_rows8<T: KQuantX86>(
+pub(super) unsafe fn kquant_rows8<T: KQuantX86, L: Level8>(
     job: &Job,
     nb: usize,
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { rows8::<KRows8<T>>(job, nb, rows, cols) }
+    unsafe { rows8::<KRows8<T, L>>(job, nb, rows, cols) }
 }

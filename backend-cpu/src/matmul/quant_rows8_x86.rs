@@ -1,28 +1,30 @@
-//! The AVX-512 kernels of Q4_0 / Q5_0, prompt and decode: eight weight rows side by side in the
-//! eight lanes of a vector, each lane a row's whole-block integer dot (VNNI `vpdpbusd`); and the
+//! The eight-row kernels of Q4_0 / Q5_0 at both x86 levels, prompt and decode: eight weight rows
+//! side by side in the eight lanes of a vector, each lane a row's whole-block integer dot; and the
 //! drivers of such eight-row kernels ([`Rows8`]: [`prompt_tile`], [`decode_tile`]), which the
-//! K-quants' (`quant_rows8_k_avx512.rs`) share.
+//! K-quants' (`quant_rows8_k_x86.rs`) share. What differs between the levels is [`Level8`]: the
+//! quad dot products (AVX-512 VNNI `vpdpbusd`; AVX2 `vpmaddubsw` of four quads summed in i16, then
+//! one `vpmaddwd`), the half-precision scales and the partial stores.
 //!
-//! The x86 kernels of the other levels keep per block eight partial sums per (row, column) and
-//! pay three float steps for them (convert, scale, FMA) per 32 products. Here a block of eight
-//! rows is interleaved ([`GroupBlock`]: vector `k` holds quants `4 k .. 4 k + 4` of every row, made
-//! unsigned by `SmallOffset::unpack_u_avx512`), so eight `vpdpbusd` against the column's
-//! four-quant groups (broadcast from the activation row) give the eight rows' block dots at once,
-//! starting from minus `OFFSET` times the activation block's sum ([`ActTerms`]), and the float
-//! steps are paid once per eight rows (criterion GEMM 4864x512x896 on one core of a 2-core EPYC
-//! guest: Q5_0 105 -> 235 Gelem/s). The prompt kernel ([`prompt_tile`]) interleaves chunks of rows
-//! once per tile and takes them against four columns at a time; the decode kernel
-//! ([`LegacyRows8::decode_group`]) dots each row's block against the column and sums the eight rows' lanes with a transposing
-//! add tree ([`row_sums`]), which gives the same integers.
+//! The one-row x86 kernels keep per block eight partial sums per (row, column) and pay three float
+//! steps for them (convert, scale, FMA) per 32 products. Here a block of eight rows is interleaved
+//! ([`GroupBlock`]: vector `k` holds quants `4 k .. 4 k + 4` of every row, made unsigned by
+//! [`Level8::unpack_u`]), so eight quad dots against the column's four-quant groups (broadcast
+//! from the activation row) give the eight rows' block dots at once, starting from minus `OFFSET`
+//! times the activation block's sum ([`ActTerms`]), and the float steps are paid once per eight
+//! rows (criterion GEMM 4864x512x896 on one core of a 2-core EPYC guest: Q5_0 at AVX-512 105 ->
+//! 235 Gelem/s). The prompt kernel ([`prompt_tile`]) interleaves chunks of rows once per tile and
+//! takes them against four columns at a time; the decode kernel ([`LegacyRows8::decode_group`])
+//! dots each row's block against the column and sums the eight rows' lanes with a transposing add
+//! tree ([`row_sums`]), which gives the same integers.
 //!
 //! The float steps are the portable kernel's (`quant::legacy_scalar`): per block
 //! `sum += s as f32 * (d * d_a)`, no FMA. So every result is bit-identical whichever kernel,
-//! tile or batch computed it (a token's logits must not depend on its batch), and equal to the
-//! scalar level's. Rows past the end of a tile repeat its last row; their lanes are not stored.
+//! level, tile or batch computed it (a token's logits must not depend on its batch), and equal to
+//! the scalar level's. Rows past the end of a tile repeat its last row; their lanes are not stored.
 
 use super::quant::{act_layout, rd, rd16, HalfCvt};
 use super::quant_offset_x86::SmallOffset;
-use super::quant_x86::F16c;
+use super::quant_x86::{Avx2Dot, DotI8, F16c, VnniDot};
 use super::Job;
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -37,6 +39,135 @@ const L1_SPAN: usize = 16 << 10;
 
 /// Bytes of interleaved weight blocks a prompt tile keeps at once.
 const CHUNK_BYTES: usize = 64 << 10;
+
+/// What the eight-row kernels do differently at the two x86 levels (`Avx2Dot`: AVX2/FMA/F16C;
+/// `VnniDot`: AVX-512 F/BW/VL/VNNI as well, enabled by every caller of its methods).
+pub(super) trait Level8: DotI8 {
+    /// `acc` plus, per i32 lane, the dot products of the unsigned quads `q[k]` with the signed quads
+    /// `y[k]`, where each pair of byte products summed over the four `k` fits in i16 (unsigned
+    /// bytes below 32 against 8-bit activations).
+    unsafe fn quad_dots(acc: __m256i, q: [__m256i; 4], y: [__m256i; 4]) -> __m256i;
+    /// The quants of the `T` block at `p` plus `OFFSET`, as unsigned bytes.
+    unsafe fn unpack_u<T: SmallOffset>(p: *const u8) -> __m256i;
+    /// The half-precision numbers in the low 16 bits of the i32 lanes of `h`, as f32 (exact).
+    unsafe fn halves(h: __m256i) -> __m256;
+    /// Stores the first `n` (1..=8) lanes of `v` at `dst`.
+    unsafe fn store(dst: *mut f32, n: usize, v: __m256);
+    /// The per-16 scales of eight rows (i32 lanes) as [`Level8::k_group`] takes them.
+    unsafe fn k_scales(sc: __m256i) -> __m256i;
+    /// Per i32 lane, `sc` (from [`Level8::k_scales`]) times the dot products of the unsigned
+    /// quads `q[k]` (bytes below 64) with the signed quads `y[k]`; `i16_quads`: how many of the
+    /// four quads' byte-pair products sum in i16 without overflow (4 or 2, `KQuantX86::I16_QUADS`).
+    unsafe fn k_group(q: [__m256i; 4], y: [__m256i; 4], sc: __m256i, i16_quads: usize) -> __m256i;
+    /// `acc` plus, per i32 lane, the products of the i16 pairs of `x` and `y` summed.
+    unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i;
+}
+
+// SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C are enabled by the caller.
+impl Level8 for Avx2Dot {
+    #[inline(always)]
+    unsafe fn quad_dots(acc: __m256i, q: [__m256i; 4], y: [__m256i; 4]) -> __m256i {
+        unsafe {
+            let mut t = _mm256_maddubs_epi16(q[0], y[0]);
+            for k in 1..4 {
+                t = _mm256_add_epi16(t, _mm256_maddubs_epi16(q[k], y[k]));
+            }
+            _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn unpack_u<T: SmallOffset>(p: *const u8) -> __m256i {
+        unsafe { T::unpack_u(p) }
+    }
+    #[inline(always)]
+    unsafe fn halves(h: __m256i) -> __m256 {
+        unsafe {
+            let h = _mm256_and_si256(h, _mm256_set1_epi32(0xFFFF));
+            // Per 128-bit half: its four halves twice; then the two halves' first fours joined.
+            let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(h, h));
+            _mm256_cvtph_ps(_mm256_castsi256_si128(p))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(dst: *mut f32, n: usize, v: __m256) {
+        unsafe {
+            if n == ROWS {
+                _mm256_storeu_ps(dst, v);
+            } else {
+                let mut lanes = [0f32; ROWS];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+                std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, n);
+            }
+        }
+    }
+    /// Each scale in both i16 halves of its lane, the pair `vpmaddwd` multiplies by.
+    #[inline(always)]
+    unsafe fn k_scales(sc: __m256i) -> __m256i {
+        unsafe { _mm256_blend_epi16::<0xAA>(sc, _mm256_slli_epi32::<16>(sc)) }
+    }
+    #[inline(always)]
+    unsafe fn k_group(q: [__m256i; 4], y: [__m256i; 4], sc: __m256i, i16_quads: usize) -> __m256i {
+        unsafe {
+            let p: [__m256i; 4] = [
+                _mm256_maddubs_epi16(q[0], y[0]),
+                _mm256_maddubs_epi16(q[1], y[1]),
+                _mm256_maddubs_epi16(q[2], y[2]),
+                _mm256_maddubs_epi16(q[3], y[3]),
+            ];
+            let (a, b) = (_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+            if i16_quads == 4 {
+                _mm256_madd_epi16(_mm256_add_epi16(a, b), sc)
+            } else {
+                _mm256_add_epi32(_mm256_madd_epi16(a, sc), _mm256_madd_epi16(b, sc))
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(x, y)) }
+    }
+}
+
+// SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are enabled
+// by the caller.
+impl Level8 for VnniDot {
+    #[inline(always)]
+    unsafe fn quad_dots(acc: __m256i, q: [__m256i; 4], y: [__m256i; 4]) -> __m256i {
+        let mut acc = acc;
+        for k in 0..4 {
+            acc = unsafe { _mm256_dpbusd_epi32(acc, q[k], y[k]) };
+        }
+        acc
+    }
+    #[inline(always)]
+    unsafe fn unpack_u<T: SmallOffset>(p: *const u8) -> __m256i {
+        unsafe { T::unpack_u_avx512(p) }
+    }
+    #[inline(always)]
+    unsafe fn halves(h: __m256i) -> __m256 {
+        unsafe { _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h)) }
+    }
+    #[inline(always)]
+    unsafe fn store(dst: *mut f32, n: usize, v: __m256) {
+        let mask = (1u32 << n) - 1;
+        unsafe { _mm256_mask_storeu_ps(dst, mask as u8, v) }
+    }
+    #[inline(always)]
+    unsafe fn k_scales(sc: __m256i) -> __m256i {
+        sc
+    }
+    #[inline(always)]
+    unsafe fn k_group(q: [__m256i; 4], y: [__m256i; 4], sc: __m256i, _: usize) -> __m256i {
+        unsafe {
+            let t = Self::quad_dots(_mm256_setzero_si256(), q, y);
+            _mm256_mullo_epi32(t, sc)
+        }
+    }
+    #[inline(always)]
+    unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+        unsafe { _mm256_dpwssd_epi32(acc, x, y) }
+    }
+}
 
 /// Block `i` of a group of eight weight rows: vector `k` holds the unsigned quants `4 k .. 4 k +
 /// 4` of row `r` in its i32 lane `r`, and `d` the rows' scales.
@@ -94,6 +225,13 @@ impl ActTerms {
     }
 }
 
+/// The i32 at `p` in every lane.
+#[inline(always)]
+pub(super) unsafe fn bcast(p: *const u8) -> __m256i {
+    // SAFETY: AVX enabled by the caller; four readable bytes.
+    unsafe { _mm256_set1_epi32((p as *const i32).read_unaligned()) }
+}
+
 /// `acc + s as f32 * (d * d_a)` lane by lane: the portable kernel's float steps.
 #[inline(always)]
 unsafe fn accumulate(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 {
@@ -106,12 +244,11 @@ unsafe fn accumulate(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 {
 
 /// The results `v` of row group `g` of `rows` against column `c` of the job.
 #[inline(always)]
-unsafe fn store_group(job: &Job, rows: &Range<usize>, g: usize, c: usize, v: __m256) {
+unsafe fn store_group<L: Level8>(job: &Job, rows: &Range<usize>, g: usize, c: usize, v: __m256) {
     let m0 = rows.start + ROWS * g;
-    let mask = (1u32 << (rows.end - m0).min(ROWS)) - 1;
-    // SAFETY: AVX-512 F/VL enabled by the caller; the group's rows of column `c` are the
-    // caller's to write.
-    unsafe { _mm256_mask_storeu_ps(job.dsts[c].add(m0), mask as u8, v) }
+    // SAFETY: the level's features are enabled by the caller; the group's rows of column `c` are
+    // the caller's to write.
+    unsafe { L::store(job.dsts[c].add(m0), (rows.end - m0).min(ROWS), v) }
 }
 
 /// The eight weight rows of a group from `m0`, the last row of the tile repeated past its end.
@@ -169,17 +306,14 @@ impl Group {
         }
     }
 
-    /// The scales of block `i` of the rows.
+    /// The scales of block `i` of the rows (one gather and F16C's exact conversion).
     #[inline(always)]
-    unsafe fn scales<T: SmallOffset>(&self, i: usize) -> __m256 {
-        // SAFETY: forwarded from the caller; block `i` exists in every row.
-        // (One gather and F16C's exact conversion.)
-        // SAFETY: AVX-512 F/VL and F16C enabled by the caller; block `i` exists in every row and
-        // holds at least four bytes.
+    unsafe fn scales<T: SmallOffset, L: Level8>(&self, i: usize) -> __m256 {
+        // SAFETY: the level's features are enabled by the caller; block `i` exists in every row
+        // and holds at least four bytes.
         unsafe {
             let base = self.w[0].add(i * T::SIZE) as *const i32;
-            let h = _mm256_i32gather_epi32::<1>(base, self.offsets);
-            _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h))
+            L::halves(_mm256_i32gather_epi32::<1>(base, self.offsets))
         }
     }
 }
@@ -220,6 +354,8 @@ pub(super) unsafe fn transpose(q: [__m256i; 8]) -> [__m256i; 8] {
 
 /// A weight format's eight-row kernels, which [`prompt_tile`] and [`decode_tile`] drive.
 pub(super) trait Rows8: Sized {
+    /// The x86 level of the kernels.
+    type Level: Level8;
     /// Block `i` of a group's eight rows interleaved for the prompt kernel (plain vectors and
     /// floats, for which zero bits are valid).
     type Block: Copy;
@@ -235,14 +371,15 @@ pub(super) trait Rows8: Sized {
     unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256;
 }
 
-/// The kernels of Q4_0 / Q5_0 (`T`) against a tile's Q8_0 columns.
-struct LegacyRows8<T> {
+/// The kernels of Q4_0 / Q5_0 (`T`) at level `L` against a tile's Q8_0 columns.
+struct LegacyRows8<T, L> {
     acts: Vec<*const u8>,
     terms: ActTerms,
-    kind: PhantomData<T>,
+    kind: PhantomData<(T, L)>,
 }
 
-impl<T: SmallOffset> Rows8 for LegacyRows8<T> {
+impl<T: SmallOffset, L: Level8> Rows8 for LegacyRows8<T, L> {
+    type Level = L;
     type Block = GroupBlock;
     unsafe fn new(acts: &[*const u8], nb: usize) -> Self {
         LegacyRows8 {
@@ -254,22 +391,22 @@ impl<T: SmallOffset> Rows8 for LegacyRows8<T> {
     #[inline(always)]
     unsafe fn interleave(&self, group: &Group, i: usize) -> GroupBlock {
         // SAFETY: forwarded from the caller.
-        unsafe { interleave::<T>(group, i) }
+        unsafe { interleave::<T, L>(group, i) }
     }
     #[inline(always)]
     unsafe fn dot<const C: usize>(&self, blocks: &[GroupBlock], cols: [usize; C]) -> [__m256; C] {
         let acts = cols.map(|c| self.acts[c]);
         let terms = cols.map(|c| self.terms.column(c));
         // SAFETY: forwarded from the caller.
-        unsafe { group_dot(blocks, acts, terms) }
+        unsafe { group_dot::<L, C>(blocks, acts, terms) }
     }
     /// Block by block, the eight rows' lanes summed by [`row_sums`] ([`Group::prefetch_next`]).
     #[inline(always)]
     unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256 {
         let (aq, asz) = act_layout(false);
         let terms = self.terms.column(0);
-        // SAFETY: AVX-512 F/BW/VL/VNNI and F16C enabled by the caller; the rows and the column
-        // hold `nb` blocks.
+        // SAFETY: the level's features are enabled by the caller; the rows and the column hold
+        // `nb` blocks.
         unsafe {
             let mut acc = _mm256_setzero_ps();
             for i in 0..nb {
@@ -277,12 +414,12 @@ impl<T: SmallOffset> Rows8 for LegacyRows8<T> {
                 let y = _mm256_loadu_si256(self.acts[0].add(i * asz + aq) as *const __m256i);
                 let mut v = [_mm256_setzero_si256(); ROWS];
                 for (r, w) in group.w.iter().enumerate() {
-                    let q = T::unpack_u_avx512(w.add(i * T::SIZE));
-                    v[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y);
+                    v[r] = L::dot_us(L::unpack_u::<T>(w.add(i * T::SIZE)), y);
                 }
                 let excess = _mm256_set1_epi32(*terms.excess.get_unchecked(i));
                 let s = _mm256_add_epi32(row_sums(v), excess);
-                acc = accumulate(acc, s, group.scales::<T>(i), *terms.da.get_unchecked(i));
+                let d = group.scales::<T, L>(i);
+                acc = accumulate(acc, s, d, *terms.da.get_unchecked(i));
             }
             acc
         }
@@ -291,31 +428,33 @@ impl<T: SmallOffset> Rows8 for LegacyRows8<T> {
 
 /// Block `i` of the weight rows of `group` interleaved.
 #[inline(always)]
-unsafe fn interleave<T: SmallOffset>(group: &Group, i: usize) -> GroupBlock {
-    // SAFETY: AVX-512 F/BW/VL and F16C enabled by the caller; block `i` exists in every row.
+unsafe fn interleave<T: SmallOffset, L: Level8>(group: &Group, i: usize) -> GroupBlock {
+    // SAFETY: the level's features are enabled by the caller; block `i` exists in every row.
     unsafe {
         let mut q = [_mm256_setzero_si256(); ROWS];
         for (r, w) in group.w.iter().enumerate() {
-            q[r] = T::unpack_u_avx512(w.add(i * T::SIZE));
+            q[r] = L::unpack_u::<T>(w.add(i * T::SIZE));
         }
         GroupBlock {
             q: transpose(q),
-            d: group.scales::<T>(i),
+            d: group.scales::<T, L>(i),
         }
     }
 }
 
 /// An interleaved group of rows (`blocks`, one per block of the row) against `C` activation
 /// columns (`acts`, their `terms`): the eight rows' results per column. Each column's block dot
-/// is split over two chains of `vpdpbusd` (even and odd quant groups), which its latency needs.
+/// is split over two [`Level8::quad_dots`] (quads 0..4 and 4..8): two chains of `vpdpbusd` at
+/// AVX-512, which its latency needs; at AVX2 the i16 sums of four quads' products stay exact.
 #[inline(always)]
-unsafe fn group_dot<const C: usize>(
+unsafe fn group_dot<L: Level8, const C: usize>(
     blocks: &[GroupBlock],
     acts: [*const u8; C],
     terms: [Terms; C],
 ) -> [__m256; C] {
     let (aq, asz) = act_layout(false);
-    // SAFETY: AVX-512 VL/VNNI enabled by the caller; the columns hold `blocks.len()` blocks.
+    // SAFETY: the level's features are enabled by the caller; the columns hold `blocks.len()`
+    // blocks.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); C];
         for (i, b) in blocks.iter().enumerate() {
@@ -323,10 +462,12 @@ unsafe fn group_dot<const C: usize>(
             for c in 0..C {
                 s[0][c] = _mm256_set1_epi32(*terms[c].excess.get_unchecked(i));
             }
-            for (k, &q) in b.q.iter().enumerate() {
+            for h in 0..2 {
+                let q = [b.q[4 * h], b.q[4 * h + 1], b.q[4 * h + 2], b.q[4 * h + 3]];
                 for c in 0..C {
-                    let y4 = (acts[c].add(i * asz + aq + 4 * k) as *const i32).read_unaligned();
-                    s[k % 2][c] = _mm256_dpbusd_epi32(s[k % 2][c], q, _mm256_set1_epi32(y4));
+                    let y = acts[c].add(i * asz + aq + 16 * h);
+                    let y = [bcast(y), bcast(y.add(4)), bcast(y.add(8)), bcast(y.add(12))];
+                    s[h][c] = L::quad_dots(s[h][c], q, y);
                 }
             }
             for c in 0..C {
@@ -346,7 +487,7 @@ unsafe fn prompt_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: 
     let groups = rows.len().div_ceil(ROWS);
     let chunk = (CHUNK_BYTES / (nb * size_of::<K::Block>())).clamp(1, groups);
     // SAFETY: the job's pointers are valid for `rows` x `cols`, these destination elements are
-    // written by this thread only (caller), and AVX-512 F/VL/VNNI are enabled by the caller;
+    // written by this thread only (caller), and the level's features are enabled by the caller;
     // zero bits are a valid `K::Block`.
     unsafe {
         let kern = K::new(&job.acts[cols.clone()], nb);
@@ -363,14 +504,14 @@ unsafe fn prompt_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: 
                 for (g, blocks) in (g0..g1).zip(buf.chunks_exact(nb)) {
                     let out = kern.dot(blocks, [c, c + 1, c + 2, c + 3]);
                     for (j, v) in out.into_iter().enumerate() {
-                        store_group(job, &rows, g, cols.start + c + j, v);
+                        store_group::<K::Level>(job, &rows, g, cols.start + c + j, v);
                     }
                 }
             }
             for c in ncols / 4 * 4..ncols {
                 for (g, blocks) in (g0..g1).zip(buf.chunks_exact(nb)) {
                     let [v] = kern.dot(blocks, [c]);
-                    store_group(job, &rows, g, cols.start + c, v);
+                    store_group::<K::Level>(job, &rows, g, cols.start + c, v);
                 }
             }
         }
@@ -406,7 +547,7 @@ unsafe fn decode_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: 
             let kern = K::new(&[job.acts[c]], nb);
             for m0 in rows.clone().step_by(ROWS) {
                 let acc = kern.decode_group(&Group::new(job, m0, &rows), nb);
-                store_group(job, &rows, (m0 - rows.start) / ROWS, c, acc);
+                store_group::<K::Level>(job, &rows, (m0 - rows.start) / ROWS, c, acc);
             }
         }
     }
@@ -416,7 +557,7 @@ unsafe fn decode_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: 
 /// columns, else [`decode_tile`].
 ///
 /// # Safety
-/// As for `quant::rows`, with AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI enabled in the caller.
+/// As for `quant::rows`, with the features of `K::Level` enabled in the caller.
 #[inline(always)]
 pub(super) unsafe fn rows8<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
     if rows.is_empty() {
@@ -432,17 +573,18 @@ pub(super) unsafe fn rows8<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, c
     }
 }
 
-/// Q4_0 / Q5_0 weights `T` of `nb` blocks per row: `rows` x `cols` of a job ([`rows8`]).
+/// Q4_0 / Q5_0 weights `T` of `nb` blocks per row at level `L`: `rows` x `cols` of a job
+/// ([`rows8`]).
 ///
 /// # Safety
 /// As for [`rows8`].
 #[inline(always)]
-pub(super) unsafe fn legacy_rows8<T: SmallOffset>(
+pub(super) unsafe fn legacy_rows8<T: SmallOffset, L: Level8>(
     job: &Job,
     nb: usize,
     rows: Range<usize>,
     cols: Range<usize>,
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { rows8::<LegacyRows8<T>>(job, nb, rows, cols) }
+    unsafe { rows8::<LegacyRows8<T, L>>(job, nb, rows, cols) }
 }
