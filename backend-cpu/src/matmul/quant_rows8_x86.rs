@@ -462,12 +462,12 @@ unsafe fn group_dot<L: Level8, const C: usize>(
             for c in 0..C {
                 s[0][c] = _mm256_set1_epi32(*terms[c].excess.get_unchecked(i));
             }
-            for h in 0..2 {
+            for (h, sh) in s.iter_mut().enumerate() {
                 let q = [b.q[4 * h], b.q[4 * h + 1], b.q[4 * h + 2], b.q[4 * h + 3]];
                 for c in 0..C {
                     let y = acts[c].add(i * asz + aq + 16 * h);
                     let y = [bcast(y), bcast(y.add(4)), bcast(y.add(8)), bcast(y.add(12))];
-                    s[h][c] = L::quad_dots(s[h][c], q, y);
+                    sh[c] = L::quad_dots(sh[c], q, y);
                 }
             }
             for c in 0..C {

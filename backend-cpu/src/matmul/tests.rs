@@ -259,7 +259,11 @@ fn column_results_do_not_depend_on_the_batch() {
 fn extreme_values(bs: usize, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
-            let sign = if (i / bs) % 2 == 0 { 1.0 } else { -1.0 };
+            let sign = if (i / bs).is_multiple_of(2) {
+                1.0
+            } else {
+                -1.0
+            };
             if i % bs == 0 {
                 -sign
             } else {
