@@ -19,7 +19,8 @@
 //!   `quant_prompt_x86.rs` (one row x four columns, weights unpacked once per tile); at both x86
 //!   levels Q4_0 / Q5_0 and the K-quants (prompt and decode) take `quant_rows8_x86.rs` /
 //!   `quant_rows8_k_x86.rs` instead (eight rows per vector, exact integer sums per block, the
-//!   portable kernel's float steps: equal to the scalar level's results);
+//!   portable kernel's float steps: equal to the scalar level's results; the K-quants' decode at
+//!   AVX2 one row at a time, with the same integers and float steps);
 //!   tasks are tiles of rows x columns (at most 64 columns), so a weight row stays in L1 while it
 //!   meets every column of its tile;
 //! - float weights (F16 / BF16 widened exactly to f32 and multiplied in f32 against f32

@@ -15,11 +15,15 @@
 //!   a lane), and eight [`Level8::pair_dots`] of the rows' min pairs against broadcast block-sum
 //!   pairs give `msum`;
 //! - decode ([`KRows8::decode_group`]): each row unpacked and dotted with AVX2 (`KUnpacked`), its
-//!   lanes summed with the seven other rows' by `row_sums`.
+//!   lanes summed with the seven other rows' by `row_sums`; at AVX2 instead
+//!   ([`Level8::K_DECODE_ROWS8`]) one row at a time, the same dots summed by [`hsum_i32`] and
+//!   the same float step ([`KRows8::decode_row`]), streamed with `prefetch_ahead`.
 
 use super::quant::{KBlock, Q8K_BSUMS, Q8K_QS, Q8K_SIZE};
-use super::quant_rows8_x86::{bcast, row_sums, rows8, transpose, Group, Level8, Rows8, ROWS};
-use super::quant_x86::KQuantX86;
+use super::quant_rows8_x86::{
+    bcast, decode_groups, row_sums, rows8, transpose, Group, Level8, Rows8, ROWS,
+};
+use super::quant_x86::{prefetch_ahead, KQuantX86};
 use super::Job;
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -221,6 +225,23 @@ impl<T: KQuantX86, L: Level8> Rows8 for KRows8<T, L> {
         }
     }
 
+    /// At AVX2 one row at a time ([`KRows8::decode_row`], [`Level8::K_DECODE_ROWS8`]), else
+    /// eight ([`KRows8::decode_group`]).
+    #[inline(always)]
+    unsafe fn decode_column(&self, job: &Job, nb: usize, rows: &Range<usize>, c: usize) {
+        // SAFETY: the job's pointers are valid for `rows` x column `c`, whose destination
+        // elements are this thread's to write (caller).
+        unsafe {
+            if L::K_DECODE_ROWS8 {
+                decode_groups(self, job, nb, rows, c);
+            } else {
+                for m in rows.clone() {
+                    *job.dsts[c].add(m) = self.decode_row(job.w.add(m * job.w_stride), nb);
+                }
+            }
+        }
+    }
+
     /// Super-block by super-block, each row unpacked and dotted as the AVX2 kernels do, the eight
     /// rows' lanes summed by `row_sums` (`Group::prefetch_next`).
     #[inline(always)]
@@ -249,6 +270,47 @@ impl<T: KQuantX86, L: Level8> Rows8 for KRows8<T, L> {
             }
             acc
         }
+    }
+}
+
+impl<T: KQuantX86, L: Level8> KRows8<T, L> {
+    /// The weight row at `w` (`nb` super-blocks) against column 0, streamed with
+    /// `prefetch_ahead`: per super-block the same integers and float step as
+    /// [`KRows8::decode_group`]'s (`kstep` in every lane), so the same result.
+    #[inline(always)]
+    unsafe fn decode_row(&self, w: *const u8, nb: usize) -> f32 {
+        let mut ku = KUnpacked::new();
+        // SAFETY: the level's features are enabled by the caller; the row and the column hold
+        // `nb` super-blocks.
+        unsafe {
+            let mut acc = _mm256_setzero_ps();
+            for i in 0..nb {
+                let p = w.add(i * T::SIZE);
+                prefetch_ahead(p, T::SIZE);
+                let a = self.acts[0].add(i * Q8K_SIZE);
+                ku.fill::<T>(p);
+                let isum = _mm256_set1_epi32(hsum_i32(ku.int_sums(a)));
+                let msum = _mm256_set1_epi32(hsum_i32(ku.min_sums(a)));
+                let (d, dmin) = (
+                    _mm256_set1_ps(ku.block().d),
+                    _mm256_set1_ps(ku.block().dmin),
+                );
+                let da = (a as *const f32).read_unaligned();
+                acc = kstep(acc, isum, msum, d, dmin, da);
+            }
+            _mm256_cvtss_f32(acc)
+        }
+    }
+}
+
+/// The sum of the eight i32 lanes of `v`.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: AVX2 enabled by the caller.
+    unsafe {
+        let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
+        _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)))
     }
 }
 

@@ -15,7 +15,8 @@
 //! 235 Gelem/s). The prompt kernel ([`prompt_tile`]) interleaves chunks of rows once per tile and
 //! takes them against four columns at a time; the decode kernel ([`LegacyRows8::decode_group`])
 //! dots each row's block against the column and sums the eight rows' lanes with a transposing add
-//! tree ([`row_sums`]), which gives the same integers.
+//! tree ([`row_sums`]), which gives the same integers. (The K-quants' decode at AVX2 streams one
+//! row at a time instead: [`Level8::K_DECODE_ROWS8`], [`Rows8::decode_column`].)
 //!
 //! The float steps are the portable kernel's (`quant::legacy_scalar`): per block
 //! `sum += s as f32 * (d * d_a)`, no FMA. So every result is bit-identical whichever kernel,
@@ -43,6 +44,9 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// What the eight-row kernels do differently at the two x86 levels (`Avx2Dot`: AVX2/FMA/F16C;
 /// `VnniDot`: AVX-512 F/BW/VL/VNNI as well, enabled by every caller of its methods).
 pub(super) trait Level8: DotI8 {
+    /// Whether the K-quants' single columns (decode) take the eight-row kernel
+    /// ([`Rows8::decode_group`]) or stream one weight row at a time (`KRows8::decode_row`).
+    const K_DECODE_ROWS8: bool;
     /// `acc` plus, per i32 lane, the dot products of the unsigned quads `q[k]` with the signed quads
     /// `y[k]`, where each pair of byte products summed over the four `k` fits in i16 (unsigned
     /// bytes below 32 against 8-bit activations).
@@ -65,6 +69,10 @@ pub(super) trait Level8: DotI8 {
 
 // SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C are enabled by the caller.
 impl Level8 for Avx2Dot {
+    /// One row at a time: the eight rows' streams, prefetched a group ahead into L2 (the
+    /// K-quants' groups outgrow L1), left the AVX2 kernel waiting on its loads (Q4_K / Q6_K GEMV
+    /// 4096x4096 and 14336x4096 on a 2-core Zen 3 guest: 10-12.6 GiB/s instead of 16-22).
+    const K_DECODE_ROWS8: bool = false;
     #[inline(always)]
     unsafe fn quad_dots(acc: __m256i, q: [__m256i; 4], y: [__m256i; 4]) -> __m256i {
         unsafe {
@@ -131,6 +139,7 @@ impl Level8 for Avx2Dot {
 // SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are enabled
 // by the caller.
 impl Level8 for VnniDot {
+    const K_DECODE_ROWS8: bool = true;
     #[inline(always)]
     unsafe fn quad_dots(acc: __m256i, q: [__m256i; 4], y: [__m256i; 4]) -> __m256i {
         let mut acc = acc;
@@ -369,6 +378,13 @@ pub(super) trait Rows8: Sized {
     /// The rows of `group` (`nb` blocks each) straight from the weights against column 0
     /// (decode): the eight rows' results.
     unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256;
+    /// Column `c` of `rows` of the job (the column of [`Rows8::new`]): by default eight rows at a
+    /// time ([`decode_groups`]).
+    #[inline(always)]
+    unsafe fn decode_column(&self, job: &Job, nb: usize, rows: &Range<usize>, c: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { decode_groups(self, job, nb, rows, c) }
+    }
 }
 
 /// The kernels of Q4_0 / Q5_0 (`T`) at level `L` against a tile's Q8_0 columns.
@@ -537,18 +553,35 @@ pub(super) unsafe fn row_sums(v: [__m256i; 8]) -> __m256i {
     }
 }
 
-/// `rows` x `cols` of a job, column by column and eight rows at a time
-/// ([`Rows8::decode_group`]).
+/// Column `c` of `rows` of a job eight rows at a time ([`Rows8::decode_group`] of `kern`, whose
+/// column is `c`).
+///
+/// # Safety
+/// As for [`rows8`].
+#[inline(always)]
+pub(super) unsafe fn decode_groups<K: Rows8>(
+    kern: &K,
+    job: &Job,
+    nb: usize,
+    rows: &Range<usize>,
+    c: usize,
+) {
+    // SAFETY: as for `prompt_tile`.
+    unsafe {
+        for m0 in rows.clone().step_by(ROWS) {
+            let acc = kern.decode_group(&Group::new(job, m0, rows), nb);
+            store_group::<K::Level>(job, rows, (m0 - rows.start) / ROWS, c, acc);
+        }
+    }
+}
+
+/// `rows` x `cols` of a job, column by column ([`Rows8::decode_column`]).
 #[inline(always)]
 unsafe fn decode_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: Range<usize>) {
     // SAFETY: as for `prompt_tile`.
     unsafe {
         for c in cols {
-            let kern = K::new(&[job.acts[c]], nb);
-            for m0 in rows.clone().step_by(ROWS) {
-                let acc = kern.decode_group(&Group::new(job, m0, &rows), nb);
-                store_group::<K::Level>(job, &rows, (m0 - rows.start) / ROWS, c, acc);
-            }
+            K::new(&[job.acts[c]], nb).decode_column(job, nb, &rows, c);
         }
     }
 }

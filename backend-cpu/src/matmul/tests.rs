@@ -286,7 +286,8 @@ fn extreme_weights(wt: DType, k: usize, rows: usize) -> Vec<u8> {
 
 /// Q4_0 / Q5_0 and the K-quants at both x86 levels (`quant_rows8_x86`, `quant_rows8_k_x86`: groups
 /// of eight rows, the portable kernel's float steps) equal the scalar level bit for bit: row counts
-/// that end inside a group, the column counts of the decode kernel (< 4) and of the prompt kernel
+/// that end inside a group, the column counts of the decode kernels (< 4; the K-quants' one-row
+/// kernel at AVX2) and of the prompt kernel
 /// (groups of four and the rest), one block or many (several chunks of rows: 464 legacy blocks, 20
 /// super-blocks), contiguous and strided activations, and weights whose quants are all at the
 /// extremes (the AVX2 kernels' i16 sums of byte products at their largest).
