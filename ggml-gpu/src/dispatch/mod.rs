@@ -191,7 +191,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 35] = [
+pub const NAMED_KERNELS: [&str; 36] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -201,6 +201,7 @@ pub const NAMED_KERNELS: [&str; 35] = [
     "k_add_id",
     "k_norm",
     "k_norm_rows",
+    "k_norm_row1",
     "k_sum_rows",
     "k_soft_max",
     "k_rope",

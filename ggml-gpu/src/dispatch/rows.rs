@@ -96,8 +96,9 @@ pub(super) fn norm_rounds_to_q8(ne0: usize, vec: i32) -> bool {
 }
 
 /// `k_norm_rows` over `rows` rows of `ne0` elements: threads per row for about
-/// [`NORM_CHUNKS_PER_THREAD`] chunks each, several short rows per block. `args` are the kernel's
-/// up to `flags`; the launch appends the 8-bit copy's values and scales (`q8`, see
+/// [`NORM_CHUNKS_PER_THREAD`] chunks each, several short rows per block; one row of 4-wide chunks
+/// (a decode step) runs `k_norm_row1`, the same kernel with its row indices fixed. `args` are the
+/// kernel's up to `flags`; the launch appends the 8-bit copy's values and scales (`q8`, see
 /// [`norm_rounds_to_q8`]; 0 for none), `tpr` and `vec`.
 pub(super) fn norm_launch(
     ne0: usize,
@@ -107,14 +108,24 @@ pub(super) fn norm_launch(
     mut args: Vec<super::KernelArg>,
 ) -> Launch {
     let tpr = norm_threads_per_row(ne0, vec);
-    let rows_per_block = (NORM_BLOCK_THREADS / tpr).max(1);
+    let one_row = rows == 1 && vec == 4;
+    let rows_per_block = if one_row {
+        1
+    } else {
+        (NORM_BLOCK_THREADS / tpr).max(1)
+    };
     let (xq, xd) = q8.unwrap_or((0, 0));
     args.push(xq.into());
     args.push(xd.into());
     args.push((tpr as i32).into());
     args.push(vec.into());
+    let kernel = if one_row {
+        "k_norm_row1"
+    } else {
+        "k_norm_rows"
+    };
     Launch::rows(
-        "k_norm_rows",
+        kernel,
         rows.div_ceil(rows_per_block),
         (tpr * rows_per_block) as u32,
         0,

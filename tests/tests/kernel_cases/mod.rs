@@ -397,6 +397,7 @@ fn fused_norm_chains_match_unfused_and_reference() {
     let mut checked = 0;
     let shapes = [
         [4096, 1, 1, 1],
+        [576, 1, 1, 1],
         [4096, 13, 1, 1],
         [4095, 7, 1, 1],
         [13, 7, 1, 1],

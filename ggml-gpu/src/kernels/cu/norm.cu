@@ -4,6 +4,8 @@
 // fused chains of the dispatch: the residual add before the norm and the weight mul after it; a
 // thread keeps its chunks in registers from the first pass to the last. Where the chain feeds
 // products of quantized weights, it also writes its last result rounded to 8 bits for them.
+// k_norm_row1 is the same body for one row in one block of 4-wide chunks (a decode step): its
+// row indices are constants, so none of the broadcast and address arithmetic is left.
 
 extern "C" __global__ void k_norm(TD a, TD d, float eps, int rms) { GRID_DEPENDENCY_SYNC();
     i64 r = blockIdx.x;
@@ -136,15 +138,17 @@ __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m
 // s or n. A thread's first NORM_KEEP chunks stay in registers; longer rows read s (or a) again.
 // With xq set (the host checks that every chunk stays in registers and that rows are whole units of
 // 32), the last result of the chain is also rounded to 8 bits into xq / xd (rows one after another).
-template <int V>
+// With ONE_ROW, the launch is one block of `tpr` threads over a single row.
+template <int V, bool ONE_ROW>
 __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, const TD& w, const TD& m, float eps,
                           int rms, int flags, int tpr, u64 xq, u64 xd) {
     const u32 n0 = (u32)n.ne[0], cpr = n0 / V;
-    const u32 r = blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr, lane = threadIdx.x % tpr;
+    const u32 r = ONE_ROW ? 0 : blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const u32 lane = ONE_ROW ? threadIdx.x : threadIdx.x % tpr;
     const u32 rest = lane + NORM_KEEP * tpr;
-    const bool active = r < nrows32(n);
+    const bool active = ONE_ROW || r < nrows32(n);
     u32 i[3] = {0, 0, 0};
-    if (active) row_index(r, (u32)n.ne[1], (u32)n.ne[2], i);
+    if (!ONE_ROW && active) row_index(r, (u32)n.ne[1], (u32)n.ne[2], i);
     const bool add = flags & NORM_ADD;
     const bool g_early = (flags & NORM_MUL) && w.ptr != s.ptr && w.ptr != n.ptr;
     float x[NORM_KEEP][V], y[NORM_KEEP][V], g[NORM_KEEP][V];
@@ -203,8 +207,12 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
     }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq,
-                                       u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
-    if (vec == 4) norm_rows<4>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
-    else norm_rows<1>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+extern "C" __global__ void __launch_bounds__(1024) k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
+    if (vec == 4) norm_rows<4, false>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+    else norm_rows<1, false>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+}
+
+// k_norm_rows' arguments; the host launches it only with vec == 4, one block of tpr threads.
+extern "C" __global__ void __launch_bounds__(1024) k_norm_row1(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
+    norm_rows<4, true>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
 }
