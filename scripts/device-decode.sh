@@ -18,7 +18,9 @@
 #        per-node GPU time of 32 tokens of the first preset), NCU=REGEX (Nsight Compute's warp
 #        states, stall sites and occupancy of the kernels whose names match, in a decode step of
 #        the first preset), GEMV=0 (no GEMV runs), LLAMA_CPP=0 (no llama.cpp; else llama-bench
-#        builds in the background, ~270 s). A program file in the folder given as
+#        builds in the background, ~270 s), LOGICAL=N (the first preset also in split modes none
+#        and tensor over N logical devices of the GPU, pp512 and tg128: the tensor-parallel
+#        overhead). A program file in the folder given as
 #        GGML_TP_CUDA_PROGRAM=NAME.cu in AB is found there (kernel variants A/B without a Rust
 #        build; `cargo run --release -p backend-cuda --example ptx -- NAME.cu` writes one).
 set -u
@@ -80,6 +82,11 @@ for p in "${presets[@]}"; do
             --devices cuda:0 -p 0 -n 128 -r 3 -d "$depths"
     done
 done
+if [ -n "${LOGICAL:-}" ]; then
+    devs=$(seq -s, -f 'cuda:%g' 0 $((LOGICAL - 1)))
+    step "ggml-tp ${presets[0]} over $LOGICAL logical devices" env GGML_TP_CUDA_LOGICAL="$LOGICAL" timeout 200 \
+        ./ggml-tp bench -m "/tmp/m/${presets[0]}.gguf" --devices "$devs" --split-mode none,tensor -p 512 -n 128 -r 3
+fi
 [ "${PROFILE:-0}" = 1 ] && step "profile ${presets[0]}" env GGML_TP_CUDA_PROFILE=1 timeout 120 ./ggml-tp bench \
     -m "/tmp/m/${presets[0]}.gguf" --devices cuda:0 -p 0 -n 32 -r 1
 [ -n "${NCU:-}" ] && step "ncu ${presets[0]} $NCU" timeout 240 ncu --graph-profiling node -k "regex:$NCU" \
