@@ -10,9 +10,12 @@
 //! - `DOT4_I8(a, b, c)`: `c` plus the dot product of the four signed bytes of `a` and `b` (CUDA's
 //!   `__dp4a`; on AMD the dot instruction of the target, or four multiplies where it has none).
 //! - `h2f(u16)`, `f2h(float)`: IEEE half bits to float and back (round to nearest even).
-//! - `GRID_DEPENDENCY_SYNC()`: the first statement of every kernel; on NVIDIA Hopper and later it
+//! - `GRID_DEPENDENCY_SYNC()`: the first statement of every kernel (or the end of the first,
+//!   `L2_THEN_SYNC(prefetch)` of `common.cu`, in the GEMV kernels); on NVIDIA Hopper and later it
 //!   waits for the kernel launched before (launches are programmatic dependents there), elsewhere
 //!   nothing.
+//! - `PREFETCH_L2(p)`: asks for the line at `p` in the L2 (CUDA's `prefetch.global.L2`), a hint
+//!   that reads nothing into the kernel; elsewhere nothing.
 //!
 //! Both vendors spell the rest the same (`__syncthreads`, `atomicAdd`, `__launch_bounds__`,
 //! `threadIdx`, `__int_as_float`, the math functions, `extern __shared__`), so there are no macros
@@ -117,17 +120,28 @@ mod tests {
     #[test]
     fn every_kernel_starts_with_the_grid_dependency_sync() {
         // Launched as programmatic dependents on NVIDIA, a kernel that read memory before
-        // GRID_DEPENDENCY_SYNC() could see the previous kernel's results half written.
+        // GRID_DEPENDENCY_SYNC() could see the previous kernel's results half written; only the
+        // GEMV's L2 prefetches (`L2_THEN_SYNC` of the functions that call `rows_to_l2`) may come
+        // first.
         for (file, src) in SOURCES {
             for (at, _) in src.match_indices("__global__") {
                 let body = at + src[at..].find('{').expect("a kernel has a body") + 1;
+                let first = src[body..].trim_start();
                 assert!(
-                    src[body..]
-                        .trim_start()
-                        .starts_with("GRID_DEPENDENCY_SYNC();"),
+                    first.starts_with("GRID_DEPENDENCY_SYNC();")
+                        || first.starts_with("L2_THEN_SYNC("),
                     "{file}: the kernel at byte {at} does not start with GRID_DEPENDENCY_SYNC()"
                 );
             }
+        }
+        let prefetches = ["gemv_to_l2", "group_to_l2", "glu_to_l2"];
+        let gemv = SOURCES.iter().find(|(f, _)| *f == "gemv.cu").unwrap().1;
+        for (at, _) in gemv.match_indices("L2_THEN_SYNC(") {
+            let arg = &gemv[at + "L2_THEN_SYNC(".len()..];
+            assert!(
+                prefetches.iter().any(|p| arg.starts_with(p)),
+                "gemv.cu: L2_THEN_SYNC at byte {at} runs an unknown prefetch"
+            );
         }
     }
 

@@ -29,6 +29,7 @@ unsigned long long emu_exchange(unsigned long long bits, unsigned src_lane);
 #define __syncthreads() emu_sync_block()
 // Launches run one after another on the host: nothing to wait for.
 #define GRID_DEPENDENCY_SYNC() ((void)0)
+#define PREFETCH_L2(p) ((void)(p))
 #define WARP_SYNC() emu_sync_warp()
 
 template <typename T> inline T emu_shuffle(T v, unsigned src_lane) {

@@ -15,6 +15,9 @@
 #else
 #define GRID_DEPENDENCY_SYNC() ((void)0)
 #endif
+// Asks for the 128-byte line at p to be brought into the L2 (a hint: nothing is read into the
+// kernel, so it may come before GRID_DEPENDENCY_SYNC, see L2_THEN_SYNC in common.cu).
+#define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p))
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

@@ -2,6 +2,7 @@
 #define GGML_TP_HIP 1
 // Kernels start in stream order on AMD GPUs: nothing to wait for.
 #define GRID_DEPENDENCY_SYNC() ((void)0)
+#define PREFETCH_L2(p) ((void)(p))
 #define WARP_SHFL_XOR(v, o) __shfl_xor((v), (o))
 #define WARP_SHFL_DOWN(v, o) __shfl_down((v), (o))
 #define WARP_SYNC() do { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"); \
