@@ -427,6 +427,18 @@ __device__ __forceinline__ void fav_block(const TD& q, const TD& k, const TD& v,
 // runs once through its kernel, and with every body in one kernel its jumps across the others' code
 // missed the instruction cache (Nsight Compute on H100: two thirds of the warps' cycles waiting for
 // instruction fetch). The host gives a block at most FAV_SLOTS / (V's passes) heads.
+// The K and V rows of the block's keys (see fav_place), asked into the L2 before the kernel waits
+// for the launch before it (L2_THEN_SYNC).
+template <int T>
+__device__ __forceinline__ void fav_to_l2(const TD& q, const TD& k, const TD& v, const TD& m, int heads_per_block,
+                                          int kv_per_split) {
+    const FavPlace p = fav_place(q, k, v, m, 0.0f, heads_per_block, kv_per_split);
+    const int es = (T == FAV_ANY_TYPE ? k.type : T) == T_F32 ? 4 : 2;
+    const int ves = (T == FAV_ANY_TYPE ? v.type : T) == T_F32 ? 4 : 2;
+    rows_to_l2((u64)p.k0, k.nb[1], p.kv0, p.kv1, (int)k.ne[0] * es);
+    rows_to_l2((u64)p.v0, v.nb[1], p.kv0, p.kv1, (int)v.ne[0] * ves);
+}
+
 template <int NH, int T>
 __device__ __forceinline__ void fav_kernel(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
                                            const TD& d, float scale, float max_bias, float softcap, int has_mask,
@@ -438,7 +450,7 @@ __device__ __forceinline__ void fav_kernel(const TD& q, const TD& k, const TD& v
 }
 
 #define FAV_KERNEL(name, NH, T)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(FAV_THREADS) k_flash_attn_vec_##name(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, int heads_per_block, int kv_per_split, u64 part, u64 xq, u64 xd) { GRID_DEPENDENCY_SYNC(); \
+    extern "C" __global__ void __launch_bounds__(FAV_THREADS) k_flash_attn_vec_##name(TD q, TD k, TD v, TD m, TD sk, TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, int heads_per_block, int kv_per_split, u64 part, u64 xq, u64 xd) { L2_THEN_SYNC(fav_to_l2<T>(q, k, v, m, heads_per_block, kv_per_split)); \
         fav_kernel<NH, T>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, heads_per_block,         \
                           kv_per_split, part, xq, xd);                                                                 \
     }

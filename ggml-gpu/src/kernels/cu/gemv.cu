@@ -222,21 +222,6 @@ __device__ __forceinline__ void gemv_rows(const GV& g, const u8* const (&rows)[R
     }
 }
 
-// Weights of result column group z of a product without ids.
-__device__ __forceinline__ const u8* batch_weights(const GV& g, i64 z) {
-    const i64 i2 = z % g.b2, i3 = z / g.b2;
-    return (const u8*)g.w + (i2 / g.r2) * g.wnb2 + (i3 / g.r3) * g.wnb3;
-}
-
-// The weight rows block bx of g reads (R rows a row group), asked into the L2 before the kernel
-// waits (L2_THEN_SYNC): products of one weight matrix only (not mul_mat_id, whose blocks learn
-// their expert from the ids, nor batches of matrices).
-template <int R>
-__device__ __forceinline__ void gemv_to_l2(const GV& g, i64 bx) {
-    const int rows = GV_WARPS / (int)g.wpr * R;
-    if (!g.ids && g.nz == 1) rows_to_l2(g.w, g.wnb1, g.m, bx * rows, rows);
-}
-
 // Block bx of the row blocks of g (blockIdx.x for a single product). Inlined into each kernel (as
 // every function holding shared memory): on AMD GPUs the shared memory of a function that is not
 // gets reserved in every kernel of the program.
@@ -256,7 +241,8 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
         col0 = slot % g.b1 + g.b1 * tok;
         dcol0 = z;
     } else {
-        wb = batch_weights(g, z);
+        i64 i2 = z % g.b2, i3 = z / g.b2;
+        wb += (i2 / g.r2) * g.wnb2 + (i3 / g.r3) * g.wnb3;
         col0 = z * g.ncols;
         dcol0 = col0;
     }
@@ -275,9 +261,7 @@ __device__ __forceinline__ void gemv(const GV& g, i64 bx) {
 
 // Rows per block: one for a single column, two (sharing each activation load) for more.
 #define GEMV_KERNEL(name, T, NC) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { L2_THEN_SYNC(gemv_to_l2<(NC > 1 ? 2 : 1)>(g, blockIdx.x)); \
-        gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); \
-    }
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_##name##_##NC(GV g) { GRID_DEPENDENCY_SYNC(); gemv<T, NC, (NC > 1 ? 2 : 1)>(g, blockIdx.x); }
 
 // Up to GV_GROUP single-column products of one activation vector (q, k and v; gate and up) in one
 // launch: product i takes the row blocks first[i] .. first[i + 1] of the grid. Mirrors the Rust
@@ -289,21 +273,10 @@ struct GVGroup {
     i64 n;
 };
 
-// The product of the group that this block's row blocks belong to.
-__device__ __forceinline__ int group_member(const GVGroup& gg) {
-    int i = 0;
-    while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
-    return i;
-}
-
-__device__ __forceinline__ void group_to_l2(const GVGroup& gg) {
-    const int i = group_member(gg);
-    gemv_to_l2<1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
-}
-
 template <int T>
 __device__ __forceinline__ void gemv_group(const GVGroup& gg) {
-    const int i = group_member(gg);
+    int i = 0;
+    while (i + 1 < gg.n && (i64)blockIdx.x >= gg.first[i + 1]) i++;
     gemv<T, 1, 1>(gg.g[i], (i64)blockIdx.x - gg.first[i]);
 }
 
@@ -314,16 +287,6 @@ __device__ __forceinline__ void gemv_group(const GVGroup& gg) {
 // up share the activations, k, vec, wpr and (mul_mat_id) the ids: then blockIdx.y is the
 // (slot, token) pair z, whose expert's rows and activation column the block takes, writing column
 // z of the results (NaN for an expert id out of range).
-// The rows of gate and up that block blockIdx.x of gemv_glu reads, asked into the L2 (not for
-// mul_mat_id).
-__device__ __forceinline__ void glu_to_l2(const GV& gate, const GV& up) {
-    if (gate.ids) return;
-    const int rows = GV_WARPS / (int)gate.wpr;
-    const i64 row0 = (i64)blockIdx.x * rows;
-    rows_to_l2(gate.w, gate.wnb1, gate.m, row0, rows);
-    rows_to_l2(up.w, up.wnb1, up.m, row0, rows);
-}
-
 template <int T>
 __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, int op) {
     __shared__ float part[GV_WARPS][2];
@@ -357,8 +320,8 @@ __device__ __forceinline__ void gemv_glu(const GV& gate, const GV& up, u64 out, 
 
 #define GEMV_KERNELS(name, T) \
     GEMV_KERNEL(name, T, 1) GEMV_KERNEL(name, T, 2) GEMV_KERNEL(name, T, 4) GEMV_KERNEL(name, T, 8) \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { L2_THEN_SYNC(group_to_l2(gg)); gemv_group<T>(gg); } \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { L2_THEN_SYNC(glu_to_l2(gate, up)); \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_group_##name(GVGroup gg) { GRID_DEPENDENCY_SYNC(); gemv_group<T>(gg); } \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS) k_gemv_glu_##name(GV gate, GV up, u64 out, int op) { GRID_DEPENDENCY_SYNC(); \
         gemv_glu<T>(gate, up, out, op); \
     }
 
