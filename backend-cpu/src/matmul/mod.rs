@@ -3,7 +3,8 @@
 //!
 //! Both ops are lowered to a list of `Job`s: one weight matrix (`M` rows of `K` elements) times a
 //! list of activation columns, each with its own destination column. `mul_mat` makes one job per
-//! destination batch `(i2, i3)` (the weight matrix broadcast ggml style, `i2 / (B2 / A2)`);
+//! destination batch `(i2, i3)` (the weight matrix broadcast ggml style, `i2 / (B2 / A2)`), and
+//! [`mul_mat_group`] those of several weights times one activation in one list;
 //! `mul_mat_id` makes one job per used expert, gathering the `(u, t)` slots routed to it, so every
 //! expert's weights are streamed once per call.
 //!
