@@ -3,9 +3,9 @@
 //! F32/F16/BF16/Q8_0/Q4_0 (any type `load_row` converts); optional mask (broadcast over heads and
 //! sequences), sinks, logit softcap, ALiBi slopes and grouped-query heads. Result [Dv, H, Nq, S].
 //!
-//! K/V rows of other types than F32 are converted to f32 once per task and KV head ([`Converted`]),
+//! K/V rows of other types than F32 are converted to f32 once per task and KV head (`Converted`),
 //! except F16 rows when a sequence has few query rows (decode): those are read in place, widened
-//! as they are loaded ([`RowOps::dot_f16`], [`RowOps::axpy_rows_f16`]), which gives the converted
+//! as they are loaded (`RowOps::dot_f16`, `RowOps::axpy_rows_f16`), which gives the converted
 //! rows' results bit for bit without a task converting (and zeroing) every visible row first.
 
 use super::norm::alibi_slope;
