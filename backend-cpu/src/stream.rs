@@ -10,7 +10,7 @@ use crate::device::{build_pool, on_device_worker, CpuDevice};
 use crate::kernels::{self, NodeViews};
 use crate::team::Team;
 use crate::view::TView;
-use ggml_core::{Backend, DataRef, Device, Error, Event, Graph, Result, TensorId};
+use ggml_core::{Backend, DataRef, Device, Error, Event, Graph, Op, Result, TensorId};
 use parking_lot::RwLock;
 use rayon::ThreadPool;
 use std::sync::Arc;
@@ -73,14 +73,80 @@ pub fn host_view(graph: &Graph, id: TensorId) -> Result<TView> {
     Ok(TView::new(base.wrapping_add(data.offset), t.layout))
 }
 
+/// Whether `node` launches nothing: views, leaves and empty tensors.
+fn is_skipped(graph: &Graph, node: TensorId) -> bool {
+    let t = graph.tensor(node);
+    t.op.is_view() || t.is_leaf() || t.nelements() == 0
+}
+
+/// Most products [`product_group`] runs together.
+const MAX_GROUP: usize = 4;
+
+/// How many of `nodes` (non-skipped, in order), from the first, are adjacent products of one
+/// activation with quantized weights of one type (a layer's q, k and v; gate and up: the model
+/// builder puts them next to each other), which [`crate::matmul::mul_mat_group`] runs as one
+/// call; 1 when the first node starts no such group. Quantized weights read their activations
+/// from a quantized copy, so no product's result can overwrite what another still reads.
+fn product_group(graph: &Graph, nodes: &[TensorId]) -> usize {
+    let product = |n: TensorId| {
+        let t = graph.tensor(n);
+        let wt = graph.tensor(*t.src.first()?).dtype();
+        (t.op == Op::MulMat && t.src.len() == 2 && wt.is_quantized())
+            .then(|| (t.src[0], t.src[1], wt))
+    };
+    let Some((_, b, wt)) = nodes.first().and_then(|&n| product(n)) else {
+        return 1;
+    };
+    let mut len = 1;
+    while len < nodes.len().min(MAX_GROUP) {
+        match product(nodes[len]) {
+            Some((a, nb, nwt)) if nb == b && nwt == wt && !nodes[..len].contains(&a) => len += 1,
+            _ => break,
+        }
+    }
+    len
+}
+
+/// Runs the products `nodes` (a [`product_group`]) as one [`crate::matmul::mul_mat_group`].
+fn compute_products(graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+    let b = host_view(graph, graph.tensor(nodes[0]).src[1])?;
+    let products = nodes
+        .iter()
+        .map(|&n| {
+            let t = graph.tensor(n);
+            let (a, dst) = (host_view(graph, t.src[0])?, host_view(graph, n)?);
+            if !kernels::supports(&t.op, &[&a.layout, &b.layout], &dst.layout) {
+                return Err(Error::UnsupportedOp {
+                    op: format!("mul_mat ({}, {}) at node {}", a.dtype(), b.dtype(), t.name),
+                    backend: "cpu".into(),
+                });
+            }
+            Ok((a, dst))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    crate::matmul::mul_mat_group(&products, &b)
+}
+
 /// Computes `nodes` of `graph` in order on the current thread (kernels split their rows among the
-/// threads of the current team or pool, see [`crate::team::par_tasks`]).
+/// threads of the current team or pool, see [`crate::team::par_tasks`]; adjacent products of one
+/// activation as one call, see [`product_group`]).
 fn compute_nodes(graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-    for &node in nodes {
-        let t = graph.tensor(node);
-        if t.op.is_view() || t.is_leaf() || t.nelements() == 0 {
+    let live: Vec<TensorId> = nodes
+        .iter()
+        .copied()
+        .filter(|&n| !is_skipped(graph, n))
+        .collect();
+    let mut i = 0;
+    while i < live.len() {
+        let group = product_group(graph, &live[i..]);
+        if group > 1 {
+            compute_products(graph, &live[i..i + group])?;
+            i += group;
             continue;
         }
+        let node = live[i];
+        i += 1;
+        let t = graph.tensor(node);
         let views = NodeViews {
             dst: host_view(graph, node)?,
             src: t

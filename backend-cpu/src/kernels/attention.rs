@@ -2,10 +2,15 @@
 //! 16 visible keys at a time computed by one vector `exp`. q F32; k and v
 //! F32/F16/BF16/Q8_0/Q4_0 (any type `load_row` converts); optional mask (broadcast over heads and
 //! sequences), sinks, logit softcap, ALiBi slopes and grouped-query heads. Result [Dv, H, Nq, S].
+//!
+//! K/V rows of other types than F32 are converted to f32 once per task and KV head (`Converted`),
+//! except F16 rows when a sequence has few query rows (decode): those are read in place, widened
+//! as they are loaded (`RowOps::dot_f16`, `RowOps::axpy_rows_f16`), which gives the converted
+//! rows' results bit for bit without a task converting (and zeroing) every visible row first.
 
 use super::norm::alibi_slope;
 use super::rows::{load_row, load_row_into, par_rows, unravel, with_out_row, Scratch};
-use super::vector::{row_ops, RowOps};
+use super::vector::{row_ops, RowOps, AXPY_ROWS_MAX};
 use crate::view::TView;
 use ggml_core::{DType, Error, Result};
 
@@ -16,6 +21,10 @@ pub struct FaParams {
     pub max_bias: f32,
     pub softcap: f32,
 }
+
+/// Query rows per sequence up to which F16 K/V rows are read in place (each visible row once per
+/// query row of its KV head) rather than converted once per task.
+const IN_PLACE_MAX_QUERIES: usize = 2;
 
 /// Attention of every query row: `softmax(scale * q·k + slope * mask) · v`, with optional sinks.
 pub fn flash_attn_ext(
@@ -51,8 +60,10 @@ pub fn flash_attn_ext(
         // visible keys reach (a KV cache's padded tail is never converted).
         let dk = lq.ne[0];
         let cache_bytes = n_head_kv * lq.ne[3] * n_kv * (dk + dv) * 4;
-        let use_cache =
-            (k.dtype() != DType::F32 || v.dtype() != DType::F32) && cache_bytes <= 256 << 20;
+        let in_place = lq.ne[1] <= IN_PLACE_MAX_QUERIES && is_f16_rows(k) && is_f16_rows(v);
+        let use_cache = !in_place
+            && (k.dtype() != DType::F32 || v.dtype() != DType::F32)
+            && cache_bytes <= 256 << 20;
         let mut cache: Vec<Option<Converted>> =
             (0..if use_cache { n_head_kv * lq.ne[3] } else { 0 })
                 .map(|_| None)
@@ -83,11 +94,15 @@ pub fn flash_attn_ext(
                     if mv == f32::NEG_INFINITY {
                         continue;
                     }
-                    let kr = match converted.as_deref_mut() {
-                        Some(c) => c.key(k, v, [j, hk, s])?,
-                        None => load_row(k, [j, hk, s], &mut sk.f)?,
-                    };
-                    let mut x = ops.dot(qr, kr) * scale;
+                    let mut x = if in_place {
+                        ops.dot_f16(qr, k.row_ptr(j, hk, s))
+                    } else {
+                        let kr = match converted.as_deref_mut() {
+                            Some(c) => c.key(k, v, [j, hk, s])?,
+                            None => load_row(k, [j, hk, s], &mut sk.f)?,
+                        };
+                        ops.dot(qr, kr)
+                    } * scale;
                     if softcap != 0.0 {
                         x = softcap * x.tanh();
                     }
@@ -96,6 +111,7 @@ pub fn flash_attn_ext(
                             v,
                             hk,
                             s,
+                            in_place,
                             converted: converted.as_deref(),
                         };
                         acc.add_chunk(&mut chunk, &values, &mut sv)?;
@@ -105,6 +121,7 @@ pub fn flash_attn_ext(
                     v,
                     hk,
                     s,
+                    in_place,
                     converted: converted.as_deref(),
                 };
                 acc.add_chunk(&mut chunk, &values, &mut sv)?;
@@ -170,6 +187,11 @@ fn check_shapes(
     Ok(())
 }
 
+/// Whether `t` holds F16 rows with contiguous elements (read in place by the F16 row primitives).
+fn is_f16_rows(t: &TView) -> bool {
+    t.dtype() == DType::F16 && t.layout.nb[0] == 2
+}
+
 /// The K and V rows of one (KV head, sequence) converted to F32 and packed, keys `0 .. len` so far.
 struct Converted {
     k: Vec<f32>,
@@ -227,8 +249,8 @@ struct Chunk {
     len: usize,
 }
 
-/// Keys per [`Chunk`].
-const CHUNK: usize = 16;
+/// Keys per [`Chunk`] (the rows one `axpy_rows` call takes).
+const CHUNK: usize = AXPY_ROWS_MAX;
 
 impl Default for Chunk {
     fn default() -> Self {
@@ -250,11 +272,13 @@ impl Chunk {
     }
 }
 
-/// Where a query row's value rows come from: the converted cache of its KV head, or `v` itself.
+/// Where a query row's value rows come from: `v`'s F16 rows in place, the converted cache of its
+/// KV head, or `v` itself row by row.
 struct Values<'a> {
     v: &'a TView,
     hk: usize,
     s: usize,
+    in_place: bool,
     converted: Option<&'a Converted>,
 }
 
@@ -319,7 +343,15 @@ impl OnlineSoftmax {
         }
         scores.iter_mut().for_each(|x| *x -= self.max);
         self.ops.exp(scores);
-        if let Some(c) = values.converted {
+        if values.in_place {
+            let mut rows = [std::ptr::null(); CHUNK];
+            for (r, &j) in rows.iter_mut().zip(&chunk.keys[..n]) {
+                *r = values.v.row_ptr(j, values.hk, values.s) as *const u8;
+            }
+            // SAFETY: the rows are F16 rows of `v` of `acc.len()` elements (keys of `values`,
+            // caller).
+            unsafe { self.ops.axpy_rows_f16(scores, &rows[..n], &mut self.acc) };
+        } else if let Some(c) = values.converted {
             // Converted rows stay put: all of the chunk's rows in one pass over the accumulator.
             let mut rows: [&[f32]; CHUNK] = [&[]; CHUNK];
             for (r, &j) in rows.iter_mut().zip(&chunk.keys[..n]) {

@@ -1,5 +1,6 @@
 //! f32 row primitives of the per-token kernels (dot product, `y += a x`, `y *= s`, F16 widening,
-//! `exp` in place), written once over [`F32Vec`] (`exp`: per ISA in `exp_x86.rs`, libm elsewhere)
+//! `exp` in place; the dot product and the row-wise `y += w_j x_j` also with F16 rows `x`, widened
+//! exactly as they are loaded), written once over [`F32Vec`] and [`RowElem`] (`exp`: per ISA in `exp_x86.rs`, libm elsewhere)
 //! and instantiated per SIMD level like the float matmul kernels, so
 //! that attention and the row conversions use AVX2 / AVX-512 / NEON vectors whatever the crate's
 //! baseline target is. The level is [`crate::matmul::simd::level`] (`GGML_TP_SIMD`), chosen once.
@@ -13,7 +14,9 @@ use std::sync::OnceLock;
 pub(crate) struct RowOps {
     dot: unsafe fn(*const f32, *const f32, usize) -> f32,
     axpy: unsafe fn(f32, *const f32, *mut f32, usize),
-    axpy_rows: unsafe fn(*const f32, *const &[f32], usize, *mut f32, usize),
+    axpy_rows: unsafe fn(*const f32, *const *const f32, usize, *mut f32, usize),
+    dot_f16: unsafe fn(*const f32, *const u16, usize) -> f32,
+    axpy_rows_f16: unsafe fn(*const f32, *const *const u16, usize, *mut f32, usize),
     scale: unsafe fn(f32, *mut f32, usize),
     widen_f16: unsafe fn(*const u16, *mut f32, usize),
     exp: unsafe fn(*mut f32, usize),
@@ -30,9 +33,11 @@ impl RowOps {
             #[cfg(target_arch = "aarch64")]
             SimdLevel::Neon => arm::NEON,
             _ => RowOps {
-                dot: dot_impl::<Scalar8>,
+                dot: dot_impl::<Scalar8, f32>,
                 axpy: axpy_impl::<Scalar8>,
-                axpy_rows: axpy_rows_impl::<Scalar8>,
+                axpy_rows: axpy_rows_impl::<Scalar8, f32>,
+                dot_f16: dot_impl::<Scalar8, u16>,
+                axpy_rows_f16: axpy_rows_impl::<Scalar8, u16>,
                 scale: scale_impl::<Scalar8>,
                 widen_f16: widen_f16_impl::<Scalar8>,
                 exp: exp_scalar,
@@ -59,9 +64,46 @@ impl RowOps {
     /// registers across the rows.
     #[inline]
     pub(crate) fn axpy_rows(&self, w: &[f32], xs: &[&[f32]], y: &mut [f32]) {
-        assert!(w.len() == xs.len() && xs.iter().all(|x| x.len() >= y.len()));
+        assert!(w.len() == xs.len() && xs.len() <= AXPY_ROWS_MAX);
+        assert!(xs.iter().all(|x| x.len() >= y.len()));
+        let mut ptrs = [std::ptr::null(); AXPY_ROWS_MAX];
+        for (p, x) in ptrs.iter_mut().zip(xs) {
+            *p = x.as_ptr();
+        }
         // SAFETY: every row holds `y.len()` elements (checked); as for `dot` otherwise.
-        unsafe { (self.axpy_rows)(w.as_ptr(), xs.as_ptr(), w.len(), y.as_mut_ptr(), y.len()) }
+        unsafe { (self.axpy_rows)(w.as_ptr(), ptrs.as_ptr(), w.len(), y.as_mut_ptr(), y.len()) }
+    }
+
+    /// [`RowOps::dot`] of `a` with the `a.len()` IEEE halves at `b`, each widened exactly: the
+    /// result of `dot` with the widened row, bit for bit.
+    ///
+    /// # Safety
+    /// `b` must be readable for `a.len()` u16 (no alignment needed).
+    #[inline]
+    pub(crate) unsafe fn dot_f16(&self, a: &[f32], b: *const u8) -> f32 {
+        // SAFETY: `b` is readable for `a.len()` u16 (caller).
+        unsafe { (self.dot_f16)(a.as_ptr(), b as *const u16, a.len()) }
+    }
+
+    /// [`RowOps::axpy_rows`] with rows of IEEE halves at `xs` (widened exactly: the result of
+    /// `axpy_rows` with the widened rows, bit for bit).
+    ///
+    /// # Safety
+    /// Every row must be readable for `y.len()` u16 (no alignment needed).
+    #[inline]
+    pub(crate) unsafe fn axpy_rows_f16(&self, w: &[f32], xs: &[*const u8], y: &mut [f32]) {
+        assert!(w.len() == xs.len());
+        // SAFETY: every row is readable for `y.len()` u16 (caller); `*const u8` and `*const u16`
+        // have the same layout.
+        unsafe {
+            (self.axpy_rows_f16)(
+                w.as_ptr(),
+                xs.as_ptr() as *const *const u16,
+                w.len(),
+                y.as_mut_ptr(),
+                y.len(),
+            )
+        }
     }
 
     /// `y[i] *= s`.
@@ -104,25 +146,60 @@ unsafe fn exp_scalar(y: *mut f32, n: usize) {
     }
 }
 
+/// Elements of the rows that [`dot_impl`] and [`axpy_rows_impl`] read as their second operand:
+/// f32, or IEEE halves (`u16` bits) widened exactly on load.
+trait RowElem: Copy {
+    /// `V::LANES` elements at `p` as f32.
+    unsafe fn load<V: F32Vec>(p: *const Self) -> V;
+    /// The element at `p` as f32.
+    unsafe fn get(p: *const Self) -> f32;
+}
+
+impl RowElem for f32 {
+    #[inline(always)]
+    unsafe fn load<V: F32Vec>(p: *const f32) -> V {
+        // SAFETY: forwarded from the caller.
+        unsafe { V::load(p) }
+    }
+    #[inline(always)]
+    unsafe fn get(p: *const f32) -> f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { *p }
+    }
+}
+
+impl RowElem for u16 {
+    #[inline(always)]
+    unsafe fn load<V: F32Vec>(p: *const u16) -> V {
+        // SAFETY: forwarded from the caller.
+        unsafe { V::load_f16(p) }
+    }
+    #[inline(always)]
+    unsafe fn get(p: *const u16) -> f32 {
+        // SAFETY: forwarded from the caller (no alignment needed).
+        ggml_core::quant::f16_bits_to_f32(unsafe { p.read_unaligned() })
+    }
+}
+
 #[inline(always)]
-unsafe fn dot_impl<V: F32Vec>(a: *const f32, b: *const f32, n: usize) -> f32 {
+unsafe fn dot_impl<V: F32Vec, E: RowElem>(a: *const f32, b: *const E, n: usize) -> f32 {
     let l = V::LANES;
     // SAFETY: `a` and `b` hold `n` elements (caller); every load stays below `n`.
     unsafe {
         let (mut acc0, mut acc1) = (V::zero(), V::zero());
         let mut i = 0;
         while i + 2 * l <= n {
-            acc0 = V::fmadd(V::load(a.add(i)), V::load(b.add(i)), acc0);
-            acc1 = V::fmadd(V::load(a.add(i + l)), V::load(b.add(i + l)), acc1);
+            acc0 = V::fmadd(V::load(a.add(i)), E::load(b.add(i)), acc0);
+            acc1 = V::fmadd(V::load(a.add(i + l)), E::load(b.add(i + l)), acc1);
             i += 2 * l;
         }
         if i + l <= n {
-            acc0 = V::fmadd(V::load(a.add(i)), V::load(b.add(i)), acc0);
+            acc0 = V::fmadd(V::load(a.add(i)), E::load(b.add(i)), acc0);
             i += l;
         }
         let mut s = V::add(acc0, acc1).hsum();
         for j in i..n {
-            s += *a.add(j) * *b.add(j);
+            s += *a.add(j) * E::get(b.add(j));
         }
         s
     }
@@ -148,10 +225,13 @@ unsafe fn axpy_impl<V: F32Vec>(alpha: f32, x: *const f32, y: *mut f32, n: usize)
 /// Vectors of `y` one [`axpy_rows_impl`] pass keeps in registers.
 const AXPY_TILE: usize = 4;
 
+/// Rows one [`RowOps::axpy_rows`] call takes at most.
+pub(crate) const AXPY_ROWS_MAX: usize = 16;
+
 #[inline(always)]
-unsafe fn axpy_rows_impl<V: F32Vec>(
+unsafe fn axpy_rows_impl<V: F32Vec, E: RowElem>(
     w: *const f32,
-    xs: *const &[f32],
+    xs: *const *const E,
     count: usize,
     y: *mut f32,
     n: usize,
@@ -168,9 +248,9 @@ unsafe fn axpy_rows_impl<V: F32Vec>(
                 *a = V::load(y.add(i + k * l));
             }
             for j in 0..count {
-                let (wv, x) = (V::splat(*w.add(j)), (*xs.add(j)).as_ptr());
+                let (wv, x) = (V::splat(*w.add(j)), *xs.add(j));
                 for (k, a) in acc.iter_mut().enumerate().take(t) {
-                    *a = V::fmadd(wv, V::load(x.add(i + k * l)), *a);
+                    *a = V::fmadd(wv, E::load(x.add(i + k * l)), *a);
                 }
             }
             for (k, a) in acc.iter().enumerate().take(t) {
@@ -180,7 +260,7 @@ unsafe fn axpy_rows_impl<V: F32Vec>(
         }
         for e in i..n {
             for j in 0..count {
-                *y.add(e) += *w.add(j) * *(*xs.add(j)).as_ptr().add(e);
+                *y.add(e) += *w.add(j) * E::get((*xs.add(j)).add(e));
             }
         }
     }
@@ -226,7 +306,12 @@ macro_rules! row_ops_for {
             #[target_feature(enable = $features)]
             unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
                 // SAFETY: features checked by `RowOps::of`'s caller; pointers from the wrappers.
-                unsafe { dot_impl::<$v>(a, b, n) }
+                unsafe { dot_impl::<$v, f32>(a, b, n) }
+            }
+            #[target_feature(enable = $features)]
+            unsafe fn dot_f16(a: *const f32, b: *const u16, n: usize) -> f32 {
+                // SAFETY: as for `dot`.
+                unsafe { dot_impl::<$v, u16>(a, b, n) }
             }
             #[target_feature(enable = $features)]
             unsafe fn axpy(alpha: f32, x: *const f32, y: *mut f32, n: usize) {
@@ -236,13 +321,24 @@ macro_rules! row_ops_for {
             #[target_feature(enable = $features)]
             unsafe fn axpy_rows(
                 w: *const f32,
-                xs: *const &[f32],
+                xs: *const *const f32,
                 count: usize,
                 y: *mut f32,
                 n: usize,
             ) {
                 // SAFETY: as for `dot`.
-                unsafe { axpy_rows_impl::<$v>(w, xs, count, y, n) }
+                unsafe { axpy_rows_impl::<$v, f32>(w, xs, count, y, n) }
+            }
+            #[target_feature(enable = $features)]
+            unsafe fn axpy_rows_f16(
+                w: *const f32,
+                xs: *const *const u16,
+                count: usize,
+                y: *mut f32,
+                n: usize,
+            ) {
+                // SAFETY: as for `dot`.
+                unsafe { axpy_rows_impl::<$v, u16>(w, xs, count, y, n) }
             }
             #[target_feature(enable = $features)]
             unsafe fn scale(s: f32, y: *mut f32, n: usize) {
@@ -258,6 +354,8 @@ macro_rules! row_ops_for {
                 dot,
                 axpy,
                 axpy_rows,
+                dot_f16,
+                axpy_rows_f16,
                 scale,
                 widen_f16,
                 exp: $exp,
@@ -377,6 +475,26 @@ mod tests {
                         "{lvl:?} f16 n={n}"
                     );
                 }
+                // The F16 row primitives: the f32 ones on the widened rows, bit for bit.
+                // SAFETY: `h` holds `n` u16.
+                let d16 = unsafe { ops.dot_f16(&b, h.as_ptr() as *const u8) };
+                assert_eq!(
+                    d16.to_bits(),
+                    ops.dot(&b, &wide).to_bits(),
+                    "{lvl:?} dot_f16 n={n}"
+                );
+                let w: Vec<f32> = (0..3).map(|_| rng.gen_range(0.0..1.0)).collect();
+                let (mut from16, mut from32) = (b.clone(), b.clone());
+                // SAFETY: every row holds `n` u16.
+                unsafe { ops.axpy_rows_f16(&w, &[h.as_ptr() as *const u8; 3], &mut from16) };
+                ops.axpy_rows(&w, &[&wide[..]; 3], &mut from32);
+                assert!(
+                    from16
+                        .iter()
+                        .zip(&from32)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{lvl:?} axpy_rows_f16 n={n}"
+                );
             }
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! Both ops are lowered to a list of `Job`s: one weight matrix (`M` rows of `K` elements) times a
 //! list of activation columns, each with its own destination column. `mul_mat` makes one job per
-//! destination batch `(i2, i3)` (the weight matrix broadcast ggml style, `i2 / (B2 / A2)`);
+//! destination batch `(i2, i3)` (the weight matrix broadcast ggml style, `i2 / (B2 / A2)`), and
+//! [`mul_mat_group`] those of several weights times one activation in one list;
 //! `mul_mat_id` makes one job per used expert, gathering the `(u, t)` slots routed to it, so every
 //! expert's weights are streamed once per call.
 //!
@@ -293,6 +294,19 @@ pub fn mul_mat(a: &TView, b: &TView, dst: &TView) -> Result<()> {
 
 /// [`mul_mat`] at an explicit SIMD level (which must be available).
 pub fn mul_mat_with(level: SimdLevel, a: &TView, b: &TView, dst: &TView) -> Result<()> {
+    mul_mat_group_with(level, &[(*a, *dst)], b)
+}
+
+/// [`mul_mat`] of several weights `(a, dst)` of one type by the same activations `b` (a layer's
+/// q, k and v; gate and up): the activations are prepared once and the tiles of every product
+/// run in one parallel loop, so that small products share the threads with the large ones. Every
+/// result equals its [`mul_mat`]'s (tiles never change a result). The destinations must not
+/// overlap `b` unless the activations are converted or quantized (quantized weights).
+pub fn mul_mat_group(products: &[(TView, TView)], b: &TView) -> Result<()> {
+    mul_mat_group_with(simd::level(), products, b)
+}
+
+fn mul_mat_group_with(level: SimdLevel, products: &[(TView, TView)], b: &TView) -> Result<()> {
     const OP: &str = "mul_mat";
     if !level.is_available() {
         return Err(Error::Backend {
@@ -300,29 +314,44 @@ pub fn mul_mat_with(level: SimdLevel, a: &TView, b: &TView, dst: &TView) -> Resu
             msg: format!("SIMD level {} unavailable", level.name()),
         });
     }
-    let k = check_weights(OP, a)?;
-    let (an, bn) = (a.ne(), b.ne());
-    if bn[0] != k || an[2] == 0 || an[3] == 0 || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
-        return Err(shape_err(OP, format!("cannot multiply {an:?} by {bn:?}")));
+    let Some((first, _)) = products.first() else {
+        return Ok(());
+    };
+    let (wt, bn) = (first.dtype(), b.ne());
+    let k = check_weights(OP, first)?;
+    for (a, dst) in products {
+        let an = a.ne();
+        if a.dtype() != wt || check_weights(OP, a)? != k {
+            return Err(shape_err(
+                OP,
+                format!("{} {an:?} grouped with {wt} weights of K = {k}", a.dtype()),
+            ));
+        }
+        if bn[0] != k || an[2] == 0 || an[3] == 0 || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
+            return Err(shape_err(OP, format!("cannot multiply {an:?} by {bn:?}")));
+        }
+        check_dst(OP, dst, [an[1], bn[1], bn[2], bn[3]])?;
     }
-    check_dst(OP, dst, [an[1], bn[1], bn[2], bn[3]])?;
-    let prep = prepare(OP, level, a.dtype(), b)?;
-    let (r2, r3) = (bn[2] / an[2], bn[3] / an[3]);
-    let mut jobs = Vec::with_capacity(bn[2] * bn[3]);
-    for i3 in 0..bn[3] {
-        for i2 in 0..bn[2] {
-            jobs.push(Job {
-                w: a.row_ptr(0, i2 / r2, i3 / r3),
-                w_stride: a.nb()[1],
-                m: an[1],
-                acts: (0..bn[1]).map(|n| prep.ptr(n, i2, i3)).collect(),
-                dsts: (0..bn[1])
-                    .map(|n| dst.row_ptr(n, i2, i3) as *mut f32)
-                    .collect(),
-            });
+    let prep = prepare(OP, level, wt, b)?;
+    let mut jobs = Vec::with_capacity(products.len() * bn[2] * bn[3]);
+    for (a, dst) in products {
+        let an = a.ne();
+        let (r2, r3) = (bn[2] / an[2], bn[3] / an[3]);
+        for i3 in 0..bn[3] {
+            for i2 in 0..bn[2] {
+                jobs.push(Job {
+                    w: a.row_ptr(0, i2 / r2, i3 / r3),
+                    w_stride: a.nb()[1],
+                    m: an[1],
+                    acts: (0..bn[1]).map(|n| prep.ptr(n, i2, i3)).collect(),
+                    dsts: (0..bn[1])
+                        .map(|n| dst.row_ptr(n, i2, i3) as *mut f32)
+                        .collect(),
+                });
+            }
         }
     }
-    run_jobs(level, a.dtype(), k, &jobs);
+    run_jobs(level, wt, k, &jobs);
     Ok(())
 }
 

@@ -52,8 +52,9 @@ impl SmallOffset for Q5_0 {
 }
 
 /// Per block of one Q8_1 activation column: its scale and scaled sum, converted once per column
-/// and tile for the `d * q + m` formats (Q4_1, Q5_1).
-struct MinColumnTerms(Vec<(f32, f32)>);
+/// and tile for the `d * q + m` formats (Q4_1, Q5_1), side by side as the block's own `d` and `m`
+/// are, so that one vector product gives both `d * da` and `m * sa`.
+struct MinColumnTerms(Vec<[f32; 2]>);
 
 impl MinColumnTerms {
     #[inline(always)]
@@ -64,7 +65,7 @@ impl MinColumnTerms {
             // SAFETY: the row holds `nb` blocks (caller).
             unsafe {
                 let a = act.add(i * asz);
-                terms.push((F16c::cvt(rd16(a)), F16c::cvt(rd16(a.add(2)))));
+                terms.push([F16c::cvt(rd16(a)), F16c::cvt(rd16(a.add(2)))]);
             }
         }
         MinColumnTerms(terms)
@@ -73,6 +74,10 @@ impl MinColumnTerms {
 
 /// Block `i` of weight row `w` against the column of `terms` (quants at `y`): the generic
 /// kernel's `legacy_step` for one row and column with the activation terms converted beforehand.
+/// The block's `d` and `m` (two halves side by side) are widened by one `vcvtph2ps` from a
+/// zero-extended load and multiplied by the column's terms in one `vmulps`: lane 0 is the
+/// generic kernel's `d * da`, lane 1 its `m * sa`, which `msum` adds up in lane 1 in the generic
+/// kernel's order (exact conversions, the same single-rounded products and sums).
 #[inline(always)]
 unsafe fn min_step<T: LegacyX86, D: DotI8>(
     w: *const u8,
@@ -80,18 +85,20 @@ unsafe fn min_step<T: LegacyX86, D: DotI8>(
     terms: &MinColumnTerms,
     i: usize,
     acc: &mut __m256,
-    msum: &mut f32,
+    msum: &mut __m128,
 ) {
-    // SAFETY: AVX2/FMA enabled by the caller; block `i` exists in the row and the column.
+    debug_assert!(T::MIN);
+    // SAFETY: AVX2/FMA/F16C enabled by the caller; block `i` exists in the row and the column.
     unsafe {
         let p = w.add(i * T::SIZE);
         let q = T::unpack_x86(p);
         let y = _mm256_loadu_si256(y as *const __m256i);
-        let &(da, sa) = terms.0.get_unchecked(i);
-        let (d, m) = T::dm::<F16c>(p);
-        let scale = _mm256_set1_ps(d * da);
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+        let t = _mm_castpd_ps(_mm_load_sd(terms.0.as_ptr().add(i) as *const f64));
+        let prod = _mm_mul_ps(dm, t);
+        let scale = _mm256_broadcastss_ps(prod);
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D::dot_us(q, y)), scale, *acc);
-        *msum += m * sa;
+        *msum = _mm_add_ps(*msum, prod);
     }
 }
 
@@ -117,20 +124,21 @@ pub(super) unsafe fn min_rows<T: LegacyX86, D: DotI8>(
                 let w = job.w.add(m * job.w_stride);
                 let mut acc0 = [[_mm256_setzero_ps(); 1]];
                 let mut acc1 = [[_mm256_setzero_ps(); 1]];
-                let mut msum = [[0f32; 1]];
+                let mut msum = _mm_setzero_ps();
                 let mut i = 0;
                 while i + 2 <= nb {
                     prefetch_ahead(w.add(i * T::SIZE), 2 * T::SIZE);
                     let y = act.add(i * asz + aq);
-                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum[0][0]);
+                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum);
                     let y = act.add((i + 1) * asz + aq);
-                    min_step::<T, D>(w, y, &terms, i + 1, &mut acc1[0][0], &mut msum[0][0]);
+                    min_step::<T, D>(w, y, &terms, i + 1, &mut acc1[0][0], &mut msum);
                     i += 2;
                 }
                 if i < nb {
                     let y = act.add(i * asz + aq);
-                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum[0][0]);
+                    min_step::<T, D>(w, y, &terms, i, &mut acc0[0][0], &mut msum);
                 }
+                let msum = [[_mm_cvtss_f32(_mm_movehdup_ps(msum))]];
                 *job.dsts[c].add(m) = finish(&acc0, &acc1, &msum)[0][0];
             }
         }

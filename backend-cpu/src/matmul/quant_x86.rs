@@ -144,17 +144,15 @@ pub(crate) trait LegacyX86: Legacy {
     }
 }
 
-/// Low nibbles of 16 bytes in the low lane, high nibbles in the high lane.
+/// Low nibbles of 16 bytes in the low lane, high nibbles in the high lane: one broadcast load,
+/// the high lane shifted right by 4 (`vpsrlvd`; bits shifted in from the next byte are masked).
 #[inline(always)]
 unsafe fn nibbles_x86(qs: *const u8) -> __m256i {
     // SAFETY: AVX2 enabled by the caller; 16 readable bytes.
     unsafe {
-        let v = _mm_loadu_si128(qs as *const __m128i);
-        let m = _mm_set1_epi8(15);
-        _mm256_set_m128i(
-            _mm_and_si128(_mm_srli_epi16::<4>(v), m),
-            _mm_and_si128(v, m),
-        )
+        let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs as *const __m128i));
+        let shift = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+        _mm256_and_si256(_mm256_srlv_epi32(v, shift), _mm256_set1_epi8(15))
     }
 }
 

@@ -254,6 +254,46 @@ fn column_results_do_not_depend_on_the_batch() {
     }
 }
 
+/// A group of products of one activation ([`mul_mat_group`]: one preparation, every product's
+/// tiles in one loop) gives each product's [`mul_mat`] result bit for bit, for every quantized
+/// type at every level, with products of different row counts and one column or several.
+#[test]
+fn grouped_products_equal_single_products() {
+    for level in SimdLevel::available() {
+        for wt in TYPES.into_iter().filter(|t| t.is_quantized()) {
+            let k = wt.block_size() * 7;
+            for n in [1, 5] {
+                let mut bbuf: Vec<u8> = bytemuck::cast_slice(&rand_vec(k * n)).to_vec();
+                let b = TView::of_slice(&mut bbuf, DType::F32, [k, n, 1, 1]);
+                let mut ws: Vec<Vec<u8>> =
+                    [37, 8, 13].iter().map(|&m| weights(wt, k, m).0).collect();
+                let mut alone: Vec<Vec<u8>> = [37, 8, 13]
+                    .iter()
+                    .map(|&m| bytemuck::cast_slice(&vec![f32::NAN; m * n]).to_vec())
+                    .collect();
+                let mut grouped = alone.clone();
+                let views = |ws: &mut Vec<Vec<u8>>, ds: &mut Vec<Vec<u8>>| -> Vec<(TView, TView)> {
+                    ws.iter_mut()
+                        .zip(ds.iter_mut())
+                        .zip([37, 8, 13])
+                        .map(|((w, d), m)| {
+                            (
+                                TView::of_slice(w, wt, [k, m, 1, 1]),
+                                TView::of_slice(d, DType::F32, [m, n, 1, 1]),
+                            )
+                        })
+                        .collect()
+                };
+                for (a, dst) in views(&mut ws, &mut alone) {
+                    mul_mat_with(level, &a, &b, &dst).unwrap();
+                }
+                mul_mat_group_with(level, &views(&mut ws, &mut grouped), &b).unwrap();
+                assert_eq!(alone, grouped, "{wt} at {} n={n}", level.name());
+            }
+        }
+    }
+}
+
 /// `n` values that quantize to extreme quants in blocks of `bs`: blocks of `+1` and of `-1` in
 /// turn, each with one element of the other sign.
 fn extreme_values(bs: usize, n: usize) -> Vec<f32> {
