@@ -24,6 +24,15 @@ struct Run {
     len: usize,
 }
 
+/// Runs of one device that follow each other in its memory, copied as one: `pieces` are the
+/// runs' `(start in the caller's bytes, length)`, in order from `local_offset` on.
+struct Batch {
+    device: usize,
+    local_offset: usize,
+    len: usize,
+    pieces: Vec<(usize, usize)>,
+}
+
 /// The full tensor seen as `[inner bytes, axis units, outer]` around the split axis.
 struct AxisGeometry {
     inner: usize,
@@ -98,6 +107,35 @@ impl MetaBuffer {
                 unit_elems: 1,
             }
         }
+    }
+
+    /// The runs of `[offset, offset + len)` gathered per device where they continue each other
+    /// there: a tensor split along its rows and written whole is one copy per device instead of
+    /// one per row (two devices sharing Qwen3-30B-A3B's expert weights that way: tens of millions
+    /// of copies, minutes of loading on a GPU).
+    fn batches(&self, offset: usize, len: usize) -> Vec<Batch> {
+        let mut batches: Vec<Batch> = Vec::new();
+        let mut open: Vec<Option<usize>> = vec![None; self.parts.len()];
+        let mut done = 0;
+        for r in self.runs(offset, len) {
+            match open[r.device].map(|i| &mut batches[i]) {
+                Some(b) if b.local_offset + b.len == r.local_offset => {
+                    b.len += r.len;
+                    b.pieces.push((done, r.len));
+                }
+                _ => {
+                    open[r.device] = Some(batches.len());
+                    batches.push(Batch {
+                        device: r.device,
+                        local_offset: r.local_offset,
+                        len: r.len,
+                        pieces: vec![(done, r.len)],
+                    });
+                }
+            }
+            done += r.len;
+        }
+        batches
     }
 
     /// Splits the full-tensor byte range `[offset, offset + len)` into device runs.
@@ -217,10 +255,17 @@ impl Buffer for MetaBuffer {
                     .try_for_each(|p| p.fill(offset, data.len(), 0))
             }
             SplitState::Split { .. } => {
-                let mut done = 0;
-                for r in self.runs(offset, data.len()) {
-                    self.parts[r.device].set(r.local_offset, &data[done..done + r.len])?;
-                    done += r.len;
+                for b in self.batches(offset, data.len()) {
+                    let part = &self.parts[b.device];
+                    if let [(at, len)] = b.pieces[..] {
+                        part.set(b.local_offset, &data[at..at + len])?;
+                    } else {
+                        let mut gathered = Vec::with_capacity(b.len);
+                        for &(at, len) in &b.pieces {
+                            gathered.extend_from_slice(&data[at..at + len]);
+                        }
+                        part.set(b.local_offset, &gathered)?;
+                    }
                 }
                 Ok(())
             }
@@ -253,10 +298,19 @@ impl Buffer for MetaBuffer {
                 Ok(())
             }
             SplitState::Split { .. } => {
-                let mut done = 0;
-                for r in self.runs(offset, out.len()) {
-                    self.parts[r.device].get(r.local_offset, &mut out[done..done + r.len])?;
-                    done += r.len;
+                for b in self.batches(offset, out.len()) {
+                    let part = &self.parts[b.device];
+                    if let [(at, len)] = b.pieces[..] {
+                        part.get(b.local_offset, &mut out[at..at + len])?;
+                    } else {
+                        let mut gathered = vec![0u8; b.len];
+                        part.get(b.local_offset, &mut gathered)?;
+                        let mut from = 0;
+                        for &(at, len) in &b.pieces {
+                            out[at..at + len].copy_from_slice(&gathered[from..from + len]);
+                            from += len;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -277,9 +331,9 @@ impl Buffer for MetaBuffer {
                     .try_for_each(|p| p.fill(offset, len, 0))
             }
             SplitState::Split { .. } => self
-                .runs(offset, len)
+                .batches(offset, len)
                 .into_iter()
-                .try_for_each(|r| self.parts[r.device].fill(r.local_offset, r.len, value)),
+                .try_for_each(|b| self.parts[b.device].fill(b.local_offset, b.len, value)),
         }
     }
 
@@ -437,6 +491,66 @@ mod tests {
                     prop_assert_eq!(&locals[d][dst..dst + inner], &expect[src..src + inner]);
                 }
             }
+        }
+    }
+
+    /// A host buffer that counts the copies into and out of it.
+    struct Counting(HostBuffer, std::sync::atomic::AtomicUsize);
+
+    impl Buffer for Counting {
+        fn size(&self) -> usize {
+            self.0.size()
+        }
+        fn name(&self) -> String {
+            self.0.name()
+        }
+        fn host_ptr(&self) -> Option<*mut u8> {
+            None
+        }
+        fn set(&self, offset: usize, data: &[u8]) -> Result<()> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.set(offset, data)
+        }
+        fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.get(offset, out)
+        }
+        fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.fill(offset, len, value)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn a_tensor_split_along_its_rows_is_one_copy_per_device() {
+        let layout = Layout::contiguous(DType::F32, [8, 1000, 3, 1]);
+        let state = SplitState::Split {
+            axis: 0,
+            segments: vec![segment(8, 1, &[1.0, 3.0], 0).unwrap()],
+        };
+        let parts: Vec<Arc<Counting>> = (0..2)
+            .map(|d| {
+                let local = Layout::contiguous(layout.dtype, state.local_shape(layout.ne, d));
+                Arc::new(Counting(HostBuffer::new(local.nbytes()).unwrap(), 0.into()))
+            })
+            .collect();
+        let dyn_parts = parts.iter().map(|p| p.clone() as Arc<dyn Buffer>).collect();
+        let b = MetaBuffer::new(layout, state, dyn_parts, "t".into()).unwrap();
+        let full: Vec<u8> = (0..layout.nbytes()).map(|i| (i * 7 % 251) as u8).collect();
+        b.set(0, &full).unwrap();
+        let mut back = vec![0u8; full.len()];
+        b.get(0, &mut back).unwrap();
+        b.fill(0, full.len(), 0).unwrap();
+        assert_eq!(back, full);
+        for p in &parts {
+            assert_eq!(
+                p.1.load(std::sync::atomic::Ordering::Relaxed),
+                3,
+                "set, get, fill"
+            );
         }
     }
 
