@@ -197,8 +197,8 @@ fn check_graph(
 
 /// What the suite does not build: a same-type copy of quantized rows, attention over a long KV for
 /// one query (split over the keys, then combined) with head sizes 64, 256 and 512, attention of
-/// many queries (the BLAS path) with a mask and sinks, and set_rows from rows that are not
-/// contiguous.
+/// many queries (the BLAS path) with a mask and sinks, set_rows from rows that are not contiguous,
+/// and the norm of one row.
 fn extra_graphs() -> Vec<Graph> {
     let mut copy = Graph::new();
     let a = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();
@@ -227,6 +227,12 @@ fn extra_graphs() -> Vec<Graph> {
     let w = set_rows.set_rows(cache, xt, ids).unwrap();
     set_rows.output(w);
     graphs.push(set_rows);
+    // A decode step's norm: one row (k_norm_row1).
+    let mut norm = Graph::new();
+    let x = norm.new_input(DType::F32, &[512, 1]).unwrap();
+    let n = norm.rms_norm(x, 1e-5).unwrap();
+    norm.output(n);
+    graphs.push(norm);
     graphs
 }
 
