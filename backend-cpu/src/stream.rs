@@ -91,8 +91,15 @@ fn product_group(graph: &Graph, nodes: &[TensorId]) -> usize {
     let product = |n: TensorId| {
         let t = graph.tensor(n);
         let wt = graph.tensor(*t.src.first()?).dtype();
-        (t.op == Op::MulMat && t.src.len() == 2 && wt.is_quantized())
-            .then(|| (t.src[0], t.src[1], wt))
+        (t.op == Op::MulMat
+            && t.src.len() == 2
+            && wt.is_quantized()
+            && kernels::supports(
+                &t.op,
+                &[graph.layout(t.src[0]), graph.layout(t.src[1])],
+                &t.layout,
+            ))
+        .then(|| (t.src[0], t.src[1], wt))
     };
     let Some((_, b, wt)) = nodes.first().and_then(|&n| product(n)) else {
         return 1;
@@ -107,21 +114,17 @@ fn product_group(graph: &Graph, nodes: &[TensorId]) -> usize {
     len
 }
 
-/// Runs the products `nodes` (a [`product_group`]) as one [`crate::matmul::mul_mat_group`].
+/// Runs the products `nodes` (a [`product_group`], whose kernels the CPU has) as one
+/// [`crate::matmul::mul_mat_group`].
 fn compute_products(graph: &Graph, nodes: &[TensorId]) -> Result<()> {
     let b = host_view(graph, graph.tensor(nodes[0]).src[1])?;
     let products = nodes
         .iter()
         .map(|&n| {
-            let t = graph.tensor(n);
-            let (a, dst) = (host_view(graph, t.src[0])?, host_view(graph, n)?);
-            if !kernels::supports(&t.op, &[&a.layout, &b.layout], &dst.layout) {
-                return Err(Error::UnsupportedOp {
-                    op: format!("mul_mat ({}, {}) at node {}", a.dtype(), b.dtype(), t.name),
-                    backend: "cpu".into(),
-                });
-            }
-            Ok((a, dst))
+            Ok((
+                host_view(graph, graph.tensor(n).src[0])?,
+                host_view(graph, n)?,
+            ))
         })
         .collect::<Result<Vec<_>>>()?;
     crate::matmul::mul_mat_group(&products, &b)
