@@ -63,6 +63,9 @@ impl Runner for Recorder {
         Ok(())
     }
     /// Like the CUDA backend with mixed-precision BLAS; the HIP backend has none.
+    fn has_mma_f16(&self) -> bool {
+        self.types == GemmTypes::Mixed
+    }
     fn has_gemm_batched(&self) -> bool {
         self.types == GemmTypes::Mixed
     }
@@ -206,7 +209,7 @@ fn extra_graphs() -> Vec<Graph> {
     let c = copy.cpy(a, b).unwrap();
     copy.output(c);
     let mut graphs = vec![copy];
-    for (d, n_q) in [(64, 1), (256, 1), (512, 1), (128, 64)] {
+    for (d, n_q) in [(64, 1), (256, 1), (512, 1), (128, 64), (64, 64), (256, 64)] {
         let mut g = Graph::new();
         let q = g.new_input(DType::F32, &[d, n_q, 4, 1]).unwrap();
         let k = g.new_input(DType::F16, &[d, 4096, 2, 1]).unwrap();

@@ -4,6 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
+//! | `GGML_TP_ATTN_MMA` | prompt attention may take `k_flash_attn_mma_*` on tensor cores (default on; off keeps the BLAS path) |
 //! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches of quantized weights take the two-column kernel, whose row groups hold two rows sharing each activation load (default on) |
@@ -18,6 +19,8 @@ use std::sync::OnceLock;
 pub struct Settings {
     /// `GGML_TP_ATTN_VEC`: decode attention may take `k_flash_attn_vec`.
     pub attn_vec: bool,
+    /// `GGML_TP_ATTN_MMA`: prompt attention may take `k_flash_attn_mma_*`.
+    pub attn_mma: bool,
     /// `GGML_TP_ATTN_VEC_BLOCKS`: the blocks decode attention aims for (none: the dispatch's default).
     pub attn_vec_blocks: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
@@ -35,6 +38,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             attn_vec: true,
+            attn_mma: true,
             attn_vec_blocks: None,
             group_products: true,
             gemv_row_pairs: true,
@@ -52,6 +56,7 @@ impl Settings {
         let d = Settings::default();
         Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
+            attn_mma: ggml_core::env::flag("GGML_TP_ATTN_MMA", d.attn_mma),
             attn_vec_blocks: ggml_core::env::count("GGML_TP_ATTN_VEC_BLOCKS"),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             gemv_row_pairs: ggml_core::env::flag("GGML_TP_GEMV_ROW_PAIRS", d.gemv_row_pairs),

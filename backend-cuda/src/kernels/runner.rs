@@ -130,6 +130,10 @@ impl Runner for CudaBackend {
         })
     }
 
+    fn has_mma_f16(&self) -> bool {
+        self.cuda_device().compute_capability().0 >= 8
+    }
+
     fn has_gemm_batched(&self) -> bool {
         true
     }

@@ -3,8 +3,9 @@
 //! up to [`FAV_MAX_HEADS`] query heads of a GQA group, fewer for wide V rows, the keys split over
 //! blocks in tiles of [`FAV_TILE`]), else to `k_flash_attn` (one block per head, query and
 //! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
-//! `k_flash_attn_combine`. Many queries (prompt processing) take the
-//! BLAS path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over
+//! `k_flash_attn_combine`. Many queries (prompt processing) take `k_flash_attn_mma_*` on a GPU
+//! with F16 tensor cores where the heads are 64 or 128 wide and K/V are F16 or Q8_0 rows (flash
+//! attention on tensor cores, no score matrix), else the BLAS path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over
 //! the KV heads (the query heads of a group are one operand), `k_attn_softmax` to probabilities,
 //! and one batched GEMM per query head of a group writing P·V into the result in place.
 
@@ -34,8 +35,12 @@ const FAV_MAX_ROW_BYTES: usize = 1024;
 const FAV_PASS_BYTES: usize = 256;
 /// Heads times V passes of the per-thread sums of a `k_flash_attn_vec` block.
 const FAV_SLOTS: usize = 4;
-/// Fewest queries per sequence for the BLAS path.
+/// Fewest queries per sequence for the BLAS path and `k_flash_attn_mma_*`.
 const FA_BLAS_MIN_QUERIES: usize = 16;
+/// Threads per `k_flash_attn_mma_*` block (`FM_WARPS` warps in attention_mma.cu).
+const FM_THREADS: u32 = 128;
+/// Query rows per `k_flash_attn_mma_*` block (`FM_BQ`).
+const FM_ROWS_PER_BLOCK: usize = 64;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
 const FA_BLAS_CHUNK_BYTES: usize = 256 << 20;
 /// Scratch slots: per-split partials; the BLAS path's queries, scores, probabilities, K and V.
@@ -122,7 +127,9 @@ pub(super) fn flash_attn_ext(
         has_mask: i32::from(t.src.len() > 3),
         has_sinks: i32::from(t.src.len() > 4),
     };
-    if r.has_gemm_batched() && blas_fits(&a) {
+    if mma_fits(r, &a) {
+        mma_blocks(r, &a)?;
+    } else if r.has_gemm_batched() && blas_fits(&a) {
         through_blas(r, &a)?;
     } else if vec_attention_on() && vec_fits(&a) {
         let q8 = q8.filter(|_| rounds_to_q8(&a));
@@ -353,6 +360,65 @@ fn attend_in_splits(
         0,
         args,
     ))
+}
+
+/// Whether the node takes `k_flash_attn_mma_*`: a GPU with F16 tensor cores, prompt-sized query
+/// counts, heads of 64 or 128 for Q, K and V alike in whole GQA groups, K and V of F16 rows
+/// (16-byte aligned, whole 16-byte loads) or Q8_0 rows, float queries, a contiguous F32 result.
+fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
+    let [d, n_q, n_head, n_seq] = a.lq.ne;
+    let rows_of = |t: &TDesc, l: &Layout| {
+        let align = match l.dtype {
+            DType::F16 => 16,
+            DType::Q8_0 => 2,
+            _ => return false,
+        };
+        l.nb[0] == l.dtype.type_size()
+            && std::iter::once(t.ptr as usize)
+                .chain(l.nb[1..].iter().copied())
+                .all(|v| v % align == 0)
+    };
+    let blocks = n_q.div_ceil(FM_ROWS_PER_BLOCK) * n_head * n_seq;
+    crate::settings::settings().attn_mma
+        && r.has_mma_f16()
+        && n_q >= FA_BLAS_MIN_QUERIES
+        && matches!(d, 64 | 128)
+        && a.lk.ne[0] == d
+        && a.lv.ne[0] == d
+        && a.lk.ne[2] > 0
+        && n_head.is_multiple_of(a.lk.ne[2])
+        && matches!(a.lq.dtype, DType::F32 | DType::F16 | DType::BF16)
+        && rows_of(&a.k, a.lk)
+        && rows_of(&a.v, a.lv)
+        && a.ld.dtype == DType::F32
+        && a.ld.is_contiguous()
+        && a.lk.ne[1] < (1 << 30)
+        && blocks < (1 << 31)
+}
+
+/// `k_flash_attn_mma_*`: one block per [`FM_ROWS_PER_BLOCK`] queries of a head and sequence.
+fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let [d, n_q, n_head, n_seq] = a.lq.ne;
+    let kernel = if d == 64 {
+        "k_flash_attn_mma_d64"
+    } else {
+        "k_flash_attn_mma_d128"
+    };
+    let args = args![
+        a.q,
+        a.k,
+        a.v,
+        a.mask,
+        a.sinks,
+        a.d,
+        a.scale,
+        a.max_bias,
+        a.softcap,
+        a.has_mask,
+        a.has_sinks
+    ];
+    let blocks = n_q.div_ceil(FM_ROWS_PER_BLOCK) * n_head * n_seq;
+    r.launch(&Launch::rows(kernel, blocks, FM_THREADS, 0, args))
 }
 
 /// The BLAS operand type of K or V of type `t`: F16 rows as they are, quantized ones dequantized

@@ -48,6 +48,11 @@ pub trait Runner {
     fn gemm_types(&self) -> GemmTypes;
     /// Queues one BLAS matrix product.
     fn gemm(&self, call: &GemmCall) -> Result<()>;
+    /// Whether the GPU multiplies F16 tiles on tensor cores (`MMA_F16_16816` of the kernel
+    /// preludes is the instruction): prompt attention then takes `k_flash_attn_mma_*`.
+    fn has_mma_f16(&self) -> bool {
+        false
+    }
     /// Whether [`Runner::gemm_batched`] is available; without it attention runs on kernels only.
     fn has_gemm_batched(&self) -> bool {
         false
@@ -191,7 +196,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 36] = [
+pub const NAMED_KERNELS: [&str; 38] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -221,6 +226,8 @@ pub const NAMED_KERNELS: [&str; 36] = [
     "k_flash_attn",
     "k_flash_attn_combine",
     "k_attn_softmax",
+    "k_flash_attn_mma_d64",
+    "k_flash_attn_mma_d128",
     "k_quantize_q8",
     "k_f16_from_f32",
     "k_hold",

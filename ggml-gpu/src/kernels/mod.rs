@@ -6,6 +6,9 @@
 //! - `WARP_SIZE`: lanes per warp (32 on NVIDIA and RDNA, 64 on CDNA/GCN); a compile-time constant,
 //!   defined for HIP from the device's wavefront size ([`Vendor::Hip`]).
 //! - `WARP_SHFL_XOR(v, o)`, `WARP_SHFL_DOWN(v, o)`: full-warp shuffles of an int, float or double.
+//! - `MMA_F16_16816(c, a, b)` (optional; CUDA on compute capability 8.0 and later): a warp's
+//!   tensor-core product of F16 tiles; where a prelude leaves it out, `attention_mma.cu` computes
+//!   it through shared memory.
 //! - `WARP_SYNC()`: orders the lanes' shared-memory accesses within a warp.
 //! - `DOT4_I8(a, b, c)`: `c` plus the dot product of the four signed bytes of `a` and `b` (CUDA's
 //!   `__dp4a`; on AMD the dot instruction of the target, or four multiplies where it has none).
@@ -22,8 +25,8 @@
 //! for them.
 
 /// The kernel sources, in compilation order (`common.cu` first, `attention.cu` before
-/// `attention_vec.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before `moe.cu`).
-pub const SOURCES: [(&str, &str); 12] = [
+/// `attention_vec.cu` and `attention_mma.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before `moe.cu`).
+pub const SOURCES: [(&str, &str); 13] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),
     ("norm.cu", include_str!("cu/norm.cu")),
@@ -32,6 +35,7 @@ pub const SOURCES: [(&str, &str); 12] = [
     ("sort.cu", include_str!("cu/sort.cu")),
     ("attention.cu", include_str!("cu/attention.cu")),
     ("attention_vec.cu", include_str!("cu/attention_vec.cu")),
+    ("attention_mma.cu", include_str!("cu/attention_mma.cu")),
     ("decode.cu", include_str!("cu/decode.cu")),
     ("gemv.cu", include_str!("cu/gemv.cu")),
     ("moe.cu", include_str!("cu/moe.cu")),

@@ -317,6 +317,9 @@ impl Runner for EmulatedStream {
         unsafe { blas::gemm(call) };
         Ok(())
     }
+    fn has_mma_f16(&self) -> bool {
+        self.device.flavor == Flavor::Cuda
+    }
     fn has_gemm_batched(&self) -> bool {
         self.device.flavor == Flavor::Cuda
     }

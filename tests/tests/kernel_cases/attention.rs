@@ -1,5 +1,6 @@
 //! Flash attention on the kernels' device (part of `kernel_cases`): the decode kernels (few
-//! queries) and the BLAS path (queries >= 16) against the float64 reference.
+//! queries), the tensor-core prompt kernels and the BLAS path (queries >= 16) against the float64
+//! reference.
 
 use super::*;
 
@@ -90,6 +91,7 @@ fn push_attn_masked(set: &mut CaseSet, c: AttnCase, mask: Gen) {
     inputs.extend(sinks);
     let name = match mask {
         Gen::PrefixMask(n) => format!("{} keys_used={n}", c.name()),
+        Gen::CausalMask { past } => format!("{} causal after {past}", c.name()),
         _ => c.name(),
     };
     push_flash_attn(set, name, inputs, c.kv, c.params());
@@ -147,6 +149,52 @@ fn flash_attn_prefill_blas_path() {
             d: 512,
             dv: 512,
             ..AttnCase::new(DType::F32, 2, 1, 17, 50)
+        },
+    );
+    run(set, seed);
+}
+
+/// The tensor-core prompt kernels (`k_flash_attn_mma_*`: heads of 64 and 128, F16 or Q8_0 K/V) on
+/// the emulated CUDA device: causal prompts after cached keys (tiles hidden from a whole block are
+/// skipped, others from some warps only), query and key counts off the 64-row blocks and 64-key
+/// tiles, GQA, sinks, softcap, ALiBi, several sequences, the KV cache's layout.
+#[test]
+fn flash_attn_prefill_tensor_cores() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    for (kv, d, heads, kv_heads, queries, past) in [
+        (DType::F16, 128, 8, 2, 200, 130),
+        (DType::Q8_0, 128, 4, 1, 77, 0),
+        (DType::F16, 64, 6, 3, 130, 7),
+        (DType::Q8_0, 64, 2, 2, 16, 300),
+    ] {
+        push_attn_masked(
+            &mut set,
+            AttnCase {
+                d,
+                dv: d,
+                kv_view: true,
+                ..AttnCase::new(kv, heads, kv_heads, queries, past + queries)
+            },
+            Gen::CausalMask { past },
+        );
+    }
+    push_attn(
+        &mut set,
+        AttnCase {
+            seqs: 2,
+            sinks: true,
+            softcap: 30.0,
+            ..AttnCase::new(DType::F16, 4, 2, 40, 77)
+        },
+    );
+    push_attn(
+        &mut set,
+        AttnCase {
+            d: 64,
+            dv: 64,
+            max_bias: 8.0,
+            ..AttnCase::new(DType::F16, 4, 1, 65, 129)
         },
     );
     run(set, seed);

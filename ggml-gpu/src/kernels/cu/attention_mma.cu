@@ -1,0 +1,266 @@
+// Prompt attention on tensor cores: k_flash_attn_mma_d64 and k_flash_attn_mma_d128 (head sizes 64
+// and 128; dispatch/attention.rs picks them for many queries with F16 or Q8_0 K/V rows), the
+// flash-attention form: no score matrix in memory, so the cost grows with the keys a query sees,
+// not with a materialised square of the context.
+//
+// A block of FM_WARPS warps takes FM_ROWS query rows per warp (FM_BQ in all) of one head and
+// sequence and walks the keys in tiles of FM_BK. Per tile: each warp reads its rows' mask values
+// (the tile is skipped, before anything is staged, when the mask hides all of it from every row of
+// the block: a causal prompt skips about half its tiles); the tile's K rows and its V rows
+// (transposed) are staged in shared memory as F16 (Q8_0 rows dequantized there, zeros past the
+// last key); each warp multiplies its 16 query rows (F16 fragments kept in registers) with the keys
+// (MMA_F16_16816, f32 sums), turns the scores into logits (scale, softcap, ALiBi-scaled mask),
+// keeps the online softmax of its rows, and multiplies the weights, rounded to F16, with the
+// values. The sink joins the sum at the end as in k_flash_attn. Blocks of the last queries (which
+// see the most keys) are launched first.
+//
+// MMA_F16_16816(c, a, b) is c += a b for a 16x16 F16 tile a, a 16x8 F16 tile b and 16x8 f32 sums,
+// held as PTX's mma.m16n8k16 lays them out; lane 4 g + t (g < 8, t < 4) holds
+//   a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9],
+//   b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g],
+//   c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+// (two halves per register, the lower index in the low bits). The CUDA prelude maps it to the
+// instruction on compute capability 8.0 and later; elsewhere (HIP, older CUDA, the host emulation)
+// mma_f16_lanes computes the same through shared memory, much slower: the dispatch takes these
+// kernels only where the runner has the instruction (and in the host emulation, which checks the
+// portable form).
+
+#define FM_WARPS 4
+#define FM_ROWS 16
+#define FM_BQ (FM_WARPS * FM_ROWS)
+#define FM_BK 64
+#define FM_PAD 8
+
+// The two halves of x times those of y, summed.
+__device__ __forceinline__ float dot2_h(u32 x, u32 y) {
+    return h2f((u16)(x & 0xFFFFu)) * h2f((u16)(y & 0xFFFFu)) + h2f((u16)(x >> 16)) * h2f((u16)(y >> 16));
+}
+
+// MMA_F16_16816 without the instruction: the warp's fragments meet in shared memory (`frags`, 6
+// words per lane of this warp), and lane (g, t) sums rows g and g + 8 of A (lanes 4 g + j) against
+// columns 2 t and 2 t + 1 of B (lanes 8 t + j and 8 t + 4 + j).
+__device__ __forceinline__ void mma_f16_lanes(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2], u32* frags) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    u32* mine = frags + 6 * lane;
+    mine[0] = a[0], mine[1] = a[1], mine[2] = a[2], mine[3] = a[3], mine[4] = b[0], mine[5] = b[1];
+    WARP_SYNC();
+    for (int j = 0; j < 4; j++) {
+        const u32* r = frags + 6 * (4 * g + j);
+        const u32* n0 = frags + 6 * (8 * t + j) + 4;
+        const u32* n1 = frags + 6 * (8 * t + 4 + j) + 4;
+        c[0] += dot2_h(r[0], n0[0]) + dot2_h(r[2], n0[1]);
+        c[1] += dot2_h(r[0], n1[0]) + dot2_h(r[2], n1[1]);
+        c[2] += dot2_h(r[1], n0[0]) + dot2_h(r[3], n0[1]);
+        c[3] += dot2_h(r[1], n1[0]) + dot2_h(r[3], n1[1]);
+    }
+    WARP_SYNC();
+}
+#ifdef MMA_F16_16816
+#define FM_MMA(c, a, b) MMA_F16_16816(c, a, b)
+#define FM_FRAG_WORDS 1
+#else
+#define FM_MMA(c, a, b) mma_f16_lanes(c, a, b, frags)
+#define FM_FRAG_WORDS (FM_WARPS * 32 * 6)
+#endif
+
+__device__ __forceinline__ u32 pack_h2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
+
+// Values 8 c .. 8 c + 7 of a K/V row as F16: an F16 row's 16 bytes, or a Q8_0 row's quants times
+// their block's scale.
+__device__ __forceinline__ uint4 fm_chunk(const TD& t, const u8* row, int c) {
+    if (t.type == T_F16) return ((const uint4*)row)[c];
+    const u8* b = row + (c / 4) * 34;
+    const float d = h2f(ld16(b));
+    const signed char* qv = (const signed char*)b + 2 + 8 * (c % 4);
+    return make_uint4(pack_h2(d * qv[0], d * qv[1]), pack_h2(d * qv[2], d * qv[3]), pack_h2(d * qv[4], d * qv[5]),
+                      pack_h2(d * qv[6], d * qv[7]));
+}
+
+// Stages keys j0 .. j0 + FM_BK - 1 of K or V (head hk, sequence s) in shared memory as F16, zeros
+// past the last key: row-major (key x D, pitch D + FM_PAD), or `transposed` (D x key, pitch
+// FM_BK + FM_PAD; then a warp's lanes take consecutive keys, so their 2-byte stores fill a bank row).
+template <int D>
+__device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s, bool transposed) {
+    for (int i = threadIdx.x; i < FM_BK * D / 8; i += FM_WARPS * 32) {
+        const int key = transposed ? i % FM_BK : i / (D / 8), c = transposed ? i / FM_BK : i % (D / 8);
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (j0 + key < n_kv) x = fm_chunk(t, kv_row(t, j0 + key, hk, s), c);
+        if (!transposed) {
+            *(uint4*)(dst + key * (D + FM_PAD) + 8 * c) = x;
+            continue;
+        }
+        const u32 w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) dst[(8 * c + e) * (FM_BK + FM_PAD) + key] = (u16)(w[e / 2] >> (16 * (e & 1)));
+    }
+}
+
+// The mask's part of the logits of this lane's fragment of a tile (keys j0 + 8 n + 2 t + (c & 1),
+// query rows q0 + g + 8 (c >> 1)): slope times the mask, 0 without a mask, -inf past the keys or
+// the queries. Whether any is finite.
+__device__ __forceinline__ bool fm_mask(float (&mv)[FM_BK / 8][4], const TD& m, int has_mask, float slope, int j0,
+                                        int n_kv, i64 q0, i64 n_q, i64 h, i64 s) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    bool live = false;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const i64 row = q0 + g + 8 * r;
+        const u8* mrow = has_mask && row < n_q
+                             ? (const u8*)m.ptr + row * m.nb[1] + (h % m.ne[2]) * m.nb[2] + (s % m.ne[3]) * m.nb[3]
+                             : nullptr;
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = j0 + 8 * n + 2 * t + e;
+                float x = NEG_INF;
+                if (key < n_kv && row < n_q) {
+                    x = 0.0f;
+                    if (mrow) {
+                        const u8* p = mrow + key * m.nb[0];
+                        const float mk = m.type == T_F16 ? h2f(ld16(p)) : m.type == T_F32 ? *(const float*)p : bf2f(ld16(p));
+                        x = mk == NEG_INF ? NEG_INF : slope * mk;
+                    }
+                }
+                mv[n][2 * r + e] = x;
+                live |= x != NEG_INF;
+            }
+    }
+    return live;
+}
+
+template <int D>
+__device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
+                               float scale, float max_bias, float softcap, int has_mask, int has_sinks) {
+    __shared__ uint4 ks_raw[FM_BK * (D + FM_PAD) / 8];
+    __shared__ uint4 vt_raw[D * (FM_BK + FM_PAD) / 8];
+    __shared__ int live[2][FM_WARPS];
+    __shared__ u32 frag_words[FM_FRAG_WORDS];
+    u16* ks = (u16*)ks_raw;
+    u16* vt = (u16*)vt_raw;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
+    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + FM_BQ - 1) / FM_BQ;
+    const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
+    const i64 h = (blockIdx.x / n_qt) % n_head, s = blockIdx.x / (n_qt * n_head);
+    const i64 hk = h / (n_head / k.ne[2]);
+    const int n_kv = (int)k.ne[1];
+    const i64 q0 = qt * FM_BQ + warp * FM_ROWS;
+    const float slope = alibi_slope(max_bias, (int)h, (int)n_head);
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    // This warp's query rows as A fragments, F16 (zeros past the last query).
+    u32 qa[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const i64 row = q0 + g + 8 * (i & 1);
+            const int c = 16 * kk + 2 * t + 8 * (i >> 1);
+            const bool in = row < n_q;
+            qa[kk][i] = pack_h2(in ? load_float(q, c, row, h, s) : 0.0f, in ? load_float(q, c + 1, row, h, s) : 0.0f);
+        }
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) o[n][c] = 0.0f;
+    float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+    for (int j0 = 0; j0 < n_kv; j0 += FM_BK) {
+        float x[FM_BK / 8][4];
+        int alive = fm_mask(x, m, has_mask, slope, j0, n_kv, q0, n_q, h, s);
+        for (int off = 16; off > 0; off >>= 1) alive |= WARP_SHFL_XOR(alive, off);
+        const int par = (j0 / FM_BK) & 1;
+        if (lane == 0) live[par][warp] = alive;
+        __syncthreads();
+        if (!(live[par][0] | live[par][1] | live[par][2] | live[par][3])) continue;
+        fm_stage<D>(k, ks, j0, n_kv, hk, s, false);
+        fm_stage<D>(v, vt, j0, n_kv, hk, s, true);
+        __syncthreads();
+        if (!alive) continue;
+        // Scores of the tile: S = Q K^T (B[dim][key] = K[key][dim]: a row of K in shared memory).
+        float sv[FM_BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) sv[n][c] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const u16* kr = ks + (8 * n + g) * (D + FM_PAD) + 16 * kk + 2 * t;
+                const u32 b[2] = {*(const u32*)kr, *(const u32*)(kr + 8)};
+                FM_MMA(sv[n], qa[kk], b);
+            }
+        }
+        // Logits, the rows' new maxima (the four lanes of a row agree), weights.
+        float top[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float y = sv[n][c] * sc;
+                if (softcap != 0.0f) y = softcap * tanhf(y);
+                x[n][c] = x[n][c] == NEG_INF ? NEG_INF : y + x[n][c];
+                top[c >> 1] = fmaxf(top[c >> 1], x[n][c]);
+            }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 1));
+            top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 2));
+            const float nm = fmaxf(mx[r], top[r]);
+            base[r] = nm == NEG_INF ? 0.0f : nm;
+            alpha[r] = expf(mx[r] - base[r]);
+            mx[r] = nm;
+            sum[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                x[n][c] = expf(x[n][c] - base[c >> 1]);
+                sum[c >> 1] += x[n][c];
+            }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) o[n][c] *= alpha[c >> 1];
+        // O += P V: the weights of keys 16 kk .. 16 kk + 15 are the A fragment of score tiles 2 kk
+        // and 2 kk + 1; B[key][dim] = V[key][dim], a row of the transposed V in shared memory.
+#pragma unroll
+        for (int kk = 0; kk < FM_BK / 16; kk++) {
+            const u32 pa[4] = {pack_h2(x[2 * kk][0], x[2 * kk][1]), pack_h2(x[2 * kk][2], x[2 * kk][3]),
+                               pack_h2(x[2 * kk + 1][0], x[2 * kk + 1][1]),
+                               pack_h2(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const u16* vr = vt + (8 * n + g) * (FM_BK + FM_PAD) + 16 * kk + 2 * t;
+                const u32 b[2] = {*(const u32*)vr, *(const u32*)(vr + 8)};
+                FM_MMA(o[n], pa, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        sum[r] += WARP_SHFL_XOR(sum[r], 1);
+        sum[r] += WARP_SHFL_XOR(sum[r], 2);
+        const i64 row = q0 + g + 8 * r;
+        if (row >= n_q) continue;
+        const float inv = attn_out_scale(sk, has_sinks, h, mx[r], sum[r]);
+        float* out = (float*)(d.ptr + h * d.nb[1] + row * d.nb[2] + s * d.nb[3]);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            out[8 * n + 2 * t] = o[n][2 * r] * inv;
+            out[8 * n + 2 * t + 1] = o[n][2 * r + 1] * inv;
+        }
+    }
+}
+
+// One block per FM_BQ queries of a head and sequence (the last queries' blocks first); the
+// operands and options as k_flash_attn's; the result F32 and contiguous.
+extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
+    flash_attn_mma<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+}
+extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d128(TD q, TD k, TD v, TD m, TD sk,
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
+    flash_attn_mma<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+}
