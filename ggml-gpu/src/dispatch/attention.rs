@@ -38,9 +38,9 @@ const FAV_SLOTS: usize = 4;
 /// Fewest queries per sequence for the BLAS path and `k_flash_attn_mma_*`.
 const FA_BLAS_MIN_QUERIES: usize = 16;
 /// Threads per `k_flash_attn_mma_*` block (`FM_WARPS` warps in attention_mma.cu).
-const FM_THREADS: u32 = 128;
+const FM_THREADS: u32 = 256;
 /// Query rows per `k_flash_attn_mma_*` block (`FM_BQ`).
-const FM_ROWS_PER_BLOCK: usize = 64;
+const FM_ROWS_PER_BLOCK: usize = 128;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
 const FA_BLAS_CHUNK_BYTES: usize = 256 << 20;
 /// Scratch slots: per-split partials; the BLAS path's queries, scores, probabilities, K and V.
