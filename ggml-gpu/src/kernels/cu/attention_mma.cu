@@ -3,7 +3,8 @@
 // flash-attention form: no score matrix in memory, so the cost grows with the keys a query sees,
 // not with a materialised square of the context.
 //
-// A block of FM_WARPS warps takes FM_ROWS query rows per warp (FM_BQ in all) of one head and
+// A block of blockDim.x / 32 warps (at most FM_WARPS; the dispatch's setting) takes FM_ROWS query
+// rows per warp of one head and
 // sequence and walks the keys in tiles of FM_BK. Per tile: each warp reads its rows' mask values
 // (the tile is skipped, before anything is staged, when the mask hides all of it from every row of
 // the block: a causal prompt skips about half its tiles); the tile's K rows and its V rows
@@ -27,7 +28,6 @@
 
 #define FM_WARPS 8
 #define FM_ROWS 16
-#define FM_BQ (FM_WARPS * FM_ROWS)
 #define FM_BK 64
 #define FM_PAD 8
 
@@ -81,7 +81,7 @@ __device__ __forceinline__ uint4 fm_chunk(const TD& t, const u8* row, int c) {
 // FM_BK + FM_PAD; then a warp's lanes take consecutive keys, so their 2-byte stores fill a bank row).
 template <int D>
 __device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s, bool transposed) {
-    for (int i = threadIdx.x; i < FM_BK * D / 8; i += FM_WARPS * 32) {
+    for (int i = threadIdx.x; i < FM_BK * D / 8; i += blockDim.x) {
         const int key = transposed ? i % FM_BK : i / (D / 8), c = transposed ? i / FM_BK : i % (D / 8);
         uint4 x = make_uint4(0, 0, 0, 0);
         if (j0 + key < n_kv) x = fm_chunk(t, kv_row(t, j0 + key, hk, s), c);
@@ -150,12 +150,13 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
     u16* vt = (u16*)vt_raw;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
-    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + FM_BQ - 1) / FM_BQ;
+    const int warps = blockDim.x / 32, rows = warps * FM_ROWS;
+    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + rows - 1) / rows;
     const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
     const i64 h = (blockIdx.x / n_qt) % n_head, s = blockIdx.x / (n_qt * n_head);
     const i64 hk = h / (n_head / k.ne[2]);
     const int n_kv = (int)k.ne[1];
-    const i64 q0 = qt * FM_BQ + warp * FM_ROWS;
+    const i64 q0 = qt * rows + warp * FM_ROWS;
     const float slope = alibi_slope(max_bias, (int)h, (int)n_head);
     const float sc = softcap != 0.0f ? scale / softcap : scale;
     const bool rows_in[2] = {q0 + g < n_q, q0 + g + 8 < n_q};
@@ -190,8 +191,7 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
         if (lane == 0) live[par][warp] = alive;
         __syncthreads();
         int block_alive = 0;
-#pragma unroll
-        for (int w = 0; w < FM_WARPS; w++) block_alive |= live[par][w];
+        for (int w = 0; w < warps; w++) block_alive |= live[par][w];
         if (!block_alive) continue;
         fm_stage<D>(k, ks, j0, n_kv, hk, s, false);
         fm_stage<D>(v, vt, j0, n_kv, hk, s, true);
@@ -282,7 +282,7 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
     }
 }
 
-// One block per FM_BQ queries of a head and sequence (the last queries' blocks first); the
+// One block per 16 queries per warp of a head and sequence (the last queries' blocks first); the
 // operands and options as k_flash_attn's; the result F32 and contiguous.
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
     TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
