@@ -27,8 +27,10 @@ use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Counters of a meta stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +55,14 @@ pub struct MetaStats {
     /// take than evenly cut ones would: 1.0 for an even cut, 1.33 for a 2:1 cut of two devices.
     pub share_ns: u64,
     pub critical_ns: u64,
+    /// Where any driver may compute any share and the counters are on: the wall time of the
+    /// drivers' runs, summed over drivers; of it, the time they waited at the ends of stages; and
+    /// of that, the time they ran tasks of the shares still running (`Backend::help`). The rest of
+    /// the wait (`wait_ns - helped_ns`) left a core idle, which is what an uneven cut costs where
+    /// drivers help (see [`MetaStats::idle_share`]).
+    pub drive_ns: u64,
+    pub wait_ns: u64,
+    pub helped_ns: u64,
 }
 
 impl MetaStats {
@@ -68,6 +78,9 @@ impl MetaStats {
             taken_over: self.taken_over + other.taken_over,
             share_ns: self.share_ns + other.share_ns,
             critical_ns: self.critical_ns + other.critical_ns,
+            drive_ns: self.drive_ns + other.drive_ns,
+            wait_ns: self.wait_ns + other.wait_ns,
+            helped_ns: self.helped_ns + other.helped_ns,
         }
     }
 
@@ -75,6 +88,13 @@ impl MetaStats {
     /// ones would have (`devices * critical_ns / share_ns`), where share times were measured.
     pub fn stage_balance(&self, devices: usize) -> Option<f64> {
         (self.share_ns > 0).then(|| devices as f64 * self.critical_ns as f64 / self.share_ns as f64)
+    }
+
+    /// The share of the drivers' time spent waiting at the ends of stages without work to help
+    /// with (spinning or parked), where it was measured: 0.0 when no driver ever waited idle.
+    pub fn idle_share(&self) -> Option<f64> {
+        (self.drive_ns > 0)
+            .then(|| self.wait_ns.saturating_sub(self.helped_ns) as f64 / self.drive_ns as f64)
     }
 
     /// Adds one stage's per-device share times.
@@ -252,6 +272,9 @@ impl MetaBackend {
     /// stage's last share performs its joins and opens the next stage, which every driver waits for.
     fn run_shared(&self, d: usize, prog: &Program, crew: &Crew) -> Result<()> {
         let n = self.backends.len();
+        let timed = crew.share_ns.is_some();
+        let begun = Instant::now();
+        let (mut wait_ns, helped_ns) = (0u64, Cell::new(0u64));
         for (s, stage) in prog.stages.iter().enumerate() {
             for dev in (0..n).map(|k| (d + k) % n) {
                 if !crew.claims.claim(dev, s) {
@@ -281,10 +304,28 @@ impl MetaBackend {
                 }
             }
             // Meanwhile this thread runs tasks of the shares still running (CPU streams).
+            let waiting = Instant::now();
             crew.barrier
                 .wait_while_helping(crew.first_generation.wrapping_add(s), &|| {
-                    self.backends[d].help()
+                    if !timed {
+                        return self.backends[d].help();
+                    }
+                    let start = Instant::now();
+                    let helped = self.backends[d].help();
+                    if helped {
+                        helped_ns.set(helped_ns.get() + nanos_since(start));
+                    }
+                    helped
                 })?;
+            if timed {
+                wait_ns += nanos_since(waiting);
+            }
+        }
+        if timed {
+            let mut stats = self.stats.lock();
+            stats.drive_ns += nanos_since(begun);
+            stats.wait_ns += wait_ns;
+            stats.helped_ns += helped_ns.get();
         }
         self.backends[d].synchronize()
     }
@@ -439,6 +480,11 @@ impl<'a> Crew<'a> {
     }
 }
 
+/// Nanoseconds since `start`.
+fn nanos_since(start: Instant) -> u64 {
+    start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX)
+}
+
 /// The CPU time of the calling thread in nanoseconds, where the system tells it.
 #[cfg(unix)]
 fn thread_cpu_ns() -> Option<u64> {
@@ -530,9 +576,11 @@ impl Drop for MetaBackend {
             let s = self.stats();
             let balance = s.stage_balance(self.backends.len());
             eprintln!(
-                "{} meta: {s:?}, stage balance {}",
+                "{} meta: {s:?}, stage balance {}, drivers idle at stage ends {}",
                 self.device.name(),
-                balance.map_or("n/a".into(), |b| format!("{b:.3}"))
+                balance.map_or("n/a".into(), |b| format!("{b:.3}")),
+                s.idle_share()
+                    .map_or("n/a".into(), |i| format!("{:.1}%", 100.0 * i))
             );
         }
     }
@@ -553,5 +601,23 @@ mod tests {
         assert_eq!((s.share_ns, s.critical_ns), (500, 300));
         assert_eq!(s.stage_balance(2), Some(1.2));
         assert_eq!(s.plus(&s).stage_balance(2), Some(1.2));
+    }
+
+    #[test]
+    fn idle_share_counts_the_waits_not_spent_helping() {
+        let mut s = MetaStats::default();
+        assert_eq!(s.idle_share(), None);
+        // Two drivers of 1000 ns each; 300 ns waiting, 200 of them running the other's tasks.
+        (s.drive_ns, s.wait_ns, s.helped_ns) = (2000, 300, 200);
+        assert_eq!(s.idle_share(), Some(0.05));
+        let twice = s.plus(&s);
+        assert_eq!(
+            (twice.drive_ns, twice.wait_ns, twice.helped_ns),
+            (4000, 600, 400)
+        );
+        assert_eq!(twice.idle_share(), Some(0.05));
+        // A wait spent helping throughout leaves no core idle.
+        s.helped_ns = s.wait_ns;
+        assert_eq!(s.idle_share(), Some(0.0));
     }
 }

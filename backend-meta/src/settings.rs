@@ -2,7 +2,7 @@
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops, with the stage balance of CPU devices (a switch; default off) |
+//! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops, with the stage balance of CPU devices and the share of their drivers' time spent idle at stage ends (a switch; default off) |
 //! | `GGML_TP_META_GENERIC_REDUCE` | join partial sums by the generic recursive-doubling AllReduce even where the family has a communicator (a switch; default off) |
 //!
 //! The BF16 transport threshold of the generic AllReduce is the core's

@@ -6,6 +6,12 @@
 //! heads, norms and routers mirrored. A block whose sizes cannot be cut that way (granularity larger
 //! than the axis) stays mirrored, and so does one that would be cut into a single unit (e.g. a layer
 //! whose query heads all share one KV head: a single GQA group).
+//!
+//! Attention and FFN are each cut on their own, not against each other: each ends in its own
+//! AllReduce (two joins a layer), so cutting a layer's FFN unevenly the other way where its whole
+//! GQA groups do not divide among the devices (3 over 2) would add a second uneven stage instead of
+//! evening out the first (measured, BENCHMARKS.md). CPU devices even out an uneven stage while it
+//! runs: a driver done with its share runs tasks of the other devices' ops.
 
 use super::config::{AttnShape, ModelConfig};
 use super::delta_net::DeltaNet;
