@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call for the prompt-attention work on a lent GPU machine (no Rust there): the GPU tests,
 # F16 prompts (pp512, pp2048 `-u 512`, pp8192 `-u 2048`) with the tensor-core attention and
-# without it (GGML_TP_ATTN_MMA=0), pp8192 with blocks of 4 warps, llama.cpp on the same file, the
-# host phases of pp8192 (GGML_TP_TIMING); PROFILE=1: its per-node GPU time; LOGICAL=N: split modes
-# none and tensor over N logical devices; KERNEL_TESTS=FILTER: only those kernel cases. Output in $OUT/attn.txt, a section per step.
+# without it (GGML_TP_ATTN_MMA=0), llama.cpp on the same file, the host phases of pp8192
+# (GGML_TP_TIMING); PROFILE=1: its per-node GPU time; LOGICAL=N: split modes none and tensor over
+# N logical devices; KERNEL_TESTS=FILTER: only those kernel cases. Output in $OUT/attn.txt, a
+# section per step.
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch}
@@ -41,7 +42,6 @@ wait $SYNTH
 step synth cat /tmp/w/synth.txt
 wait $T1 $T2 $T3
 for t in cuda_kernels conformance_cuda logits_arch; do step "$t" grep -v "running for over\|^test .* ok$" /tmp/w/$t.txt; done
-step "tests with 4 warps" env GGML_TP_ATTN_MMA_WARPS=4 timeout 100 ./cuda_kernels flash_attn_prefill
 wait $LCPP
 step lcpp_build tail -2 /tmp/w/lcpp_build.txt
 for env in "" GGML_TP_ATTN_MMA=0; do
@@ -50,8 +50,6 @@ for env in "" GGML_TP_ATTN_MMA=0; do
             --devices cuda:0 -p "${pu%,*}" -u "${pu#*,}" -n 0 -r 3
     done
 done
-step "ggml-tp 4 warps pp8192 u2048" env GGML_TP_ATTN_MMA_WARPS=4 timeout 100 ./ggml-tp bench -m $M \
-    --devices cuda:0 -p 8192 -u 2048 -n 0 -r 3
 for pu in 512,512 2048,512 8192,2048; do
     step "llama.cpp pp${pu%,*} ub${pu#*,}" timeout 100 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none \
         -p "${pu%,*}" -ub "${pu#*,}" -n 0 -r 3 -o md

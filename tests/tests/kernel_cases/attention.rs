@@ -97,8 +97,10 @@ fn push_attn_masked(set: &mut CaseSet, c: AttnCase, mask: Gen) {
     push_flash_attn(set, name, inputs, c.kv, c.params());
 }
 
+/// Prompts of every K/V type and head size: F16 and Q8_0 K/V with heads of 64 or 128 take the
+/// tensor-core kernels on a device with them (the emulated CUDA device too), the rest the BLAS path.
 #[test]
-fn flash_attn_prefill_blas_path() {
+fn flash_attn_prefill_every_type() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
     // Llama-like prefill with the KV cache's layout, every K/V type.
