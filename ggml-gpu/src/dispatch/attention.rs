@@ -326,19 +326,7 @@ fn attend_in_splits(
     } else {
         r.scratch(SLOT_ATTN_PARTS, rows * splits * (a.ld.ne[0] + 2) * 4)?
     };
-    let mut args = args![
-        a.q,
-        a.k,
-        a.v,
-        a.mask,
-        a.sinks,
-        a.d,
-        a.scale,
-        a.max_bias,
-        a.softcap,
-        a.has_mask,
-        a.has_sinks
-    ];
+    let mut args = node_args(a);
     args.extend(own);
     args.extend(args![kv_per_split as i32, part]);
     let (xq, xd) = q8.unwrap_or((0, 0));
@@ -396,15 +384,9 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
         && blocks < (1 << 31)
 }
 
-/// `k_flash_attn_mma_*`: one block per [`FM_ROWS_PER_BLOCK`] queries of a head and sequence.
-fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
-    let [d, n_q, n_head, n_seq] = a.lq.ne;
-    let kernel = if d == 64 {
-        "k_flash_attn_mma_d64"
-    } else {
-        "k_flash_attn_mma_d128"
-    };
-    let args = args![
+/// The node's operands and options: the first arguments of every attention kernel.
+fn node_args(a: &Attn) -> Vec<KernelArg> {
+    args![
         a.q,
         a.k,
         a.v,
@@ -416,7 +398,18 @@ fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
         a.softcap,
         a.has_mask,
         a.has_sinks
-    ];
+    ]
+}
+
+/// `k_flash_attn_mma_*`: one block per [`FM_ROWS_PER_BLOCK`] queries of a head and sequence.
+fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
+    let [d, n_q, n_head, n_seq] = a.lq.ne;
+    let kernel = if d == 64 {
+        "k_flash_attn_mma_d64"
+    } else {
+        "k_flash_attn_mma_d128"
+    };
+    let args = node_args(a);
     let blocks = n_q.div_ceil(FM_ROWS_PER_BLOCK) * n_head * n_seq;
     r.launch(&Launch::rows(kernel, blocks, FM_THREADS, 0, args))
 }
