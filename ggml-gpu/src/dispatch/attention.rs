@@ -5,9 +5,10 @@
 //! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
 //! `k_flash_attn_combine`. Many queries (prompt processing) take `k_flash_attn_mma_*` on a GPU
 //! with F16 tensor cores where the heads are 64 or 128 wide and K/V are F16 or Q8_0 rows (flash
-//! attention on tensor cores, no score matrix), else the BLAS path: per sequence and chunk of queries, scores = K·Q^T as one strided batched GEMM over
-//! the KV heads (the query heads of a group are one operand), `k_attn_softmax` to probabilities,
-//! and one batched GEMM per query head of a group writing P·V into the result in place.
+//! attention on tensor cores, no score matrix), else the BLAS path: per sequence and chunk of
+//! queries, scores = K·Q^T as one strided batched GEMM over the KV heads (the query heads of a
+//! group are one operand), `k_attn_softmax` to probabilities, and one batched GEMM per query head
+//! of a group writing P·V into the result in place.
 
 use super::{args, contiguous_copy, fail, KernelArg, Launch, Runner, TDesc};
 use ggml_core::{DType, Graph, Layout, Result, TensorId};
@@ -711,6 +712,8 @@ mod tests {
             ("FAV_MAX_ROW_BYTES", FAV_MAX_ROW_BYTES),
             ("FAV_PASS_BYTES", FAV_PASS_BYTES),
             ("FAV_SLOTS", FAV_SLOTS),
+            ("FM_WARPS", FM_THREADS as usize / 32),
+            ("FM_ROWS", FM_ROWS_PER_BLOCK / (FM_THREADS as usize / 32)),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
         }
