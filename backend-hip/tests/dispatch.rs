@@ -62,7 +62,7 @@ impl Runner for Recorder {
         self.gemms.borrow_mut().push(*call);
         Ok(())
     }
-    /// Like the CUDA backend with mixed-precision BLAS; the HIP backend has none.
+    /// Like the CUDA backend with mixed-precision BLAS and tensor cores; the HIP backend has neither.
     fn has_mma_f16(&self) -> bool {
         self.types == GemmTypes::Mixed
     }
@@ -200,8 +200,8 @@ fn check_graph(
 
 /// What the suite does not build: a same-type copy of quantized rows, attention over a long KV for
 /// one query (split over the keys, then combined) with head sizes 64, 256 and 512, attention of
-/// many queries (the BLAS path) with a mask and sinks, set_rows from rows that are not contiguous,
-/// and the norm of one row.
+/// many queries (the tensor-core kernels for heads of 64 and 128, the BLAS path for 256) with a
+/// mask and sinks, set_rows from rows that are not contiguous, and the norm of one row.
 fn extra_graphs() -> Vec<Graph> {
     let mut copy = Graph::new();
     let a = copy.new_input(DType::Q8_0, &[64, 3]).unwrap();

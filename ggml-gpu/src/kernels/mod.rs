@@ -25,7 +25,8 @@
 //! for them.
 
 /// The kernel sources, in compilation order (`common.cu` first, `attention.cu` before
-/// `attention_vec.cu` and `attention_mma.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before `moe.cu`).
+/// `attention_vec.cu` and `attention_mma.cu`, `decode.cu` before `gemv.cu`, `gemv.cu` before
+/// `moe.cu`).
 pub const SOURCES: [(&str, &str); 13] = [
     ("common.cu", include_str!("cu/common.cu")),
     ("elementwise.cu", include_str!("cu/elementwise.cu")),

@@ -29,8 +29,8 @@ __device__ __forceinline__ unsigned short f2h(float f) {
     return h;
 }
 // A warp's tensor-core product c += a b (16x16 and 16x8 F16 tiles, f32 sums; fragments as
-// attention_mma.cu describes them) on compute capability 8.0 and later; elsewhere the shared
-// sources' shuffle form.
+// attention_mma.cu describes them) on compute capability 8.0 and later; elsewhere that file's
+// form through shared memory.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_F16_16816(c, a, b)                                                                        \
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "  \
