@@ -212,10 +212,9 @@ pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
 
-/// The super-block scales, mins and per-32 scales of a Q4_K / Q5_K block (shared with the x86
-/// unpacking, which vectorises only the quants).
+/// The super-block scales, mins and per-32 scales of a Q4_K / Q5_K block.
 #[inline(always)]
-pub(crate) unsafe fn unpack_k4_scales<F: HalfCvt>(p: *const u8, out: &mut KBlock) {
+unsafe fn unpack_k4_scales<F: HalfCvt>(p: *const u8, out: &mut KBlock) {
     // SAFETY: the caller passes a whole Q4_K / Q5_K block.
     let scales = unsafe {
         out.d = F::cvt(rd16(p));

@@ -252,7 +252,7 @@ impl<T: KQuantX86, L: Level8> Rows8 for KRows8<T, L> {
         unsafe {
             let mut acc = _mm256_setzero_ps();
             for i in 0..nb {
-                group.prefetch_next(i, nb);
+                group.prefetch_next(i);
                 let a = self.acts[0].add(i * Q8K_SIZE);
                 let (mut isum, mut msum) = (
                     [_mm256_setzero_si256(); ROWS],

@@ -15,7 +15,8 @@
 //! 235 Gelem/s). The prompt kernel ([`prompt_tile`]) interleaves chunks of rows once per tile and
 //! takes them against four columns at a time; the decode kernel ([`LegacyRows8::decode_group`])
 //! dots each row's block against the column and sums the eight rows' lanes with a transposing add
-//! tree ([`row_sums`]), which gives the same integers. (The K-quants' decode at AVX2 streams one
+//! tree ([`Level8::row_dots`]: at AVX2 in i16 before one widening per four rows), which gives the
+//! same integers. (The K-quants' decode at AVX2 streams one
 //! row at a time instead: [`Level8::K_DECODE_ROWS8`], [`Rows8::decode_column`].)
 //!
 //! The float steps are the portable kernel's (`quant::legacy_scalar`): per block
@@ -65,6 +66,9 @@ pub(super) trait Level8: DotI8 {
     unsafe fn k_group(q: [__m256i; 4], y: [__m256i; 4], sc: __m256i, i16_quads: usize) -> __m256i;
     /// `acc` plus, per i32 lane, the products of the i16 pairs of `x` and `y` summed.
     unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i;
+    /// Lane `r`: the dot product of the 32 unsigned quants `q[r]` (bytes below 32) with the 32
+    /// signed bytes `y` (a decode group's eight block dots).
+    unsafe fn row_dots(q: [__m256i; ROWS], y: __m256i) -> __m256i;
 }
 
 // SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C are enabled by the caller.
@@ -134,6 +138,31 @@ impl Level8 for Avx2Dot {
     unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
         unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(x, y)) }
     }
+    /// The rows' `vpmaddubsw` pair sums added in i16 by two levels of `vphaddw` (eight products
+    /// per i16 lane: `8 * 31 * 127 < 2^15`), then widened by one `vpmaddwd` per four rows: per
+    /// 128-bit half `[r0, r1, r2, r3]` and `[r4, r5, r6, r7]`, whose halves one add joins.
+    #[inline(always)]
+    unsafe fn row_dots(q: [__m256i; ROWS], y: __m256i) -> __m256i {
+        unsafe {
+            let mut p = [_mm256_setzero_si256(); ROWS];
+            for r in 0..ROWS {
+                p[r] = _mm256_maddubs_epi16(q[r], y);
+            }
+            let h = [
+                _mm256_hadd_epi16(p[0], p[1]),
+                _mm256_hadd_epi16(p[2], p[3]),
+                _mm256_hadd_epi16(p[4], p[5]),
+                _mm256_hadd_epi16(p[6], p[7]),
+            ];
+            let ones = _mm256_set1_epi16(1);
+            let lo = _mm256_madd_epi16(_mm256_hadd_epi16(h[0], h[1]), ones);
+            let hi = _mm256_madd_epi16(_mm256_hadd_epi16(h[2], h[3]), ones);
+            _mm256_add_epi32(
+                _mm256_permute2x128_si256::<0x20>(lo, hi),
+                _mm256_permute2x128_si256::<0x31>(lo, hi),
+            )
+        }
+    }
 }
 
 // SAFETY (every `unsafe` block of this impl): AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are enabled
@@ -175,6 +204,16 @@ impl Level8 for VnniDot {
     #[inline(always)]
     unsafe fn pair_dots(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
         unsafe { _mm256_dpwssd_epi32(acc, x, y) }
+    }
+    #[inline(always)]
+    unsafe fn row_dots(q: [__m256i; ROWS], y: __m256i) -> __m256i {
+        unsafe {
+            let mut v = [_mm256_setzero_si256(); ROWS];
+            for r in 0..ROWS {
+                v[r] = Self::dot_us(q[r], y);
+            }
+            row_sums(v)
+        }
     }
 }
 
@@ -267,11 +306,14 @@ pub(super) struct Group {
     stride: usize,
     /// Byte offsets of the rows from the first (lanes of a gather).
     offsets: __m256i,
+    /// Bytes of the next group that [`Group::prefetch_next`] prefetches per block.
+    share: usize,
 }
 
 impl Group {
+    /// The group from row `m0` of the tile `rows` of rows of `nb` blocks.
     #[inline(always)]
-    unsafe fn new(job: &Job, m0: usize, rows: &Range<usize>) -> Self {
+    unsafe fn new(job: &Job, m0: usize, rows: &Range<usize>, nb: usize) -> Self {
         let mut w = [job.w; ROWS];
         let mut offsets = [0i32; ROWS];
         for r in 0..ROWS {
@@ -286,22 +328,26 @@ impl Group {
             w,
             stride: job.w_stride,
             offsets,
+            share: (ROWS * job.w_stride).div_ceil(nb.max(1)),
         }
     }
 
-    /// Prefetches share `i` of `nb` of the next group's rows (one contiguous span), in address
-    /// order. The decode kernels read a group's eight rows side by side, eight interleaved streams
-    /// that the hardware prefetcher serves poorly (Qwen2.5-0.5B Q5_0 tg at AVX-512 on a 2-core EPYC
-    /// guest: prefetching each row's blocks in the next group instead was 5-10% slower than the
-    /// one-row kernels, `quant_x86::prefetch_ahead`'s fixed distance, which lands inside the group,
+    /// Prefetches share `i` ([`Group::share`] bytes) of the next group's rows (one contiguous
+    /// span), in address order, without a division per block (the integer divisions a block were
+    /// the bottleneck of the Q4_0 / Q5_0 decode loops at AVX2: 47-60 cycles per block of eight
+    /// rows on Zen 3 by `llvm-mca`, 15-16 (Q4_0) and 24-25 (Q5_0) without them). The decode
+    /// kernels read a group's eight rows side by side, eight interleaved streams that the hardware
+    /// prefetcher serves poorly (Qwen2.5-0.5B Q5_0 tg at AVX-512 on a 2-core EPYC guest:
+    /// prefetching each row's blocks in the next group instead was 5-10% slower than the one-row
+    /// kernels, `quant_x86::prefetch_ahead`'s fixed distance, which lands inside the group,
     /// 20-25%). Spans over [`L1_SPAN`] (the K-quants' long rows) go to L2: into L1 they evicted
     /// the group in hand (Q4_K / Q6_K GEMV 14336x4096 on one core: 8 GiB/s instead of 12-13).
     #[inline(always)]
-    pub(super) unsafe fn prefetch_next(&self, i: usize, nb: usize) {
+    pub(super) unsafe fn prefetch_next(&self, i: usize) {
         let span = ROWS * self.stride;
         let next = self.w[0].wrapping_add(span);
-        let mut off = i * span / nb;
-        while off < (i + 1) * span / nb + 64 {
+        let mut off = i * self.share;
+        while off < (i + 1) * self.share + 64 {
             let p = next.wrapping_add(off) as *const i8;
             // SAFETY: SSE is part of x86-64; a prefetch never faults.
             unsafe {
@@ -416,7 +462,7 @@ impl<T: SmallOffset, L: Level8> Rows8 for LegacyRows8<T, L> {
         // SAFETY: forwarded from the caller.
         unsafe { group_dot::<L, C>(blocks, acts, terms) }
     }
-    /// Block by block, the eight rows' lanes summed by [`row_sums`] ([`Group::prefetch_next`]).
+    /// Block by block, the eight rows' block dots by [`Level8::row_dots`] ([`Group::prefetch_next`]).
     #[inline(always)]
     unsafe fn decode_group(&self, group: &Group, nb: usize) -> __m256 {
         let (aq, asz) = act_layout(false);
@@ -426,14 +472,14 @@ impl<T: SmallOffset, L: Level8> Rows8 for LegacyRows8<T, L> {
         unsafe {
             let mut acc = _mm256_setzero_ps();
             for i in 0..nb {
-                group.prefetch_next(i, nb);
+                group.prefetch_next(i);
                 let y = _mm256_loadu_si256(self.acts[0].add(i * asz + aq) as *const __m256i);
-                let mut v = [_mm256_setzero_si256(); ROWS];
+                let mut q = [_mm256_setzero_si256(); ROWS];
                 for (r, w) in group.w.iter().enumerate() {
-                    v[r] = L::dot_us(L::unpack_u::<T>(w.add(i * T::SIZE)), y);
+                    q[r] = L::unpack_u::<T>(w.add(i * T::SIZE));
                 }
                 let excess = _mm256_set1_epi32(*terms.excess.get_unchecked(i));
-                let s = _mm256_add_epi32(row_sums(v), excess);
+                let s = _mm256_add_epi32(L::row_dots(q, y), excess);
                 let d = group.scales::<T, L>(i);
                 acc = accumulate(acc, s, d, *terms.da.get_unchecked(i));
             }
@@ -511,7 +557,7 @@ unsafe fn prompt_tile<K: Rows8>(job: &Job, nb: usize, rows: Range<usize>, cols: 
         for g0 in (0..groups).step_by(chunk) {
             let g1 = (g0 + chunk).min(groups);
             for (g, blocks) in (g0..g1).zip(buf.chunks_exact_mut(nb)) {
-                let group = Group::new(job, rows.start + ROWS * g, &rows);
+                let group = Group::new(job, rows.start + ROWS * g, &rows, nb);
                 for (i, b) in blocks.iter_mut().enumerate() {
                     *b = kern.interleave(&group, i);
                 }
@@ -569,7 +615,7 @@ pub(super) unsafe fn decode_groups<K: Rows8>(
     // SAFETY: as for `prompt_tile`.
     unsafe {
         for m0 in rows.clone().step_by(ROWS) {
-            let acc = kern.decode_group(&Group::new(job, m0, rows), nb);
+            let acc = kern.decode_group(&Group::new(job, m0, rows, nb), nb);
             store_group::<K::Level>(job, rows, (m0 - rows.start) / ROWS, c, acc);
         }
     }
