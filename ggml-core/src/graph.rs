@@ -205,6 +205,41 @@ impl Graph {
         self.set_bytes(id, bytemuck::cast_slice(values))
     }
 
+    /// Writes every element of a contiguous F32 tensor with `write`: in the tensor's memory itself
+    /// when its buffer is host memory (no copy), else in `scratch` (resized to the element count;
+    /// kept by the caller across writes, so large inputs cost no fresh allocation), then copied in
+    /// with [`Graph::set_f32`]. `write` gets the elements' previous values, which it must not read.
+    /// Like [`Buffer::set`](crate::Buffer::set), the caller orders it with the computations that
+    /// use the tensor.
+    pub fn write_f32(
+        &self,
+        id: TensorId,
+        scratch: &mut Vec<f32>,
+        write: impl FnOnce(&mut [f32]),
+    ) -> Result<()> {
+        let t = self.tensor(id);
+        if t.dtype() != DType::F32 || !t.is_contiguous() {
+            return Err(layout_err(
+                "write_f32",
+                format!("{}: {} {:?}, not contiguous F32", t.name, t.dtype(), t.ne()),
+            ));
+        }
+        let (n, d) = (t.nbytes() / 4, self.data(id)?);
+        let host = d.host_ptr().filter(|p| p.align_offset(4) == 0);
+        if let Some(ptr) = host {
+            crate::backend::check_range(d.offset, t.nbytes(), d.buffer.size())?;
+            // SAFETY: the range lies inside the host buffer (checked) and is aligned for f32; as for
+            // `Buffer::set`, no other access to it runs while the caller writes (every f32 bit
+            // pattern is a valid value).
+            let values = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<f32>(), n) };
+            write(values);
+            return Ok(());
+        }
+        scratch.resize(n, 0.0);
+        write(scratch);
+        self.set_f32(id, scratch)
+    }
+
     /// Reads an F32 tensor.
     pub fn get_f32(&self, id: TensorId) -> Result<Vec<f32>> {
         let t = self.tensor(id);

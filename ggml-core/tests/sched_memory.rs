@@ -1,5 +1,5 @@
 //! Scheduler checks that need no real backend: compute memory of a transformer layer against the
-//! liveness lower bound, and plan reuse for a graph computed again.
+//! liveness lower bound, and plan reuse for a graph computed again (the last few shapes kept).
 
 use ggml_core::backend::{
     Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
@@ -219,6 +219,37 @@ fn same_graph_again_reuses_the_plan() {
     let mut g3 = transformer_layer(&mut w, 5);
     sched.alloc(&mut g3).unwrap();
     assert_eq!(sched.stats().plans, 2, "a different shape is planned again");
+}
+
+#[test]
+fn shapes_seen_before_reuse_their_kept_plans() {
+    let mut w = weights();
+    let mut sched = Scheduler::new(vec![PlanOnlyDevice::default().new_backend().unwrap()]);
+    let mut alloc = |n_tokens: usize| {
+        w.next = 0;
+        let mut g = transformer_layer(&mut w, n_tokens);
+        sched.alloc(&mut g).unwrap();
+        let out = *g.nodes().last().unwrap();
+        (g.data(out).unwrap().offset, sched.memory(), sched.stats())
+    };
+    let sizes: Vec<usize> = (1..=ggml_core::sched::KEPT_PLANS).collect();
+    let first: Vec<_> = sizes.iter().map(|&n| alloc(n)).collect();
+    // Every shape again, in the same order (micro-batches of another prompt): no planning.
+    for (&n, (offset, memory, _)) in sizes.iter().zip(&first) {
+        let (again, again_memory, _) = alloc(n);
+        assert_eq!((again, &again_memory), (*offset, memory), "{n} tokens");
+    }
+    let stats = alloc(1).2;
+    assert_eq!(
+        (stats.plans, stats.reuses),
+        (sizes.len() as u64, sizes.len() as u64 + 1)
+    );
+    // One more shape pushes out the least recently used (2 tokens; 1 was used last but one).
+    alloc(sizes.len() + 1);
+    let stats = alloc(1).2;
+    assert_eq!(stats.reuses, sizes.len() as u64 + 2, "1 token stayed");
+    let stats = alloc(2).2;
+    assert_eq!(stats.plans, sizes.len() as u64 + 2, "2 tokens was dropped");
 }
 
 #[test]

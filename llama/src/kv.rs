@@ -225,34 +225,79 @@ fn cache_tensor(
     Ok(Weight { name, layout, data })
 }
 
-/// The `[n_kv, n_tokens]` mask of queries at positions `n_past..n_past + n_tokens`: key slot `j` is
-/// visible from position `p` when `j <= p` and, with a window `swa > 0`, `p - j < swa`.
-pub fn mask(n_past: usize, n_tokens: usize, n_kv: usize, swa: usize) -> Vec<f32> {
-    let mut m = vec![f32::NEG_INFINITY; n_kv * n_tokens];
-    for i in 0..n_tokens {
+/// Writes the `[n_kv, n_tokens]` mask of queries at positions `n_past..` into `out` (`n_tokens`
+/// rows of `n_kv` values; a partial last row is left as it is): key slot `j` is visible (0) from
+/// position `p` when `j <= p` and, with a window `swa > 0`, `p - j < swa`; the others are -inf.
+/// Each row is three runs (hidden, visible, hidden), written at the speed of a fill.
+pub fn write_mask(out: &mut [f32], n_past: usize, n_kv: usize, swa: usize) {
+    if n_kv == 0 {
+        return;
+    }
+    for (i, row) in out.chunks_exact_mut(n_kv).enumerate() {
         let p = n_past + i;
         let lo = if swa > 0 {
             (p + 1).saturating_sub(swa)
         } else {
             0
         };
-        for j in lo..=p.min(n_kv.saturating_sub(1)) {
-            m[i * n_kv + j] = 0.0;
-        }
+        let hi = (p + 1).min(n_kv);
+        let lo = lo.min(hi);
+        row[..lo].fill(f32::NEG_INFINITY);
+        row[lo..hi].fill(0.0);
+        row[hi..].fill(f32::NEG_INFINITY);
     }
-    m
 }
 
 #[cfg(test)]
 mod tests {
-    use super::mask;
+    use super::write_mask;
+
+    /// The mask element by element, as the definition reads.
+    fn reference(n_past: usize, n_tokens: usize, n_kv: usize, swa: usize) -> Vec<f32> {
+        let mut m = vec![f32::NEG_INFINITY; n_kv * n_tokens];
+        for i in 0..n_tokens {
+            let p = n_past + i;
+            for j in 0..n_kv {
+                if j <= p && (swa == 0 || p - j < swa) {
+                    m[i * n_kv + j] = 0.0;
+                }
+            }
+        }
+        m
+    }
+
+    /// `write_mask` into a buffer that held another mask.
+    fn written(n_past: usize, n_tokens: usize, n_kv: usize, swa: usize) -> Vec<f32> {
+        let mut m = vec![7.0; n_kv * n_tokens];
+        write_mask(&mut m, n_past, n_kv, swa);
+        m
+    }
 
     #[test]
     fn causal_and_windowed_masks() {
-        let m = mask(1, 2, 4, 0);
         let inf = f32::NEG_INFINITY;
-        assert_eq!(m, vec![0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]);
-        let w = mask(3, 1, 4, 2);
-        assert_eq!(w, vec![inf, inf, 0.0, 0.0]);
+        assert_eq!(
+            written(1, 2, 4, 0),
+            [0.0, 0.0, inf, inf, 0.0, 0.0, 0.0, inf]
+        );
+        assert_eq!(written(3, 1, 4, 2), [inf, inf, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn runs_match_the_definition() {
+        // Causal and windowed, windows wider than the cache, queries past the attended slots.
+        for (n_past, n_tokens, n_kv) in
+            [(0, 5, 8), (3, 4, 8), (0, 16, 16), (250, 9, 256), (9, 3, 8)]
+        {
+            for swa in [0, 1, 2, 5, 300] {
+                let want = reference(n_past, n_tokens, n_kv, swa);
+                assert_eq!(
+                    written(n_past, n_tokens, n_kv, swa),
+                    want,
+                    "n_past {n_past}, {n_tokens} tokens, n_kv {n_kv}, window {swa}"
+                );
+            }
+        }
+        write_mask(&mut [], 0, 0, 0);
     }
 }

@@ -4,8 +4,12 @@
 //! graph: a batch of the same make-up (sequences, their token counts, attended cache lengths and
 //! outputs; typically every decode step while the cache length stays in one
 //! [`crate::kv::KV_PAD`] step) runs it again with new inputs, without building or planning, which
-//! saves the host that work per token. `GGML_TP_TIMING=1` ([`crate::settings`]) keeps the host time
-//! of each phase and prints it when the session drops.
+//! saves the host that work per token. Another shape is built again, and planned again unless the
+//! scheduler kept the plan of a graph of that shape (the micro-batches of a prompt as long as an
+//! earlier one's). The masks are written by runs straight into their tensors' memory when that is
+//! host memory, else into a buffer the session keeps (no fresh allocation of a mask per pass).
+//! `GGML_TP_TIMING=1` ([`crate::settings`]) keeps the host time of each phase and prints it when
+//! the session drops.
 
 use crate::arch::shared::forward::{self, Inputs, SeqInputs};
 use crate::kv::{self, KvCache};
@@ -78,11 +82,13 @@ struct Built {
     logits: TensorId,
 }
 
-/// How many forward passes a session ran, and how many of them ran the previous pass's graph.
+/// How many forward passes a session ran, how many of them ran the previous pass's graph, and
+/// how many built a graph whose plan the scheduler had kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PassStats {
     pub passes: u64,
     pub reused_graphs: u64,
+    pub reused_plans: u64,
 }
 
 /// Host time spent in each phase of the forward passes of a session.
@@ -102,17 +108,20 @@ impl PassTiming {
             .map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64() * 1e6 / n))
             .collect();
         format!(
-            "{} passes ({} reused a graph), host us per pass: {}",
+            "{} passes ({} reused a graph, {} a plan), host us per pass: {}",
             stats.passes,
             stats.reused_graphs,
+            stats.reused_plans,
             parts.join(", ")
         )
     }
 }
 
-/// The forward passes of one session: the last graph, kept for reuse.
+/// The forward passes of one session: the last graph, kept for reuse, and the buffer masks are
+/// written in when their tensors live in device memory.
 pub(crate) struct Passes {
     last: Option<Built>,
+    masks: Vec<f32>,
     stats: PassStats,
     timing: Option<PassTiming>,
 }
@@ -122,6 +131,7 @@ impl Passes {
         let timing = crate::settings::settings().timing.then(PassTiming::default);
         Passes {
             last: None,
+            masks: Vec::new(),
             stats: PassStats::default(),
             timing,
         }
@@ -158,12 +168,14 @@ impl Passes {
             self.last = None;
             let mut built = build(model, kv, parts, shape)?;
             lap(0);
+            let kept = sched.stats().reuses;
             sched.alloc(&mut built.graph)?;
+            self.stats.reused_plans += sched.stats().reuses - kept;
             lap(1);
             self.last = Some(built);
         }
         let built = self.last.as_ref().expect("built above or reused");
-        let result = run(model, kv, sched, parts, built, &mut lap);
+        let result = run(model, kv, sched, parts, built, &mut self.masks, &mut lap);
         if result.is_err() {
             self.last = None;
         }
@@ -227,13 +239,15 @@ fn build(model: &Model, kv: &KvCache, parts: &[Part], shape: Shape) -> Result<Bu
     })
 }
 
-/// Writes the batch into the inputs of `built`, computes it and reads the logits.
+/// Writes the batch into the inputs of `built` (the masks through `masks`, see [`Passes`]),
+/// computes it and reads the logits.
 fn run(
     model: &Model,
     kv: &KvCache,
     sched: &mut Scheduler,
     parts: &[Part],
     built: &Built,
+    masks: &mut Vec<f32>,
     lap: &mut dyn FnMut(usize),
 ) -> Result<Vec<Logits>, ModelError> {
     let (g, inp) = (&built.graph, &built.inputs);
@@ -252,9 +266,9 @@ fn run(
     g.set_i32(inp.kv_rows, &per_token(&|p, x, _| kv.row(p.seq, x) as i32))?;
     let n_swa = model.config.n_swa;
     for (p, s) in parts.iter().zip(&inp.seqs) {
-        g.set_f32(s.mask, &kv::mask(p.n_past, s.n_tokens, s.n_kv, 0))?;
-        if let Some(m) = s.mask_swa {
-            g.set_f32(m, &kv::mask(p.n_past, s.n_tokens, s.n_kv, n_swa))?;
+        let windows = std::iter::once((s.mask, 0)).chain(s.mask_swa.map(|m| (m, n_swa)));
+        for (mask, swa) in windows {
+            g.write_f32(mask, masks, |m| kv::write_mask(m, p.n_past, s.n_kv, swa))?;
         }
     }
     if let Some(o) = inp.out_ids {

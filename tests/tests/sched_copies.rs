@@ -1,6 +1,7 @@
 //! The scheduler across two backends that cannot read each other's memory: a fake accelerator that
 //! computes only `scale` in its own (non-host) memory, and the CPU backend for everything else. Inputs
 //! and intermediate results must be copied both ways, and the result must equal the CPU-only result.
+//! The same opaque memory checks `Graph::write_f32`'s path through a scratch buffer.
 
 use ggml_core::backend::{
     check_range, Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Event, MemoryInfo,
@@ -238,4 +239,28 @@ fn a_meta_device_over_mixed_families_is_refused() {
         .expect("refused");
     let msg = err.to_string();
     assert!(msg.contains("cpu") && msg.contains("accel"), "{msg}");
+}
+
+#[test]
+fn write_f32_in_host_memory_and_through_the_scratch() {
+    let host: Arc<dyn Buffer> = Arc::new(HostBuffer::new(64).unwrap());
+    let opaque: Arc<dyn Buffer> = Arc::new(OpaqueBuffer(HostBuffer::new(64).unwrap()));
+    for buffer in [host, opaque] {
+        let mut g = Graph::new();
+        let a = g.new_input(DType::F32, &[3, 2]).unwrap();
+        let b = g.new_input(DType::I32, &[2]).unwrap();
+        g.tensor_mut(a).data = Some(DataRef::new(buffer.clone(), 8));
+        let mut scratch = vec![9.0; 10];
+        let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        g.write_f32(a, &mut scratch, |v| v.copy_from_slice(&values))
+            .unwrap();
+        assert_eq!(g.get_f32(a).unwrap(), values, "{}", buffer.name());
+        assert!(
+            g.write_f32(b, &mut scratch, |_| {}).is_err(),
+            "an I32 tensor"
+        );
+        g.tensor_mut(a).data = Some(DataRef::new(buffer.clone(), 48));
+        let past_the_end = g.write_f32(a, &mut scratch, |v| v.fill(0.0));
+        assert!(past_the_end.is_err(), "{}", buffer.name());
+    }
 }

@@ -1,7 +1,8 @@
 //! The scheduler: assigns each node of a graph to one of several backends, inserts copies where a node
 //! reads memory its backend cannot reach, plans compute memory per backend with buffer reuse
 //! ([`memplan`]), binds the data of every unallocated tensor, and runs the graph split by split.
-//! Computing a graph with the same structure again reuses the previous plan.
+//! The last [`KEPT_PLANS`] plans are kept: a graph with the structure of one of them (the same
+//! shapes again, e.g. the micro-batches of another prompt of the same length) reuses it.
 
 pub mod memplan;
 mod plan;
@@ -15,12 +16,16 @@ use crate::tensor::DataRef;
 use plan::Plan;
 use std::sync::Arc;
 
+/// Plans a scheduler keeps for graphs of their structure (a few KiB each, whatever the graph's
+/// tensor sizes: they share the compute buffers).
+pub const KEPT_PLANS: usize = 8;
+
 /// Counters of the planning cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SchedStats {
     /// Graphs planned from scratch.
     pub plans: u64,
-    /// Graphs that reused the previous plan.
+    /// Graphs that reused a kept plan.
     pub reuses: u64,
 }
 
@@ -40,7 +45,8 @@ pub struct Scheduler {
     devices: Vec<Arc<dyn Device>>,
     bufts: Vec<Arc<dyn BufferType>>,
     buffers: Vec<Option<Arc<dyn Buffer>>>,
-    plan: Option<Plan>,
+    /// The kept plans, the current one (that of the graph allocated last) first, then by last use.
+    plans: Vec<Plan>,
     stats: SchedStats,
 }
 
@@ -54,7 +60,7 @@ impl Scheduler {
             devices,
             bufts,
             buffers,
-            plan: None,
+            plans: Vec::new(),
             stats: SchedStats::default(),
         }
     }
@@ -69,8 +75,8 @@ impl Scheduler {
 
     /// The current plan's splits: for each, the backend index and the nodes it computes, in order.
     pub fn splits(&self) -> Vec<(usize, Vec<crate::TensorId>)> {
-        self.plan
-            .as_ref()
+        self.plans
+            .first()
             .map(|p| {
                 p.splits
                     .iter()
@@ -82,28 +88,35 @@ impl Scheduler {
 
     /// Compute memory per backend of the current plan.
     pub fn memory(&self) -> Vec<MemoryReport> {
-        self.plan
-            .as_ref()
+        self.plans
+            .first()
             .map(|p| p.memory.clone())
             .unwrap_or_default()
     }
 
-    /// Plans `graph` (or reuses the plan of a graph with the same structure) and binds memory to every
-    /// tensor that has none: inputs and intermediate results. Inputs can be written after this.
+    /// Plans `graph` (or reuses the kept plan of a graph with the same structure) and binds memory
+    /// to every tensor that has none: inputs and intermediate results. Inputs can be written after
+    /// this.
     pub fn alloc(&mut self, graph: &mut Graph) -> Result<()> {
         let key = plan::structure_key(graph);
-        let reusable = self
-            .plan
-            .as_ref()
-            .is_some_and(|p| p.key == key && p.n_tensors_before == graph.len());
-        if !reusable {
-            let p = plan::build(graph, &self.devices, &self.bufts, key)?;
-            self.plan = Some(p);
-            self.stats.plans += 1;
-        } else {
-            self.stats.reuses += 1;
-        }
-        let plan = self.plan.as_ref().expect("plan set above");
+        let kept = self
+            .plans
+            .iter()
+            .position(|p| p.key == key && p.n_tensors_before == graph.len());
+        let plan = match kept {
+            Some(i) => {
+                self.stats.reuses += 1;
+                self.plans.remove(i)
+            }
+            None => {
+                let p = plan::build(graph, &self.devices, &self.bufts, key)?;
+                self.stats.plans += 1;
+                p
+            }
+        };
+        self.plans.insert(0, plan);
+        self.plans.truncate(KEPT_PLANS);
+        let plan = &self.plans[0];
         for (b, &size) in plan.buffer_sizes.iter().enumerate() {
             let big_enough = self.buffers[b]
                 .as_ref()
@@ -127,8 +140,8 @@ impl Scheduler {
     /// Computes a graph prepared by [`Scheduler::alloc`].
     pub fn compute(&mut self, graph: &Graph) -> Result<()> {
         let plan = self
-            .plan
-            .as_ref()
+            .plans
+            .first()
             .ok_or_else(|| crate::Error::Other("compute before alloc".into()))?;
         let mut previous: Option<usize> = None;
         for split in &plan.splits {
