@@ -63,7 +63,7 @@ impl Runner for Recorder {
         Ok(())
     }
     /// Like the CUDA backend with mixed-precision BLAS and tensor cores; the HIP backend has neither.
-    fn has_mma_f16(&self) -> bool {
+    fn has_mma(&self) -> bool {
         self.types == GemmTypes::Mixed
     }
     fn has_gemm_batched(&self) -> bool {
@@ -107,6 +107,8 @@ fn kernel_signatures() -> HashMap<String, Vec<&'static str>> {
                 "k_dequant_f16_##name(".to_string()
             } else if name.starts_with("k_moe_mm_") {
                 "k_moe_mm_##name(".to_string()
+            } else if name.starts_with("k_moe_mma_") {
+                "k_moe_mma_##name(".to_string()
             } else if name.starts_with("k_flash_attn_vec_") {
                 "k_flash_attn_vec_##name(".to_string()
             } else {
@@ -236,6 +238,13 @@ fn extra_graphs() -> Vec<Graph> {
     let n = norm.rms_norm(x, 1e-5).unwrap();
     norm.output(n);
     graphs.push(norm);
+    // A prompt's product with BF16 weights (k_bf16_from_f32 rounds the activations).
+    let mut bf16 = Graph::new();
+    let w = bf16.new_input(DType::BF16, &[64, 32]).unwrap();
+    let x = bf16.new_input(DType::F32, &[64, 16]).unwrap();
+    let y = bf16.mul_mat(w, x).unwrap();
+    bf16.output(y);
+    graphs.push(bf16);
     graphs
 }
 

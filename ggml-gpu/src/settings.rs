@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `GGML_TP_ATTN_VEC` | decode attention may take `k_flash_attn_vec` (default on; off keeps `k_flash_attn`) |
 //! | `GGML_TP_ATTN_MMA` | prompt attention may take `k_flash_attn_mma_*` on tensor cores (default on; off keeps the BLAS path) |
+//! | `GGML_TP_MOE_MMA` | grouped expert products of prompts may take `k_moe_mma_*` on tensor cores (default on; off keeps `k_moe_mm_*`) |
+//! | `GGML_TP_ATTN_MMA_WARPS` | warps per `k_flash_attn_mma_*` block, 4 or 8 (16 query rows each; default 8) |
 //! | `GGML_TP_ATTN_VEC_BLOCKS` | blocks a decode attention launch aims for, splitting the keys to reach them (default 256) |
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches of quantized weights take the two-column kernel, whose row groups hold two rows sharing each activation load (default on) |
@@ -21,6 +23,10 @@ pub struct Settings {
     pub attn_vec: bool,
     /// `GGML_TP_ATTN_MMA`: prompt attention may take `k_flash_attn_mma_*`.
     pub attn_mma: bool,
+    /// `GGML_TP_MOE_MMA`: grouped expert products may take `k_moe_mma_*`.
+    pub moe_mma: bool,
+    /// `GGML_TP_ATTN_MMA_WARPS`: warps per `k_flash_attn_mma_*` block (4 or 8).
+    pub attn_mma_warps: usize,
     /// `GGML_TP_ATTN_VEC_BLOCKS`: the blocks decode attention aims for (none: the dispatch's default).
     pub attn_vec_blocks: Option<usize>,
     /// `GGML_TP_GROUP_PRODUCTS`: products of one activation are grouped into one GEMV launch.
@@ -39,6 +45,8 @@ impl Default for Settings {
         Settings {
             attn_vec: true,
             attn_mma: true,
+            moe_mma: true,
+            attn_mma_warps: 8,
             attn_vec_blocks: None,
             group_products: true,
             gemv_row_pairs: true,
@@ -57,6 +65,10 @@ impl Settings {
         Settings {
             attn_vec: ggml_core::env::flag("GGML_TP_ATTN_VEC", d.attn_vec),
             attn_mma: ggml_core::env::flag("GGML_TP_ATTN_MMA", d.attn_mma),
+            moe_mma: ggml_core::env::flag("GGML_TP_MOE_MMA", d.moe_mma),
+            attn_mma_warps: ggml_core::env::count("GGML_TP_ATTN_MMA_WARPS")
+                .filter(|w| matches!(w, 4 | 8))
+                .unwrap_or(d.attn_mma_warps),
             attn_vec_blocks: ggml_core::env::count("GGML_TP_ATTN_VEC_BLOCKS"),
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             gemv_row_pairs: ggml_core::env::flag("GGML_TP_GEMV_ROW_PAIRS", d.gemv_row_pairs),

@@ -130,7 +130,7 @@ impl Runner for CudaBackend {
         })
     }
 
-    fn has_mma_f16(&self) -> bool {
+    fn has_mma(&self) -> bool {
         self.cuda_device().compute_capability().0 >= 8
     }
 

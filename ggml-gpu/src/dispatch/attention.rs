@@ -38,10 +38,9 @@ const FAV_PASS_BYTES: usize = 256;
 const FAV_SLOTS: usize = 4;
 /// Fewest queries per sequence for the BLAS path and `k_flash_attn_mma_*`.
 const FA_BLAS_MIN_QUERIES: usize = 16;
-/// Threads per `k_flash_attn_mma_*` block (`FM_WARPS` warps in attention_mma.cu).
-const FM_THREADS: u32 = 128;
-/// Query rows per `k_flash_attn_mma_*` block (`FM_BQ`).
-const FM_ROWS_PER_BLOCK: usize = 64;
+/// Query rows per warp of `k_flash_attn_mma_*` (`FM_ROWS` in attention_mma.cu); a block has
+/// [`mma_warps`] warps.
+const FM_ROWS_PER_WARP: usize = 16;
 /// Most bytes of scores and probabilities of one chunk of queries on the BLAS path.
 const FA_BLAS_CHUNK_BYTES: usize = 256 << 20;
 /// Scratch slots: per-split partials; the BLAS path's queries, scores, probabilities, K and V.
@@ -367,9 +366,9 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
                 .chain(l.nb[1..].iter().copied())
                 .all(|v| v % align == 0)
     };
-    let blocks = n_q.div_ceil(FM_ROWS_PER_BLOCK) * n_head * n_seq;
+    let blocks = n_q.div_ceil(FM_ROWS_PER_WARP * mma_warps()) * n_head * n_seq;
     crate::settings::settings().attn_mma
-        && r.has_mma_f16()
+        && r.has_mma()
         && n_q >= FA_BLAS_MIN_QUERIES
         && matches!(d, 64 | 128)
         && a.lk.ne[0] == d
@@ -402,7 +401,13 @@ fn node_args(a: &Attn) -> Vec<KernelArg> {
     ]
 }
 
-/// `k_flash_attn_mma_*`: one block per [`FM_ROWS_PER_BLOCK`] queries of a head and sequence.
+/// Warps per `k_flash_attn_mma_*` block (at most `FM_WARPS` of attention_mma.cu).
+fn mma_warps() -> usize {
+    crate::settings::settings().attn_mma_warps
+}
+
+/// `k_flash_attn_mma_*`: one block per [`mma_warps`] times [`FM_ROWS_PER_WARP`] queries of a head
+/// and sequence.
 fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let [d, n_q, n_head, n_seq] = a.lq.ne;
     let kernel = if d == 64 {
@@ -411,8 +416,9 @@ fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
         "k_flash_attn_mma_d128"
     };
     let args = node_args(a);
-    let blocks = n_q.div_ceil(FM_ROWS_PER_BLOCK) * n_head * n_seq;
-    r.launch(&Launch::rows(kernel, blocks, FM_THREADS, 0, args))
+    let warps = mma_warps();
+    let blocks = n_q.div_ceil(FM_ROWS_PER_WARP * warps) * n_head * n_seq;
+    r.launch(&Launch::rows(kernel, blocks, 32 * warps as u32, 0, args))
 }
 
 /// The BLAS operand type of K or V of type `t`: F16 rows as they are, quantized ones dequantized
@@ -712,8 +718,9 @@ mod tests {
             ("FAV_MAX_ROW_BYTES", FAV_MAX_ROW_BYTES),
             ("FAV_PASS_BYTES", FAV_PASS_BYTES),
             ("FAV_SLOTS", FAV_SLOTS),
-            ("FM_WARPS", FM_THREADS as usize / 32),
-            ("FM_ROWS", FM_ROWS_PER_BLOCK / (FM_THREADS as usize / 32)),
+            ("FM_ROWS", FM_ROWS_PER_WARP),
+            // The most warps the settings allow (GGML_TP_ATTN_MMA_WARPS: 4 or 8).
+            ("FM_WARPS", 8),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");
         }

@@ -4,7 +4,8 @@
 //! ([`GemmTypes::Mixed`], cuBLAS GemmEx) F16 and BF16 weights are read in place with activations
 //! rounded to the same type, quantized weights are dequantized to F16 in scratch
 //! (`k_dequant_f16_*`) first, F32 weights keep F32 activations; contiguous F32 activations of F16
-//! operands are converted by `k_f16_from_f32` (vector loads), other layouts by `k_cpy`; with [`GemmTypes::F32`] (hipBLAS
+//! or BF16 operands are converted by `k_f16_from_f32` / `k_bf16_from_f32` (vector loads), other
+//! layouts by `k_cpy`; with [`GemmTypes::F32`] (hipBLAS
 //! SGEMM) every operand that is not readable as F32 in place is converted to F32 in scratch.
 
 use super::gemv::{self, rows_readable};
@@ -143,11 +144,16 @@ fn activations(r: &dyn Runner, b: TDesc, lb: &Layout, dtype: DType) -> Result<Op
     if lb.dtype == dtype && lb.is_contiguous() {
         return Ok(Operand::contiguous(b.ptr, dtype, lb.ne));
     }
-    if lb.dtype == DType::F32 && dtype == DType::F16 && lb.is_contiguous() {
+    let half_kernel = match dtype {
+        DType::F16 => Some("k_f16_from_f32"),
+        DType::BF16 => Some("k_bf16_from_f32"),
+        _ => None,
+    };
+    if let Some(kernel) = half_kernel.filter(|_| lb.dtype == DType::F32 && lb.is_contiguous()) {
         let n = lb.nelements();
         let ptr = r.scratch(SLOT_ACTIVATIONS, n * 2)?;
         r.launch(&Launch::elementwise(
-            "k_f16_from_f32",
+            kernel,
             n.div_ceil(4),
             args![b.ptr, ptr, n as u64],
         ))?;

@@ -48,9 +48,10 @@ pub trait Runner {
     fn gemm_types(&self) -> GemmTypes;
     /// Queues one BLAS matrix product.
     fn gemm(&self, call: &GemmCall) -> Result<()>;
-    /// Whether the GPU multiplies F16 tiles on tensor cores (`MMA_F16_16816` of the kernel
-    /// preludes is the instruction): prompt attention then takes `k_flash_attn_mma_*`.
-    fn has_mma_f16(&self) -> bool {
+    /// Whether the GPU has the tensor-core products of compute capability 8.0 (`MMA_F16_16816`
+    /// and `MMA_I8_16816` of the kernel preludes): prompt attention then takes
+    /// `k_flash_attn_mma_*`, grouped expert products `k_moe_mma_*`.
+    fn has_mma(&self) -> bool {
         false
     }
     /// Whether [`Runner::gemm_batched`] is available; without it attention runs on kernels only.
@@ -196,7 +197,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 38] = [
+pub const NAMED_KERNELS: [&str; 39] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -230,6 +231,7 @@ pub const NAMED_KERNELS: [&str; 38] = [
     "k_flash_attn_mma_d128",
     "k_quantize_q8",
     "k_f16_from_f32",
+    "k_bf16_from_f32",
     "k_hold",
     "k_moe_group",
     "k_moe_weighted_sum",
@@ -250,7 +252,8 @@ pub fn kernel_names() -> Vec<String> {
         names.push(gemv::glu_kernel_name(tn));
         if t.is_quantized() {
             names.push(dequant_kernel(tn));
-            names.push(moe::grouped_kernel_name(tn));
+            names.push(moe::grouped_kernel_name(tn, false));
+            names.push(moe::grouped_kernel_name(tn, true));
         }
     }
     names

@@ -2,7 +2,8 @@
 //! [`GROUPED_MIN_TOKENS`] tokens) over quantized experts run grouped by expert (`moe.cu`): the
 //! activations rounded to 8 bits once (`k_quantize_q8`), the (slot, token) pairs grouped by expert
 //! on the GPU (`k_moe_group`: counts, offsets, pair lists, work list of tiles), then one launch
-//! (`k_moe_mm_<type>`) multiplies each used expert with its pairs' columns, so an expert's weights
+//! (`k_moe_mma_<type>` on tensor cores where the runner has them, else `k_moe_mm_<type>`)
+//! multiplies each used expert with its pairs' columns, so an expert's weights
 //! are read once per tile of 32 pairs instead of once per pair; nothing comes back to the host, so
 //! the step is capturable in a CUDA graph. Decode (few tokens), float experts and weights the
 //! kernels cannot read in place take the GEMV kernels, one column per pair. Ids out of range give
@@ -31,8 +32,13 @@ const MAX_GRID_Y: usize = 65535;
 /// Scratch slot of the grouping buffer (after those of the GEMV and attention paths).
 const SLOT_GROUP: usize = 10;
 
-pub(super) fn grouped_kernel_name(type_name: &str) -> String {
-    format!("k_moe_mm_{type_name}")
+/// The grouped product's kernel of a weight type: on tensor cores (`mma`) or with DOT4_I8.
+pub(super) fn grouped_kernel_name(type_name: &str, mma: bool) -> String {
+    if mma {
+        format!("k_moe_mma_{type_name}")
+    } else {
+        format!("k_moe_mm_{type_name}")
+    }
 }
 
 /// The shape of one grouped product: pairs, experts, and the tiles of the work list.
@@ -148,7 +154,7 @@ pub fn mul_mat_id(
     let tn =
         type_name(la.dtype).ok_or_else(|| fail(r, format!("no MoE kernel for {}", la.dtype)))?;
     r.launch(&Launch {
-        kernel: grouped_kernel_name(tn).into(),
+        kernel: grouped_kernel_name(tn, r.has_mma() && crate::settings::settings().moe_mma).into(),
         grid: [grouping.max_tiles() as u32, m.div_ceil(TILE_ROWS) as u32, 1],
         threads: MM_THREADS,
         shared_bytes: 0,

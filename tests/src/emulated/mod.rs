@@ -317,7 +317,7 @@ impl Runner for EmulatedStream {
         unsafe { blas::gemm(call) };
         Ok(())
     }
-    fn has_mma_f16(&self) -> bool {
+    fn has_mma(&self) -> bool {
         self.device.flavor == Flavor::Cuda
     }
     fn has_gemm_batched(&self) -> bool {

@@ -121,6 +121,12 @@ fn gemm_through_cublas() {
         let b = InputSpec::new(DType::F32, [256, 12, 6, 2]);
         push_mul_mat(&mut set, "gemm batched".into(), a, b, w);
     }
+    // Half weights with an odd activation count (the conversion's tail after its 4-value loads).
+    for w in [DType::F16, DType::BF16] {
+        let a = InputSpec::new(w, [130, 17, 1, 1]);
+        let b = InputSpec::new(DType::F32, [130, 11, 1, 1]);
+        push_mul_mat(&mut set, "gemm odd count".into(), a, b, w);
+    }
     // Permuted weights and F16 activations: converted operands.
     let a = InputSpec::new(DType::F16, [64, 3, 20, 1]).view(ViewKind::Permute([0, 2, 1, 3]));
     let b = InputSpec::new(DType::F16, [64, 16, 20, 1]);

@@ -1,5 +1,5 @@
 //! mul_mat_id at the shapes of mixture-of-experts models (part of `kernel_cases`): prompts, whose
-//! products run grouped by expert (`k_moe_group`, `k_moe_mm_<type>`), and decode steps (the GEMV
+//! products run grouped by expert (`k_moe_group`, `k_moe_mma_<type>` / `k_moe_mm_<type>`), and decode steps (the GEMV
 //! kernels, one column per pair), for Qwen3-30B-A3B (n_embd 2048, n_ff_exp 768, 128 experts,
 //! top-8; Q4_0, Q4_K, Q8_0) and gpt-oss-20b (2880, 2880, 32 experts, top-4; MXFP4), gate/up and
 //! down. On a GPU the prompts are 64 tokens; on the host emulation (each GPU
@@ -96,6 +96,32 @@ fn moe_experts_at_model_shapes() {
         for &n_tok in tokens {
             push_experts(&mut set, s, (row(s.n_embd), s.n_ff / cut), n_tok, false);
             push_experts(&mut set, s, (row(s.n_ff), s.n_embd / cut), n_tok, true);
+        }
+    }
+    run(set, seed);
+}
+
+#[test]
+fn moe_grouped_every_quantized_type() {
+    let seed = seed();
+    let mut set = CaseSet::new(seed);
+    // 67 rows (a partial tile of 64), 2 experts, 2 slots of 40 tokens: each expert a whole tile
+    // of 32 pairs and a partial one; activations per token (gate/up) or per slot (down).
+    let quantized = DType::WEIGHTS.into_iter().chain(DType::GROUPED);
+    for w in quantized.filter(|w| w.is_quantized()) {
+        let k = w.block_size().max(64);
+        for b1 in [1, 2] {
+            let experts = InputSpec::new(w, [k, 67, 2, 1]);
+            let b = InputSpec::new(DType::F32, [k, b1, 40, 1]);
+            let ids = InputSpec::ids([2, 40, 1, 1], 2, true);
+            set.push(
+                "mul_mat_id",
+                format!("grouped {w} [{k}, 67] x 2 experts, b1 {b1}, 40 tokens"),
+                vec![experts, b, ids],
+                product_check(w, k),
+                |g, x| g.mul_mat_id(x[0], x[1], x[2]),
+                |x| Ok(mx::mul_mat_id(&x[0], &x[1], &x[2])),
+            );
         }
     }
     run(set, seed);

@@ -3,7 +3,8 @@
 // flash-attention form: no score matrix in memory, so the cost grows with the keys a query sees,
 // not with a materialised square of the context.
 //
-// A block of FM_WARPS warps takes FM_ROWS query rows per warp (FM_BQ in all) of one head and
+// A block of blockDim.x / 32 warps (at most FM_WARPS; the dispatch's setting) takes FM_ROWS query
+// rows per warp of one head and
 // sequence and walks the keys in tiles of FM_BK. Per tile: each warp reads its rows' mask values
 // (the tile is skipped, before anything is staged, when the mask hides all of it from every row of
 // the block: a causal prompt skips about half its tiles); the tile's K rows and its V rows
@@ -25,9 +26,8 @@
 // kernels only where the runner has the instruction (and in the host emulation, which checks the
 // portable form).
 
-#define FM_WARPS 4
+#define FM_WARPS 8
 #define FM_ROWS 16
-#define FM_BQ (FM_WARPS * FM_ROWS)
 #define FM_BK 64
 #define FM_PAD 8
 
@@ -81,7 +81,7 @@ __device__ __forceinline__ uint4 fm_chunk(const TD& t, const u8* row, int c) {
 // FM_BK + FM_PAD; then a warp's lanes take consecutive keys, so their 2-byte stores fill a bank row).
 template <int D>
 __device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s, bool transposed) {
-    for (int i = threadIdx.x; i < FM_BK * D / 8; i += FM_WARPS * 32) {
+    for (int i = threadIdx.x; i < FM_BK * D / 8; i += blockDim.x) {
         const int key = transposed ? i % FM_BK : i / (D / 8), c = transposed ? i / FM_BK : i % (D / 8);
         uint4 x = make_uint4(0, 0, 0, 0);
         if (j0 + key < n_kv) x = fm_chunk(t, kv_row(t, j0 + key, hk, s), c);
@@ -95,38 +95,48 @@ __device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv
     }
 }
 
-// The mask's part of the logits of this lane's fragment of a tile (keys j0 + 8 n + 2 t + (c & 1),
-// query rows q0 + g + 8 (c >> 1)): slope times the mask, 0 without a mask, -inf past the keys or
-// the queries. Whether any is finite.
-__device__ __forceinline__ bool fm_mask(float (&mv)[FM_BK / 8][4], const TD& m, int has_mask, float slope, int j0,
-                                        int n_kv, i64 q0, i64 n_q, i64 h, i64 s) {
-    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    bool live = false;
+// Element of a float mask (F16, F32 or BF16) at p.
+__device__ __forceinline__ float fm_mask_at(const TD& m, const u8* p) {
+    return m.type == T_F16 ? h2f(ld16(p)) : m.type == T_F32 ? *(const float*)p : bf2f(ld16(p));
+}
+
+// The mask's part of the logits of keys `key` and `key + 1` for the query row whose mask row is
+// `mrow` (null: no mask, 0): slope times the mask, -inf past the keys; one load for both where
+// the row's type and alignment allow.
+__device__ __forceinline__ float2 fm_mask_pair(const TD& m, const u8* mrow, int key, int n_kv, float slope) {
+    float2 v = make_float2(key < n_kv ? 0.0f : NEG_INF, key + 1 < n_kv ? 0.0f : NEG_INF);
+    if (!mrow) return v;
+    const u8* p = mrow + key * m.nb[0];
+    if (key + 1 < n_kv && m.type == T_F16 && m.nb[0] == 2 && ((u64)p & 3) == 0) {
+        const u32 w = *(const u32*)p;
+        v = make_float2(h2f((u16)(w & 0xFFFFu)), h2f((u16)(w >> 16)));
+    } else if (key + 1 < n_kv && m.type == T_F32 && m.nb[0] == 4 && ((u64)p & 7) == 0) {
+        v = *(const float2*)p;
+    } else {
+        if (key < n_kv) v.x = fm_mask_at(m, p);
+        if (key + 1 < n_kv) v.y = fm_mask_at(m, p + m.nb[0]);
+    }
+    return make_float2(slope * v.x, slope * v.y);
+}
+
+// Which logits of this lane's fragment of the tile at keys j0 the mask leaves finite: bit 4 n + c
+// for key j0 + 8 n + 2 t + (c & 1) of query row g + 8 (c >> 1) (rows past the queries, `rows_in`
+// clear, none).
+__device__ __forceinline__ u32 fm_live(const TD& m, const u8* const (&mrow)[2], const bool (&rows_in)[2], float slope,
+                                       int j0, int n_kv) {
+    const int t = threadIdx.x % 4;
+    u32 bits = 0;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const i64 row = q0 + g + 8 * r;
-        const u8* mrow = has_mask && row < n_q
-                             ? (const u8*)m.ptr + row * m.nb[1] + (h % m.ne[2]) * m.nb[2] + (s % m.ne[3]) * m.nb[3]
-                             : nullptr;
+        if (!rows_in[r]) continue;
 #pragma unroll
-        for (int n = 0; n < FM_BK / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int key = j0 + 8 * n + 2 * t + e;
-                float x = NEG_INF;
-                if (key < n_kv && row < n_q) {
-                    x = 0.0f;
-                    if (mrow) {
-                        const u8* p = mrow + key * m.nb[0];
-                        const float mk = m.type == T_F16 ? h2f(ld16(p)) : m.type == T_F32 ? *(const float*)p : bf2f(ld16(p));
-                        x = mk == NEG_INF ? NEG_INF : slope * mk;
-                    }
-                }
-                mv[n][2 * r + e] = x;
-                live |= x != NEG_INF;
-            }
+        for (int n = 0; n < FM_BK / 8; n++) {
+            const float2 v = fm_mask_pair(m, mrow[r], j0 + 8 * n + 2 * t, n_kv, slope);
+            bits |= (u32)(v.x != NEG_INF) << (4 * n + 2 * r);
+            bits |= (u32)(v.y != NEG_INF) << (4 * n + 2 * r + 1);
+        }
     }
-    return live;
+    return bits;
 }
 
 template <int D>
@@ -140,14 +150,22 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
     u16* vt = (u16*)vt_raw;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
-    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + FM_BQ - 1) / FM_BQ;
+    const int warps = blockDim.x / 32, rows = warps * FM_ROWS;
+    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + rows - 1) / rows;
     const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
     const i64 h = (blockIdx.x / n_qt) % n_head, s = blockIdx.x / (n_qt * n_head);
     const i64 hk = h / (n_head / k.ne[2]);
     const int n_kv = (int)k.ne[1];
-    const i64 q0 = qt * FM_BQ + warp * FM_ROWS;
+    const i64 q0 = qt * rows + warp * FM_ROWS;
     const float slope = alibi_slope(max_bias, (int)h, (int)n_head);
     const float sc = softcap != 0.0f ? scale / softcap : scale;
+    const bool rows_in[2] = {q0 + g < n_q, q0 + g + 8 < n_q};
+    const u8* mrow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        mrow[r] = has_mask && rows_in[r] ? (const u8*)m.ptr + (q0 + g + 8 * r) * m.nb[1] + (h % m.ne[2]) * m.nb[2] +
+                                               (s % m.ne[3]) * m.nb[3]
+                                         : nullptr;
     // This warp's query rows as A fragments, F16 (zeros past the last query).
     u32 qa[D / 16][4];
 #pragma unroll
@@ -166,13 +184,15 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
         for (int c = 0; c < 4; c++) o[n][c] = 0.0f;
     float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
     for (int j0 = 0; j0 < n_kv; j0 += FM_BK) {
-        float x[FM_BK / 8][4];
-        int alive = fm_mask(x, m, has_mask, slope, j0, n_kv, q0, n_q, h, s);
+        const u32 bits = fm_live(m, mrow, rows_in, slope, j0, n_kv);
+        int alive = bits != 0;
         for (int off = 16; off > 0; off >>= 1) alive |= WARP_SHFL_XOR(alive, off);
         const int par = (j0 / FM_BK) & 1;
         if (lane == 0) live[par][warp] = alive;
         __syncthreads();
-        if (!(live[par][0] | live[par][1] | live[par][2] | live[par][3])) continue;
+        int block_alive = 0;
+        for (int w = 0; w < warps; w++) block_alive |= live[par][w];
+        if (!block_alive) continue;
         fm_stage<D>(k, ks, j0, n_kv, hk, s, false);
         fm_stage<D>(v, vt, j0, n_kv, hk, s, true);
         __syncthreads();
@@ -190,16 +210,24 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
                 FM_MMA(sv[n], qa[kk], b);
             }
         }
-        // Logits, the rows' new maxima (the four lanes of a row agree), weights.
+        // Logits (the mask read again, from the L1), the rows' new maxima (the four lanes of a row
+        // agree), weights.
         float top[2] = {NEG_INF, NEG_INF};
 #pragma unroll
         for (int n = 0; n < FM_BK / 8; n++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                float y = sv[n][c] * sc;
-                if (softcap != 0.0f) y = softcap * tanhf(y);
-                x[n][c] = x[n][c] == NEG_INF ? NEG_INF : y + x[n][c];
-                top[c >> 1] = fmaxf(top[c >> 1], x[n][c]);
+            for (int r = 0; r < 2; r++) {
+                const float2 mv = (bits >> (4 * n + 2 * r)) & 3u
+                                      ? fm_mask_pair(m, mrow[r], j0 + 8 * n + 2 * t, n_kv, slope)
+                                      : make_float2(NEG_INF, NEG_INF);
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = 2 * r + e;
+                    float y = sv[n][c] * sc;
+                    if (softcap != 0.0f) y = softcap * tanhf(y);
+                    sv[n][c] = (bits >> (4 * n + c)) & 1u ? y + (e ? mv.y : mv.x) : NEG_INF;
+                    top[r] = fmaxf(top[r], sv[n][c]);
+                }
             }
         float alpha[2], base[2];
 #pragma unroll
@@ -216,8 +244,8 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
         for (int n = 0; n < FM_BK / 8; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                x[n][c] = expf(x[n][c] - base[c >> 1]);
-                sum[c >> 1] += x[n][c];
+                sv[n][c] = expf(sv[n][c] - base[c >> 1]);
+                sum[c >> 1] += sv[n][c];
             }
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
@@ -227,9 +255,9 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
         // and 2 kk + 1; B[key][dim] = V[key][dim], a row of the transposed V in shared memory.
 #pragma unroll
         for (int kk = 0; kk < FM_BK / 16; kk++) {
-            const u32 pa[4] = {pack_h2(x[2 * kk][0], x[2 * kk][1]), pack_h2(x[2 * kk][2], x[2 * kk][3]),
-                               pack_h2(x[2 * kk + 1][0], x[2 * kk + 1][1]),
-                               pack_h2(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+            const u32 pa[4] = {pack_h2(sv[2 * kk][0], sv[2 * kk][1]), pack_h2(sv[2 * kk][2], sv[2 * kk][3]),
+                               pack_h2(sv[2 * kk + 1][0], sv[2 * kk + 1][1]),
+                               pack_h2(sv[2 * kk + 1][2], sv[2 * kk + 1][3])};
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
                 const u16* vr = vt + (8 * n + g) * (FM_BK + FM_PAD) + 16 * kk + 2 * t;
@@ -254,7 +282,7 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
     }
 }
 
-// One block per FM_BQ queries of a head and sequence (the last queries' blocks first); the
+// One block per 16 queries per warp of a head and sequence (the last queries' blocks first); the
 // operands and options as k_flash_attn's; the result F32 and contiguous.
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
     TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();

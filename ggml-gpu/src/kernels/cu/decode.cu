@@ -209,9 +209,14 @@ extern "C" __global__ void k_quantize_q8(TD b, u64 xq, u64 xd) { GRID_DEPENDENCY
     }
 }
 
-// Contiguous F32 activations to contiguous F16 (GEMM operands): four values per thread with
-// 16-byte loads and 8-byte stores when both ends allow, else one.
-extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) { GRID_DEPENDENCY_SYNC();
+// Contiguous F32 activations to contiguous F16 or BF16 (GEMM operands): four values per thread
+// with 16-byte loads and 8-byte stores when both ends allow, else one.
+template <bool BF16>
+__device__ __forceinline__ u16 half_of(float v) {
+    return BF16 ? f2bf(v) : f2h(v);
+}
+template <bool BF16>
+__device__ __forceinline__ void halves_from_f32(u64 src, u64 dst, u64 count) {
     const i64 n = (i64)count;
     const float* x = (const float*)src;
     u16* y = (u16*)dst;
@@ -219,12 +224,19 @@ extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) { GRID_DE
         const i64 n4 = n / 4;
         GRID_LOOP(i, n4) {
             const float4 v = ((const float4*)x)[i];
-            ((uint2*)y)[i] = make_uint2((u32)f2h(v.x) | ((u32)f2h(v.y) << 16), (u32)f2h(v.z) | ((u32)f2h(v.w) << 16));
+            ((uint2*)y)[i] = make_uint2((u32)half_of<BF16>(v.x) | ((u32)half_of<BF16>(v.y) << 16),
+                                        (u32)half_of<BF16>(v.z) | ((u32)half_of<BF16>(v.w) << 16));
         }
-        GRID_LOOP(i, n - 4 * n4) y[4 * n4 + i] = f2h(x[4 * n4 + i]);
+        GRID_LOOP(i, n - 4 * n4) y[4 * n4 + i] = half_of<BF16>(x[4 * n4 + i]);
     } else {
-        GRID_LOOP(i, n) y[i] = f2h(x[i]);
+        GRID_LOOP(i, n) y[i] = half_of<BF16>(x[i]);
     }
+}
+extern "C" __global__ void k_f16_from_f32(u64 src, u64 dst, u64 count) { GRID_DEPENDENCY_SYNC();
+    halves_from_f32<false>(src, dst, count);
+}
+extern "C" __global__ void k_bf16_from_f32(u64 src, u64 dst, u64 count) { GRID_DEPENDENCY_SYNC();
+    halves_from_f32<true>(src, dst, count);
 }
 
 // Threads of a dequantizer block (one unit of 32 weights each).

@@ -191,8 +191,153 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
     }
 }
 
-#define MOE_KERNEL(name, T) \
-    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); moe_mm<T>(g, (const int*)group); }
+// The same tile on tensor cores (k_moe_mma_<type>, where the runner has the instruction): each of
+// the 4 warps takes 16 of the 64 weight rows against all 32 pairs (4 tiles of 8), and per unit
+// multiplies the first and the second 16 weights separately with MMA_I8_16816 (int32 sums), which
+// then take the unit's scales exactly as in moe_mm. MMA_I8_16816(c, a, b) is c += a b for a 16x16
+// tile a and a 16x8 tile b of signed bytes, held as PTX's mma.m16n8k16 lays them out for 8-bit
+// types; lane 4 g + t (g < 8, t < 4) holds
+//   a0 = A[g][4t .. 4t+3], a1 = A[g+8][4t .. 4t+3], b = B[4t .. 4t+3][g],
+//   c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+// (four bytes per register, the lowest index in the low byte). Without the instruction (HIP,
+// older CUDA, the host emulation) mma_i8_lanes computes the same through shared memory.
+#define MQ_PITCH (8 * MM_KU + 4)
+
+// MMA_I8_16816 without the instruction: the warp's fragments meet in shared memory (`frags`, 3
+// words per lane of this warp); lane (g, t) sums rows g and g + 8 of A (lanes 4 g + j) against
+// columns 2 t and 2 t + 1 of B (lanes 8 t + j and 8 t + 4 + j).
+__device__ __forceinline__ void mma_i8_lanes(int (&c)[4], const int (&a)[2], int b, int* frags) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    int* mine = frags + 3 * lane;
+    mine[0] = a[0], mine[1] = a[1], mine[2] = b;
+    WARP_SYNC();
+    for (int j = 0; j < 4; j++) {
+        const int* r = frags + 3 * (4 * g + j);
+        const int n0 = frags[3 * (8 * t + j) + 2], n1 = frags[3 * (8 * t + 4 + j) + 2];
+        c[0] = DOT4_I8(r[0], n0, c[0]);
+        c[1] = DOT4_I8(r[0], n1, c[1]);
+        c[2] = DOT4_I8(r[1], n0, c[2]);
+        c[3] = DOT4_I8(r[1], n1, c[3]);
+    }
+    WARP_SYNC();
+}
+#ifdef MMA_I8_16816
+#define MQ_MMA(c, a, b) MMA_I8_16816(c, a, b)
+#define MQ_FRAG_WORDS 1
+#else
+#define MQ_MMA(c, a, b) mma_i8_lanes(c, a, b, frags + 96 * (threadIdx.x / 32))
+#define MQ_FRAG_WORDS (MM_THREADS * 3)
+#endif
+
+template <int T>
+__device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
+    // Staged weights and activations: MM_KU units of 8 ints per row or pair, rows padded by 4 ints
+    // so that the 8 rows (pairs) of a fragment load hit distinct banks.
+    __shared__ int4 ws4[MM_BM * MQ_PITCH / 4], xs4[MM_BN * MQ_PITCH / 4];
+    int* ws = (int*)ws4;
+    int* xs = (int*)xs4;
+    __shared__ float wsc[MM_BM][3 * MM_KU + 1];
+    __shared__ float2 xds[MM_BN][MM_KU + 1];
+    __shared__ int cols[MM_BN], dcols[MM_BN];
+    __shared__ int frags[MQ_FRAG_WORDS];
+    const int tile = (int)blockIdx.x;
+    if (tile >= buf[0]) return;
+    const int* off = buf + MG_OFF;
+    const int* map = buf + MG_MAP(g.n_exp);
+    const int* tiles = map + g.nz;
+    const int e = tiles[2 * tile], j0 = tiles[2 * tile + 1];
+    const int n = min(MM_BN, off[e + 1] - j0);
+    const i64 row0 = (i64)blockIdx.y * MM_BM;
+    const int tid = threadIdx.x, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
+    const int r0 = 16 * (tid / 32) + gq, r1 = r0 + 8;
+    if (tid < MM_BN) {
+        const int p = map[j0 + min(tid, n - 1)];
+        const i64 slot = p % g.n_used, tok = p / g.n_used;
+        cols[tid] = (int)(slot % g.b1 + g.b1 * tok);
+        dcols[tid] = p;
+    }
+    __syncthreads();
+    const u8* wb = (const u8*)g.w + e * g.wnb2;
+    const signed char* xq = (const signed char*)g.x;
+    const float2* xd = (const float2*)g.xd;
+    const int nu = (int)(g.k / 32);
+    float acc[4][4];
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[t][c] = 0.0f;
+    for (int u0 = 0; u0 < nu; u0 += MM_KU) {
+#pragma unroll
+        for (int i = tid; i < MM_BM * MM_KU; i += MM_THREADS) {
+            const int r = i / MM_KU, u = i % MM_KU, s = u0 + u;
+            QUnit q;
+            if (s < nu) {
+                decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
+            } else {
+                for (int w = 0; w < 8; w++) q.w[w] = 0;
+                q.sa = q.sb = q.m = 0.0f;
+            }
+            int4* wr = (int4*)(ws + r * MQ_PITCH + 8 * u);
+            wr[0] = moe_int4(q.w[0], q.w[1], q.w[2], q.w[3]);
+            wr[1] = moe_int4(q.w[4], q.w[5], q.w[6], q.w[7]);
+            wsc[r][3 * u] = q.sa;
+            wsc[r][3 * u + 1] = q.sb;
+            wsc[r][3 * u + 2] = q.m;
+        }
+#pragma unroll
+        for (int i = tid; i < MM_BN * MM_KU; i += MM_THREADS) {
+            const int c = i / MM_KU, u = i % MM_KU, s = u0 + u;
+            int4* xr = (int4*)(xs + c * MQ_PITCH + 8 * u);
+            if (s < nu) {
+                const int4* xp = (const int4*)(xq + (i64)cols[c] * g.k + 32 * (i64)s);
+                xr[0] = xp[0];
+                xr[1] = xp[1];
+                xds[c][u] = xd[(i64)cols[c] * nu + s];
+            } else {
+                xr[0] = xr[1] = moe_int4(0, 0, 0, 0);
+                xds[c][u] = make_float2(0.0f, 0.0f);
+            }
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int u = 0; u < MM_KU; u++) {
+            const int a_lo[2] = {ws[r0 * MQ_PITCH + 8 * u + tq], ws[r1 * MQ_PITCH + 8 * u + tq]};
+            const int a_hi[2] = {ws[r0 * MQ_PITCH + 8 * u + 4 + tq], ws[r1 * MQ_PITCH + 8 * u + 4 + tq]};
+            const float* s0 = &wsc[r0][3 * u];
+            const float* s1 = &wsc[r1][3 * u];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int* xb = xs + (8 * t + gq) * MQ_PITCH + 8 * u;
+                int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                MQ_MMA(lo, a_lo, xb[tq]);
+                MQ_MMA(hi, a_hi, xb[4 + tq]);
+                const float2 d0 = xds[8 * t + 2 * tq][u], d1 = xds[8 * t + 2 * tq + 1][u];
+                acc[t][0] += (s0[0] * (float)lo[0] + s0[1] * (float)hi[0]) * d0.x + s0[2] * d0.y;
+                acc[t][1] += (s0[0] * (float)lo[1] + s0[1] * (float)hi[1]) * d1.x + s0[2] * d1.y;
+                acc[t][2] += (s1[0] * (float)lo[2] + s1[1] * (float)hi[2]) * d0.x + s1[2] * d0.y;
+                acc[t][3] += (s1[0] * (float)lo[3] + s1[1] * (float)hi[3]) * d1.x + s1[2] * d1.y;
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int p = 8 * t + 2 * tq + (c & 1);
+            const i64 row = row0 + (c < 2 ? r0 : r1);
+            if (p < n && row < g.m) ((float*)g.d + (i64)dcols[p] * g.m)[row] = acc[t][c];
+        }
+    }
+}
+
+#define MOE_KERNEL(name, T)                                                                           \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); \
+        moe_mm<T>(g, (const int*)group);                                                              \
+    }                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mma_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); \
+        moe_mma<T>(g, (const int*)group);                                                             \
+    }
 
 MOE_KERNEL(q4_0, T_Q4_0)
 MOE_KERNEL(q4_1, T_Q4_1)

@@ -31,10 +31,17 @@ __device__ __forceinline__ unsigned short f2h(float f) {
 // A warp's tensor-core product c += a b (16x16 and 16x8 F16 tiles, f32 sums; fragments as
 // attention_mma.cu describes them) on compute capability 8.0 and later; elsewhere that file's
 // form through shared memory.
+// MMA_I8_16816(c, a, b): c += a b for a 16x16 tile a and a 16x8 tile b of signed bytes, int32
+// sums (fragments as moe.cu describes them).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_F16_16816(c, a, b)                                                                        \
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "  \
                  "{%8,%9}, {%0,%1,%2,%3};"                                                             \
                  : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
                  : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+#define MMA_I8_16816(c, a, b)                                                                         \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "    \
+                 "{%0,%1,%2,%3};"                                                                      \
+                 : "+r"((c)[0]), "+r"((c)[1]), "+r"((c)[2]), "+r"((c)[3])                              \
+                 : "r"((a)[0]), "r"((a)[1]), "r"(b))
 #endif
