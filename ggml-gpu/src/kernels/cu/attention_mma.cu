@@ -4,16 +4,16 @@
 // not with a materialised square of the context.
 //
 // A block of blockDim.x / 32 warps (at most FM_WARPS; the dispatch's setting) takes FM_ROWS query
-// rows per warp of one head and
-// sequence and walks the keys in tiles of FM_BK. Per tile: each warp reads its rows' mask values
-// (the tile is skipped, before anything is staged, when the mask hides all of it from every row of
-// the block: a causal prompt skips about half its tiles); the tile's K rows and its V rows
-// (transposed) are staged in shared memory as F16 (Q8_0 rows dequantized there, zeros past the
-// last key); each warp multiplies its 16 query rows (F16 fragments kept in registers) with the keys
-// (MMA_F16_16816, f32 sums), turns the scores into logits (scale, softcap, ALiBi-scaled mask),
-// keeps the online softmax of its rows, and multiplies the weights, rounded to F16, with the
-// values. The sink joins the sum at the end as in k_flash_attn. Blocks of the last queries (which
-// see the most keys) are launched first.
+// rows per warp of one head and sequence and walks the keys in tiles of FM_BK, skipping (before
+// anything is staged) each tile the mask hides from every row of the block: a causal prompt skips
+// about half its tiles. The tiles' K rows and V rows are staged in shared memory as F16 rows (F16
+// rows by asynchronous copies where the GPU has them, Q8_0 rows dequantized there, zeros past the
+// last key), in a pipeline: a tile's V is staged while the warps score the tile against its K,
+// the next live tile's K while they weigh the values. Each warp multiplies its 16 query rows (F16
+// fragments kept in registers) with the keys (MMA_F16_16816, f32 sums), turns the scores into
+// logits (scale, softcap, ALiBi-scaled mask), keeps the online softmax of its rows, and multiplies
+// the weights, rounded to F16, with the values. The sink joins the sum at the end as in
+// k_flash_attn. Blocks of the last queries (which see the most keys) are launched first.
 //
 // MMA_F16_16816(c, a, b) is c += a b for a 16x16 F16 tile a, a 16x8 F16 tile b and 16x8 f32 sums,
 // held as PTX's mma.m16n8k16 lays them out; lane 4 g + t (g < 8, t < 4) holds
@@ -62,13 +62,16 @@ __device__ __forceinline__ void mma_f16_lanes(float (&c)[4], const u32 (&a)[4], 
 #define FM_MMA(c, a, b) mma_f16_lanes(c, a, b, frags)
 #define FM_FRAG_WORDS (FM_WARPS * 32 * 6)
 #endif
+// Without asynchronous copies (HIP, older CUDA, the host emulation) a staged chunk is copied at once.
+#ifndef CP_ASYNC_16
+#define CP_ASYNC_16(dst, src) (*(uint4*)(dst) = *(const uint4*)(src))
+#define CP_ASYNC_WAIT_ALL() ((void)0)
+#endif
 
 __device__ __forceinline__ u32 pack_h2(float lo, float hi) { return (u32)f2h(lo) | ((u32)f2h(hi) << 16); }
 
-// Values 8 c .. 8 c + 7 of a K/V row as F16: an F16 row's 16 bytes, or a Q8_0 row's quants times
-// their block's scale.
-__device__ __forceinline__ uint4 fm_chunk(const TD& t, const u8* row, int c) {
-    if (t.type == T_F16) return ((const uint4*)row)[c];
+// Values 8 c .. 8 c + 7 of a Q8_0 K/V row as F16: the quants times their block's scale.
+__device__ __forceinline__ uint4 fm_q8_chunk(const u8* row, int c) {
     const u8* b = row + (c / 4) * 34;
     const float d = h2f(ld16(b));
     const signed char* qv = (const signed char*)b + 2 + 8 * (c % 4);
@@ -76,23 +79,52 @@ __device__ __forceinline__ uint4 fm_chunk(const TD& t, const u8* row, int c) {
                       pack_h2(d * qv[6], d * qv[7]));
 }
 
-// Stages keys j0 .. j0 + FM_BK - 1 of K or V (head hk, sequence s) in shared memory as F16, zeros
-// past the last key: row-major (key x D, pitch D + FM_PAD), or `transposed` (D x key, pitch
-// FM_BK + FM_PAD; then a warp's lanes take consecutive keys, so their 2-byte stores fill a bank row).
+// Starts staging keys j0 .. j0 + FM_BK - 1 of K or V (head hk, sequence s) in shared memory as F16
+// rows (key x D, pitch D + FM_PAD), zeros past the last key: F16 rows by asynchronous 16-byte
+// copies (complete after CP_ASYNC_WAIT_ALL), Q8_0 rows dequantized here.
 template <int D>
-__device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s, bool transposed) {
+__device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s) {
     for (int i = threadIdx.x; i < FM_BK * D / 8; i += blockDim.x) {
-        const int key = transposed ? i % FM_BK : i / (D / 8), c = transposed ? i / FM_BK : i % (D / 8);
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (j0 + key < n_kv) x = fm_chunk(t, kv_row(t, j0 + key, hk, s), c);
-        if (!transposed) {
-            *(uint4*)(dst + key * (D + FM_PAD) + 8 * c) = x;
+        const int key = i / (D / 8), c = i % (D / 8);
+        u16* to = dst + key * (D + FM_PAD) + 8 * c;
+        if (j0 + key >= n_kv) {
+            *(uint4*)to = make_uint4(0, 0, 0, 0);
             continue;
         }
-        const u32 w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++) dst[(8 * c + e) * (FM_BK + FM_PAD) + key] = (u16)(w[e / 2] >> (16 * (e & 1)));
+        const u8* row = kv_row(t, j0 + key, hk, s);
+        if (t.type == T_F16) CP_ASYNC_16(to, row + 16 * c);
+        else *(uint4*)to = fm_q8_chunk(row, c);
     }
+}
+
+// B fragments of keys 8 n .. 8 n + 7 against dims 16 kk .. 16 kk + 31 (b[0], b[1] for kk; b[2],
+// b[3] for kk + 1): B[dim][key] = K[key][dim], a row of the staged K.
+__device__ __forceinline__ void fm_k_frags(const u16* ks, int pitch, int n, int kk, u32 (&b)[4]) {
+    const int lane = threadIdx.x % 32;
+#ifdef LDSM_X4
+    LDSM_X4(b, ks + (8 * n + lane % 8) * pitch + 16 * kk + 8 * (lane / 8));
+#else
+    const u16* kr = ks + (8 * n + lane / 4) * pitch + 16 * kk + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 4; i++) b[i] = *(const u32*)(kr + 8 * i);
+#endif
+}
+
+// B fragments of keys 16 kk .. 16 kk + 15 against dims 8 n .. 8 n + 15 (b[0], b[1] for dims 8 n;
+// b[2], b[3] for 8 n + 8): B[key][dim] = V[key][dim], a column of the staged V.
+__device__ __forceinline__ void fm_v_frags(const u16* vs, int pitch, int kk, int n, u32 (&b)[4]) {
+    const int lane = threadIdx.x % 32;
+#ifdef LDSM_X4_TRANS
+    const int i = lane / 8;
+    LDSM_X4_TRANS(b, vs + (16 * kk + 8 * (i & 1) + lane % 8) * pitch + 8 * (n + (i >> 1)));
+#else
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u16* col = vs + (16 * kk + 8 * (i & 1) + 2 * t) * pitch + 8 * (n + (i >> 1)) + g;
+        b[i] = (u32)col[0] | ((u32)col[pitch] << 16);
+    }
+#endif
 }
 
 // Element of a float mask (F16, F32 or BF16) at p.
@@ -119,19 +151,25 @@ __device__ __forceinline__ float2 fm_mask_pair(const TD& m, const u8* mrow, int 
     return make_float2(slope * v.x, slope * v.y);
 }
 
+// What a warp knows of its query rows: the rows' mask rows (null: no mask or past the queries),
+// which rows exist, the ALiBi slope.
+struct FmRows {
+    const u8* mrow[2];
+    bool in[2];
+    float slope;
+};
+
 // Which logits of this lane's fragment of the tile at keys j0 the mask leaves finite: bit 4 n + c
-// for key j0 + 8 n + 2 t + (c & 1) of query row g + 8 (c >> 1) (rows past the queries, `rows_in`
-// clear, none).
-__device__ __forceinline__ u32 fm_live(const TD& m, const u8* const (&mrow)[2], const bool (&rows_in)[2], float slope,
-                                       int j0, int n_kv) {
+// for key j0 + 8 n + 2 t + (c & 1) of query row g + 8 (c >> 1) (rows past the queries: none).
+__device__ __forceinline__ u32 fm_live(const TD& m, const FmRows& w, int j0, int n_kv) {
     const int t = threadIdx.x % 4;
     u32 bits = 0;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (!rows_in[r]) continue;
+        if (!w.in[r]) continue;
 #pragma unroll
         for (int n = 0; n < FM_BK / 8; n++) {
-            const float2 v = fm_mask_pair(m, mrow[r], j0 + 8 * n + 2 * t, n_kv, slope);
+            const float2 v = fm_mask_pair(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope);
             bits |= (u32)(v.x != NEG_INF) << (4 * n + 2 * r);
             bits |= (u32)(v.y != NEG_INF) << (4 * n + 2 * r + 1);
         }
@@ -139,132 +177,186 @@ __device__ __forceinline__ u32 fm_live(const TD& m, const u8* const (&mrow)[2], 
     return bits;
 }
 
+// The first tile from keys j0 on that the mask leaves visible to some row of the block (n_kv or
+// more: none), with this lane's liveness bits of it and whether any lane of the warp has one.
+// Every thread of the block calls it: the warps meet in `live` (alternate halves, `par`) at one
+// __syncthreads per tile looked at.
+__device__ int fm_next_live(const TD& m, const FmRows& w, int j0, int n_kv, int (*live)[FM_WARPS], int& par, u32& bits,
+                            int& alive) {
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (;; j0 += FM_BK) {
+        bits = j0 < n_kv ? fm_live(m, w, j0, n_kv) : 0u;
+        alive = bits != 0;
+        for (int off = 16; off > 0; off >>= 1) alive |= WARP_SHFL_XOR(alive, off);
+        if (threadIdx.x % 32 == 0) live[par][warp] = alive;
+        __syncthreads();
+        int block_alive = 0;
+        for (int i = 0; i < warps; i++) block_alive |= live[par][i];
+        par ^= 1;
+        if (block_alive || j0 >= n_kv) return j0;
+    }
+}
+
+// The warp's online softmax over one tile: scores `sv` become weights (logits from the scale,
+// softcap and mask, `bits` the live ones), the rows' maxima and sums move on, and the output
+// rows `o` are rescaled to the new maxima.
 template <int D>
-__device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
-                               float scale, float max_bias, float softcap, int has_mask, int has_sinks) {
-    __shared__ uint4 ks_raw[FM_BK * (D + FM_PAD) / 8];
-    __shared__ uint4 vt_raw[D * (FM_BK + FM_PAD) / 8];
-    __shared__ int live[2][FM_WARPS];
-    __shared__ u32 frag_words[FM_FRAG_WORDS];
-    u16* ks = (u16*)ks_raw;
-    u16* vt = (u16*)vt_raw;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
-    const int warps = blockDim.x / 32, rows = warps * FM_ROWS;
-    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + rows - 1) / rows;
-    const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
-    const i64 h = (blockIdx.x / n_qt) % n_head, s = blockIdx.x / (n_qt * n_head);
-    const i64 hk = h / (n_head / k.ne[2]);
-    const int n_kv = (int)k.ne[1];
-    const i64 q0 = qt * rows + warp * FM_ROWS;
-    const float slope = alibi_slope(max_bias, (int)h, (int)n_head);
-    const float sc = softcap != 0.0f ? scale / softcap : scale;
-    const bool rows_in[2] = {q0 + g < n_q, q0 + g + 8 < n_q};
-    const u8* mrow[2];
+__device__ __forceinline__ void fm_softmax(float (&sv)[FM_BK / 8][4], float (&o)[D / 8][4], float (&mx)[2],
+                                           float (&sum)[2], const TD& m, const FmRows& w, u32 bits, int j0, int n_kv,
+                                           float sc, float softcap) {
+    const int t = threadIdx.x % 4;
+    float top[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-    for (int r = 0; r < 2; r++)
-        mrow[r] = has_mask && rows_in[r] ? (const u8*)m.ptr + (q0 + g + 8 * r) * m.nb[1] + (h % m.ne[2]) * m.nb[2] +
-                                               (s % m.ne[3]) * m.nb[3]
-                                         : nullptr;
-    // This warp's query rows as A fragments, F16 (zeros past the last query).
-    u32 qa[D / 16][4];
+    for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float2 mv = (bits >> (4 * n + 2 * r)) & 3u ? fm_mask_pair(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope)
+                                                               : make_float2(NEG_INF, NEG_INF);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * r + e;
+                float y = sv[n][c] * sc;
+                if (softcap != 0.0f) y = softcap * tanhf(y);
+                sv[n][c] = (bits >> (4 * n + c)) & 1u ? y + (e ? mv.y : mv.x) : NEG_INF;
+                top[r] = fmaxf(top[r], sv[n][c]);
+            }
+        }
+    float alpha[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 1));
+        top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 2));
+        const float nm = fmaxf(mx[r], top[r]);
+        base[r] = nm == NEG_INF ? 0.0f : nm;
+        alpha[r] = expf(mx[r] - base[r]);
+        mx[r] = nm;
+        sum[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            sv[n][c] = expf(sv[n][c] - base[c >> 1]);
+            sum[c >> 1] += sv[n][c];
+        }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) o[n][c] *= alpha[c >> 1];
+}
+
+// The tile's scores: sv = Q K^T for the warp's 16 query rows (fragments `qa`) and the staged keys.
+template <int D>
+__device__ __forceinline__ void fm_scores(float (&sv)[FM_BK / 8][4], const u32 (&qa)[D / 16][4], const u16* ks,
+                                          u32* frags) {
+#pragma unroll
+    for (int n = 0; n < FM_BK / 8; n++) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) sv[n][c] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk += 2) {
+            u32 b[4];
+            fm_k_frags(ks, D + FM_PAD, n, kk, b);
+            const u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            FM_MMA(sv[n], qa[kk], b0);
+            FM_MMA(sv[n], qa[kk + 1], b1);
+        }
+    }
+}
+
+// O += P V: the weights of keys 16 kk .. 16 kk + 15 are the A fragment of score tiles 2 kk and
+// 2 kk + 1 (rounded to F16).
+template <int D>
+__device__ __forceinline__ void fm_weighted_values(float (&o)[D / 8][4], const float (&sv)[FM_BK / 8][4], const u16* vs,
+                                                   u32* frags) {
+#pragma unroll
+    for (int kk = 0; kk < FM_BK / 16; kk++) {
+        const u32 pa[4] = {pack_h2(sv[2 * kk][0], sv[2 * kk][1]), pack_h2(sv[2 * kk][2], sv[2 * kk][3]),
+                           pack_h2(sv[2 * kk + 1][0], sv[2 * kk + 1][1]), pack_h2(sv[2 * kk + 1][2], sv[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+            u32 b[4];
+            fm_v_frags(vs, D + FM_PAD, kk, n, b);
+            const u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            FM_MMA(o[n], pa, b0);
+            FM_MMA(o[n + 1], pa, b1);
+        }
+    }
+}
+
+// This warp's query rows q0 .. q0 + 15 as A fragments, F16 (zeros past the last query).
+template <int D>
+__device__ __forceinline__ void fm_load_q(u32 (&qa)[D / 16][4], const TD& q, i64 q0, i64 h, i64 s) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const i64 row = q0 + g + 8 * (i & 1);
             const int c = 16 * kk + 2 * t + 8 * (i >> 1);
-            const bool in = row < n_q;
+            const bool in = row < q.ne[1];
             qa[kk][i] = pack_h2(in ? load_float(q, c, row, h, s) : 0.0f, in ? load_float(q, c + 1, row, h, s) : 0.0f);
         }
+}
+
+// The tiles' pipeline: K of a tile is staged while the warps weigh the values of the tile before,
+// its V while they score it.
+template <int D>
+__device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
+                               float scale, float max_bias, float softcap, int has_mask, int has_sinks) {
+    __shared__ uint4 ks_raw[FM_BK * (D + FM_PAD) / 8];
+    __shared__ uint4 vs_raw[FM_BK * (D + FM_PAD) / 8];
+    __shared__ int live[2][FM_WARPS];
+    __shared__ u32 frag_words[FM_FRAG_WORDS];
+    u16* ks = (u16*)ks_raw;
+    u16* vs = (u16*)vs_raw;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
+    const int rows = blockDim.x / 32 * FM_ROWS;
+    const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + rows - 1) / rows;
+    const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
+    const i64 h = (blockIdx.x / n_qt) % n_head, s = blockIdx.x / (n_qt * n_head);
+    const i64 hk = h / (n_head / k.ne[2]);
+    const int n_kv = (int)k.ne[1];
+    const i64 q0 = qt * rows + warp * FM_ROWS;
+    const float sc = softcap != 0.0f ? scale / softcap : scale;
+    FmRows w;
+    w.slope = alibi_slope(max_bias, (int)h, (int)n_head);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        w.in[r] = q0 + g + 8 * r < n_q;
+        w.mrow[r] = has_mask && w.in[r] ? (const u8*)m.ptr + (q0 + g + 8 * r) * m.nb[1] + (h % m.ne[2]) * m.nb[2] +
+                                               (s % m.ne[3]) * m.nb[3]
+                                         : nullptr;
+    }
+    u32 qa[D / 16][4];
+    fm_load_q<D>(qa, q, q0, h, s);
     float o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
 #pragma unroll
         for (int c = 0; c < 4; c++) o[n][c] = 0.0f;
     float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
-    for (int j0 = 0; j0 < n_kv; j0 += FM_BK) {
-        const u32 bits = fm_live(m, mrow, rows_in, slope, j0, n_kv);
-        int alive = bits != 0;
-        for (int off = 16; off > 0; off >>= 1) alive |= WARP_SHFL_XOR(alive, off);
-        const int par = (j0 / FM_BK) & 1;
-        if (lane == 0) live[par][warp] = alive;
-        __syncthreads();
-        int block_alive = 0;
-        for (int w = 0; w < warps; w++) block_alive |= live[par][w];
-        if (!block_alive) continue;
-        fm_stage<D>(k, ks, j0, n_kv, hk, s, false);
-        fm_stage<D>(v, vt, j0, n_kv, hk, s, true);
-        __syncthreads();
-        if (!alive) continue;
-        // Scores of the tile: S = Q K^T (B[dim][key] = K[key][dim]: a row of K in shared memory).
+    int par = 0, alive;
+    u32 bits;
+    int j0 = fm_next_live(m, w, 0, n_kv, live, par, bits, alive);
+    if (j0 < n_kv) fm_stage<D>(k, ks, j0, n_kv, hk, s);
+    while (j0 < n_kv) {
+        CP_ASYNC_WAIT_ALL();
+        __syncthreads();  // K staged; every warp done with the last tile's V
+        fm_stage<D>(v, vs, j0, n_kv, hk, s);
         float sv[FM_BK / 8][4];
-#pragma unroll
-        for (int n = 0; n < FM_BK / 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) sv[n][c] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                const u16* kr = ks + (8 * n + g) * (D + FM_PAD) + 16 * kk + 2 * t;
-                const u32 b[2] = {*(const u32*)kr, *(const u32*)(kr + 8)};
-                FM_MMA(sv[n], qa[kk], b);
-            }
+        if (alive) {
+            fm_scores<D>(sv, qa, ks, frags);
+            fm_softmax<D>(sv, o, mx, sum, m, w, bits, j0, n_kv, sc, softcap);
         }
-        // Logits (the mask read again, from the L1), the rows' new maxima (the four lanes of a row
-        // agree), weights.
-        float top[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-        for (int n = 0; n < FM_BK / 8; n++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float2 mv = (bits >> (4 * n + 2 * r)) & 3u
-                                      ? fm_mask_pair(m, mrow[r], j0 + 8 * n + 2 * t, n_kv, slope)
-                                      : make_float2(NEG_INF, NEG_INF);
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int c = 2 * r + e;
-                    float y = sv[n][c] * sc;
-                    if (softcap != 0.0f) y = softcap * tanhf(y);
-                    sv[n][c] = (bits >> (4 * n + c)) & 1u ? y + (e ? mv.y : mv.x) : NEG_INF;
-                    top[r] = fmaxf(top[r], sv[n][c]);
-                }
-            }
-        float alpha[2], base[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 1));
-            top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 2));
-            const float nm = fmaxf(mx[r], top[r]);
-            base[r] = nm == NEG_INF ? 0.0f : nm;
-            alpha[r] = expf(mx[r] - base[r]);
-            mx[r] = nm;
-            sum[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int n = 0; n < FM_BK / 8; n++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                sv[n][c] = expf(sv[n][c] - base[c >> 1]);
-                sum[c >> 1] += sv[n][c];
-            }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) o[n][c] *= alpha[c >> 1];
-        // O += P V: the weights of keys 16 kk .. 16 kk + 15 are the A fragment of score tiles 2 kk
-        // and 2 kk + 1; B[key][dim] = V[key][dim], a row of the transposed V in shared memory.
-#pragma unroll
-        for (int kk = 0; kk < FM_BK / 16; kk++) {
-            const u32 pa[4] = {pack_h2(sv[2 * kk][0], sv[2 * kk][1]), pack_h2(sv[2 * kk][2], sv[2 * kk][3]),
-                               pack_h2(sv[2 * kk + 1][0], sv[2 * kk + 1][1]),
-                               pack_h2(sv[2 * kk + 1][2], sv[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                const u16* vr = vt + (8 * n + g) * (FM_BK + FM_PAD) + 16 * kk + 2 * t;
-                const u32 b[2] = {*(const u32*)vr, *(const u32*)(vr + 8)};
-                FM_MMA(o[n], pa, b);
-            }
-        }
+        CP_ASYNC_WAIT_ALL();
+        int next_alive;
+        u32 next_bits;
+        const int jn = fm_next_live(m, w, j0 + FM_BK, n_kv, live, par, next_bits, next_alive);  // V staged, K free
+        if (jn < n_kv) fm_stage<D>(k, ks, jn, n_kv, hk, s);
+        if (alive) fm_weighted_values<D>(o, sv, vs, frags);
+        j0 = jn, bits = next_bits, alive = next_alive;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

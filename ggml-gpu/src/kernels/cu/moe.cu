@@ -86,6 +86,28 @@ extern "C" __global__ void k_moe_group(GV g, u64 group) { GRID_DEPENDENCY_SYNC()
     }
 }
 
+// This block's tile of the work list (blockIdx.x; false past the last one): its expert e, its
+// n pairs (at most MM_BN), each pair's activation column (cols: (slot % b1) + b1 * token) and
+// result column (dcols) in shared memory, visible to the block on return.
+__device__ __forceinline__ bool moe_tile(const GV& g, const int* buf, int& e, int& n, int* cols, int* dcols) {
+    const int tile = (int)blockIdx.x;
+    if (tile >= buf[0]) return false;
+    const int* off = buf + MG_OFF;
+    const int* map = buf + MG_MAP(g.n_exp);
+    const int* tiles = map + g.nz;
+    e = tiles[2 * tile];
+    const int j0 = tiles[2 * tile + 1];
+    n = min(MM_BN, off[e + 1] - j0);
+    if (threadIdx.x < MM_BN) {
+        const int p = map[j0 + min((int)threadIdx.x, n - 1)];
+        const i64 slot = p % g.n_used, tok = p / g.n_used;
+        cols[threadIdx.x] = (int)(slot % g.b1 + g.b1 * tok);
+        dcols[threadIdx.x] = p;
+    }
+    __syncthreads();
+    return true;
+}
+
 // Tile blockIdx.x of the work list (rows blockIdx.y * MM_BM ..) of the grouped product: 8-bit
 // activations (g.x, g.xd as k_quantize_q8 writes them, column (slot % b1) + b1 * token) times
 // expert e's rows of quantized type T, decoded unit by unit (32 weights) into shared memory,
@@ -99,22 +121,10 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
     __shared__ int4 xs[MM_BN][2 * MM_KU + 1];
     __shared__ float2 xds[MM_BN][MM_KU + 1];
     __shared__ int cols[MM_BN], dcols[MM_BN];
-    const int tile = (int)blockIdx.x;
-    if (tile >= buf[0]) return;
-    const int* off = buf + MG_OFF;
-    const int* map = buf + MG_MAP(g.n_exp);
-    const int* tiles = map + g.nz;
-    const int e = tiles[2 * tile], j0 = tiles[2 * tile + 1];
-    const int n = min(MM_BN, off[e + 1] - j0);
+    int e, n;
+    if (!moe_tile(g, buf, e, n, cols, dcols)) return;
     const i64 row0 = (i64)blockIdx.y * MM_BM;
     const int tid = threadIdx.x, tc = tid % 8, tr = tid / 8;
-    if (tid < MM_BN) {
-        const int p = map[j0 + min(tid, n - 1)];
-        const i64 slot = p % g.n_used, tok = p / g.n_used;
-        cols[tid] = (int)(slot % g.b1 + g.b1 * tok);
-        dcols[tid] = p;
-    }
-    __syncthreads();
     const u8* wb = (const u8*)g.w + e * g.wnb2;
     const signed char* xq = (const signed char*)g.x;
     const float2* xd = (const float2*)g.xd;
@@ -128,13 +138,8 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
 #pragma unroll
         for (int i = tid; i < MM_BM * MM_KU; i += MM_THREADS) {
             const int r = i / MM_KU, u = i % MM_KU, s = u0 + u;
-            QUnit q;
-            if (s < nu) {
-                decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
-            } else {
-                for (int w = 0; w < 8; w++) q.w[w] = 0;
-                q.sa = q.sb = q.m = 0.0f;
-            }
+            QUnit q = {};  // zeros past the row's units
+            if (s < nu) decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
             ws[r][u][0] = moe_int4(q.w[0], q.w[1], q.w[2], q.w[3]);
             ws[r][u][1] = moe_int4(q.w[4], q.w[5], q.w[6], q.w[7]);
             wsc[r][u][0] = q.sa;
@@ -240,23 +245,11 @@ __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
     __shared__ float2 xds[MM_BN][MM_KU + 1];
     __shared__ int cols[MM_BN], dcols[MM_BN];
     __shared__ int frags[MQ_FRAG_WORDS];
-    const int tile = (int)blockIdx.x;
-    if (tile >= buf[0]) return;
-    const int* off = buf + MG_OFF;
-    const int* map = buf + MG_MAP(g.n_exp);
-    const int* tiles = map + g.nz;
-    const int e = tiles[2 * tile], j0 = tiles[2 * tile + 1];
-    const int n = min(MM_BN, off[e + 1] - j0);
+    int e, n;
+    if (!moe_tile(g, buf, e, n, cols, dcols)) return;
     const i64 row0 = (i64)blockIdx.y * MM_BM;
     const int tid = threadIdx.x, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
     const int r0 = 16 * (tid / 32) + gq, r1 = r0 + 8;
-    if (tid < MM_BN) {
-        const int p = map[j0 + min(tid, n - 1)];
-        const i64 slot = p % g.n_used, tok = p / g.n_used;
-        cols[tid] = (int)(slot % g.b1 + g.b1 * tok);
-        dcols[tid] = p;
-    }
-    __syncthreads();
     const u8* wb = (const u8*)g.w + e * g.wnb2;
     const signed char* xq = (const signed char*)g.x;
     const float2* xd = (const float2*)g.xd;
@@ -270,13 +263,8 @@ __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
 #pragma unroll
         for (int i = tid; i < MM_BM * MM_KU; i += MM_THREADS) {
             const int r = i / MM_KU, u = i % MM_KU, s = u0 + u;
-            QUnit q;
-            if (s < nu) {
-                decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
-            } else {
-                for (int w = 0; w < 8; w++) q.w[w] = 0;
-                q.sa = q.sb = q.m = 0.0f;
-            }
+            QUnit q = {};  // zeros past the row's units
+            if (s < nu) decode_q<T>(wb + min(row0 + r, g.m - 1) * g.wnb1, s, q);
             int4* wr = (int4*)(ws + r * MQ_PITCH + 8 * u);
             wr[0] = moe_int4(q.w[0], q.w[1], q.w[2], q.w[3]);
             wr[1] = moe_int4(q.w[4], q.w[5], q.w[6], q.w[7]);
@@ -331,11 +319,13 @@ __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
     }
 }
 
+// The tensor-core kernels are held to 6 blocks a multiprocessor's registers (80 each at 128
+// threads), as many as their shared memory allows.
 #define MOE_KERNEL(name, T)                                                                           \
     extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mm_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); \
         moe_mm<T>(g, (const int*)group);                                                              \
     }                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(MM_THREADS) k_moe_mma_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); \
+    extern "C" __global__ void __launch_bounds__(MM_THREADS, 6) k_moe_mma_##name(GV g, u64 group) { GRID_DEPENDENCY_SYNC(); \
         moe_mma<T>(g, (const int*)group);                                                             \
     }
 

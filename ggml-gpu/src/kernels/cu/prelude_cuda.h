@@ -33,12 +33,34 @@ __device__ __forceinline__ unsigned short f2h(float f) {
 // form through shared memory.
 // MMA_I8_16816(c, a, b): c += a b for a 16x16 tile a and a 16x8 tile b of signed bytes, int32
 // sums (fragments as moe.cu describes them).
+// CP_ASYNC_16(dst, src) starts copying 16 bytes from global memory at src to shared memory at dst
+// (both 16-byte aligned), CP_ASYNC_WAIT_ALL() waits until this thread's copies have landed;
+// LDSM_X4(r, p) and LDSM_X4_TRANS(r, p) load four 8x8 tiles of halves from shared memory as
+// attention_mma.cu's fragments (lane l gives the address of row l % 8 of tile l / 8; the tiles
+// as they are, or transposed).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// The shared-memory address of a generic pointer to shared memory, as the instructions take it.
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(a) : "l"(p));
+    return a;
+}
+#define CP_ASYNC_16(dst, src)                                                                         \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory")
+#define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+#define LDSM_X4(r, p)                                                                                 \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"                    \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3])                              \
+                 : "r"(smem_u32(p)))
+#define LDSM_X4_TRANS(r, p)                                                                           \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"              \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3])                              \
+                 : "r"(smem_u32(p)))
 #define MMA_F16_16816(c, a, b)                                                                        \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "  \
-                 "{%8,%9}, {%0,%1,%2,%3};"                                                             \
-                 : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                              \
-                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "           \
+        "{%8,%9}, {%0,%1,%2,%3};"                                                                      \
+        : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                                       \
+        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 #define MMA_I8_16816(c, a, b)                                                                         \
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "    \
                  "{%0,%1,%2,%3};"                                                                      \

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A/B of two builds of the program on a lent GPU machine (no Rust there), for the prompt work
+# (issues 18, 19): the GPU tests of the new build; F16 prompts of 8192 / 2048 / 512 tokens with the
+# new build (ggml-tp) and the one it is compared with (ggml-tp-old), their per-node profiles at
+# pp8192; Qwen3-30B-A3B Q4_0 pp512 both ways; llama.cpp on the same files. Output in $OUT/out.txt.
+# Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
+#         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
+#       git stash; cargo build --release -p ggml-tp; strip -o .device-bin/NAME/ggml-tp-old \
+#         target/release/ggml-tp; git stash pop   (or a checkout of the other commit)
+#       gzip -1 .device-bin/NAME/{ggml-tp,ggml-tp-old,cuda_kernels,conformance_cuda,logits_arch}
+#       cp -r ../shared/anchor scripts/device-ab.sh .device-bin/NAME/
+# There: bash .device-bin/NAME/device-ab.sh (carry .device-bin/NAME).
+set -u
+B=$(cd "$(dirname "$0")" && pwd); cd "$B"
+LOG=$OUT/out.txt; export NCCL_NVLS_ENABLE=0; T0=$(date +%s)
+step() { local t=$1; shift; echo "## $t ($(($(date +%s) - T0)) s)" >>"$LOG"; "$@" >>"$LOG" 2>&1; }
+for f in *.gz; do gunzip -f "$f"; done
+chmod +x ggml-tp ggml-tp-old cuda_kernels conformance_cuda logits_arch; chmod -R u+w anchor
+mkdir -p /tmp/m /tmp/w; M=/tmp/m/llama3-8b-f16.gguf; Q=/tmp/m/qwen3-30b-a3b-q4_0.gguf; LB=/tmp/w/lcpp/build/bin/llama-bench
+[ -x $LB ] || (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
+LBP=$!
+[ -s $M ] || ./ggml-tp synth llama3-8b-f16 -o $M >/tmp/w/synth.txt 2>&1 &
+SYNTH=$!
+[ -s $Q ] || ./ggml-tp synth qwen3-30b-a3b-q4_0 -o $Q >/tmp/w/synthq.txt 2>&1 &
+SYNTHQ=$!
+timeout 240 ./cuda_kernels attention flash moe >/tmp/w/k.txt 2>&1 & T1=$!
+timeout 200 ./conformance_cuda >/tmp/w/c.txt 2>&1 & T2=$!
+GGML_TP_FIXTURES="$B/fx" timeout 120 ./logits_arch >/tmp/w/l.txt 2>&1 & T3=$!
+wait $T1 $T2 $T3
+step cuda_kernels grep -v "^test .* ok$" /tmp/w/k.txt
+step conformance_cuda grep -v "running for over\|^test .* ok$" /tmp/w/c.txt
+step logits_arch grep -v "^test .* ok$" /tmp/w/l.txt
+wait $SYNTH; step synth cat /tmp/w/synth.txt
+for pu in 8192,2048 2048,512; do
+  for bin in ggml-tp ggml-tp-old; do
+    step "$bin f16 pp${pu%,*} u${pu#*,}" timeout 60 ./$bin bench -m $M --devices cuda:0 -p "${pu%,*}" -u "${pu#*,}" -n 0 -r 2
+  done
+done
+for bin in ggml-tp ggml-tp-old; do
+  step "profile $bin pp8192" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 60 ./$bin bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1 2>&1 | grep -i 'attn\|total\|pp8192' | head -12"
+done
+wait $LBP; step lcpp_build tail -2 /tmp/w/lcpp_build.txt
+for pu in 8192,2048 2048,512; do
+  step "llama.cpp f16 pp${pu%,*} ub${pu#*,}" timeout 60 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none -p "${pu%,*}" -ub "${pu#*,}" -n 0 -r 2 -o md
+done
+wait $SYNTHQ; step synthq tail -2 /tmp/w/synthq.txt
+for bin in ggml-tp ggml-tp-old; do
+  step "$bin qwen3-30b pp512" timeout 60 ./$bin bench -m $Q --devices cuda:0 -p 512 -n 0 -r 2
+done
+step "llama.cpp qwen3-30b pp512" timeout 60 $LB -m $Q -ngl 99 -fa 1 -dev CUDA0 -sm none -p 512 -n 0 -r 2 -o md
+for bin in ggml-tp ggml-tp-old; do
+  step "$bin f16 pp512" timeout 60 ./$bin bench -m $M --devices cuda:0 -p 512 -n 0 -r 2
+done
+step "llama.cpp f16 pp512" timeout 60 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none -p 512 -n 0 -r 2 -o md
+step done true
