@@ -2,7 +2,9 @@
 # A/B of two builds of the program on a lent GPU machine (no Rust there), for the prompt work
 # (issues 18, 19): the GPU tests of the new build; F16 prompts of 8192 / 2048 / 512 tokens with the
 # new build (ggml-tp) and the one it is compared with (ggml-tp-old), their per-node profiles at
-# pp8192; Qwen3-30B-A3B Q4_0 pp512 both ways; llama.cpp on the same files. Output in $OUT/out.txt.
+# pp8192; Qwen3-30B-A3B Q4_0 pp512 both ways; llama.cpp on the same files; with NCU=1, Nsight
+# Compute on the new build's k_flash_attn_mma_d128 at 8192 keys. Output in $OUT/out.txt. The old
+# build compiles its kernel program (NVRTC) while the tests run, so that no timed run waits on it.
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       git stash; cargo build --release -p ggml-tp; strip -o .device-bin/NAME/ggml-tp-old \
@@ -19,7 +21,8 @@ chmod +x ggml-tp ggml-tp-old cuda_kernels conformance_cuda logits_arch; chmod -R
 mkdir -p /tmp/m /tmp/w; M=/tmp/m/llama3-8b-f16.gguf; Q=/tmp/m/qwen3-30b-a3b-q4_0.gguf; LB=/tmp/w/lcpp/build/bin/llama-bench
 [ -x $LB ] || (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
 LBP=$!
-[ -s $M ] || ./ggml-tp synth llama3-8b-f16 -o $M >/tmp/w/synth.txt 2>&1 &
+([ -s $M ] || ./ggml-tp synth llama3-8b-f16 -o $M; ./ggml-tp-old bench -m $M --devices cuda:0 -p 16 -n 0 -r 1) \
+    >/tmp/w/synth.txt 2>&1 &
 SYNTH=$!
 [ -s $Q ] || ./ggml-tp synth qwen3-30b-a3b-q4_0 -o $Q >/tmp/w/synthq.txt 2>&1 &
 SYNTHQ=$!
@@ -52,4 +55,9 @@ for bin in ggml-tp ggml-tp-old; do
   step "$bin f16 pp512" timeout 60 ./$bin bench -m $M --devices cuda:0 -p 512 -n 0 -r 2
 done
 step "llama.cpp f16 pp512" timeout 60 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none -p 512 -n 0 -r 2 -o md
+if [ "${NCU:-0}" = 1 ]; then
+  step "ncu k_flash_attn_mma_d128 at 8192 keys" timeout 150 ncu --graph-profiling node -k regex:k_flash_attn_mma_d128 \
+    --launch-skip 96 --launch-count 1 --set full -o $OUT/fa ./ggml-tp bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1
+  step "ncu details" ncu -i $OUT/fa.ncu-rep --page details
+fi
 step done true

@@ -20,9 +20,9 @@ pub enum Gen {
     Mask,
     /// A KV cache's padded mask: as [`Gen::Mask`] for the first `n` keys of each row, -inf past them.
     PrefixMask(usize),
-    /// A causal prompt's mask after `past` cached keys: as [`Gen::Mask`] where row (query) i sees
-    /// keys up to `past + i`, -inf past them.
-    CausalMask { past: usize },
+    /// A causal prompt's mask after `past` cached keys: where row (query) i sees keys up to
+    /// `past + i`, as [`Gen::Mask`] or (`plain`) 0 as the models' masks; -inf past them.
+    CausalMask { past: usize, plain: bool },
     /// Small integers in [0, n) (many ties).
     Ties(u32),
     /// Poison: every byte 0xFF (NaN for float types); the op must overwrite all of it.
@@ -193,6 +193,7 @@ pub fn draw(rng: &mut StdRng, gen: Gen) -> f64 {
         Gen::Uniform(lo, hi) => rng.gen_range(lo as f64..hi as f64),
         Gen::Ties(n) => rng.gen_range(0..n) as f64,
         Gen::Ids { max, .. } => rng.gen_range(0..max) as f64,
+        Gen::CausalMask { plain: true, .. } => 0.0,
         Gen::Mask | Gen::PrefixMask(_) | Gen::CausalMask { .. } => {
             if rng.gen_bool(0.25) {
                 f64::NEG_INFINITY
@@ -228,7 +229,7 @@ pub fn draw_leaf(rng: &mut StdRng, gen: Gen, ne: [usize; 4]) -> Dense {
                 row.iter_mut().skip(n).for_each(|x| *x = f64::NEG_INFINITY);
                 row[0] = 0.0;
             }
-            Gen::CausalMask { past } => {
+            Gen::CausalMask { past, .. } => {
                 row.iter_mut()
                     .skip(past + i1 + 1)
                     .for_each(|x| *x = f64::NEG_INFINITY);

@@ -4,8 +4,8 @@
 
 use super::*;
 
-/// One flash_attn_ext case: head sizes, heads, queries, keys, sequences, K/V type and the op's
-/// options; `kv_view` lays K and V out as the KV cache does (heads inside key rows).
+/// One flash_attn_ext case: head sizes, heads, queries, keys, sequences, K/V and mask types and the
+/// op's options; `kv_view` lays K and V out as the KV cache does (heads inside key rows).
 #[derive(Clone, Copy)]
 struct AttnCase {
     d: usize,
@@ -16,6 +16,7 @@ struct AttnCase {
     keys: usize,
     seqs: usize,
     kv: DType,
+    mask: DType,
     sinks: bool,
     softcap: f32,
     max_bias: f32,
@@ -33,6 +34,7 @@ impl AttnCase {
             keys,
             seqs: 1,
             kv,
+            mask: DType::F16,
             sinks: false,
             softcap: 0.0,
             max_bias: 0.0,
@@ -51,8 +53,8 @@ impl AttnCase {
     fn name(&self) -> String {
         let c = self;
         format!(
-            "D {}/{} heads {}/{} {} queries {} keys {} seqs, sinks {} softcap {} alibi {} cache view {}",
-            c.d, c.dv, c.heads, c.kv_heads, c.queries, c.keys, c.seqs, c.sinks, c.softcap,
+            "D {}/{} heads {}/{} {} queries {} keys {} seqs, {:?} mask, sinks {} softcap {} alibi {} cache view {}",
+            c.d, c.dv, c.heads, c.kv_heads, c.queries, c.keys, c.seqs, c.mask, c.sinks, c.softcap,
             c.max_bias, c.kv_view
         )
     }
@@ -87,11 +89,14 @@ fn push_attn(set: &mut CaseSet, c: AttnCase) {
 /// Pushes `c` with a mask drawn from `mask` (a [`Gen::Mask`] or [`Gen::PrefixMask`]).
 fn push_attn_masked(set: &mut CaseSet, c: AttnCase, mask: Gen) {
     let (mut inputs, sinks) = c.inputs();
-    inputs.push(InputSpec::new(DType::F16, [c.keys, c.queries + 3, 1, 1]).gen(mask));
+    inputs.push(InputSpec::new(c.mask, [c.keys, c.queries + 3, 1, 1]).gen(mask));
     inputs.extend(sinks);
     let name = match mask {
         Gen::PrefixMask(n) => format!("{} keys_used={n}", c.name()),
-        Gen::CausalMask { past } => format!("{} causal after {past}", c.name()),
+        Gen::CausalMask { past, plain } => {
+            let values = if plain { "0 or -inf" } else { "random" };
+            format!("{} causal after {past}, {values}", c.name())
+        }
         _ => c.name(),
     };
     push_flash_attn(set, name, inputs, c.kv, c.params());
@@ -159,16 +164,21 @@ fn flash_attn_prefill_every_type() {
 /// The tensor-core prompt kernels (`k_flash_attn_mma_*`: heads of 64 and 128, F16 or Q8_0 K/V) on
 /// the emulated CUDA device: causal prompts after cached keys (tiles hidden from a whole block are
 /// skipped, others from some warps only), query and key counts off the 64-row blocks and 64-key
-/// tiles, GQA, sinks, softcap, ALiBi, several sequences, the KV cache's layout.
+/// tiles, GQA, sinks, softcap, ALiBi, several sequences, the KV cache's layout; each way the kernel
+/// reads its mask (F32 or F16 rows read a key pair at a time, both only where an even key count
+/// aligns the rows; other rows element by element).
 #[test]
 fn flash_attn_prefill_tensor_cores() {
     let seed = seed();
     let mut set = CaseSet::new(seed);
-    for (kv, d, heads, kv_heads, queries, past) in [
-        (DType::F16, 128, 8, 2, 200, 130),
-        (DType::Q8_0, 128, 4, 1, 77, 0),
-        (DType::F16, 64, 6, 3, 130, 7),
-        (DType::Q8_0, 64, 2, 2, 16, 300),
+    for (kv, mask, plain, d, heads, kv_heads, queries, past) in [
+        (DType::F16, DType::F16, false, 128, 8, 2, 200, 130),
+        (DType::F16, DType::F32, true, 128, 8, 2, 200, 130),
+        (DType::F16, DType::F32, false, 128, 4, 1, 77, 0),
+        (DType::Q8_0, DType::F16, true, 128, 4, 1, 77, 0),
+        (DType::F16, DType::F16, true, 64, 6, 3, 130, 6),
+        (DType::F16, DType::F32, false, 64, 2, 1, 66, 64),
+        (DType::Q8_0, DType::F16, false, 64, 2, 2, 16, 300),
     ] {
         push_attn_masked(
             &mut set,
@@ -176,11 +186,19 @@ fn flash_attn_prefill_tensor_cores() {
                 d,
                 dv: d,
                 kv_view: true,
+                mask,
                 ..AttnCase::new(kv, heads, kv_heads, queries, past + queries)
             },
-            Gen::CausalMask { past },
+            Gen::CausalMask { past, plain },
         );
     }
+    push_attn(
+        &mut set,
+        AttnCase {
+            mask: DType::F32,
+            ..AttnCase::new(DType::F16, 4, 2, 48, 96)
+        },
+    );
     push_attn(
         &mut set,
         AttnCase {

@@ -63,6 +63,10 @@ __device__ __forceinline__ void mma_f16_lanes(float (&c)[4], const u32 (&a)[4], 
 #define FM_FRAG_WORDS (FM_WARPS * 32 * 6)
 #endif
 // Without asynchronous copies (HIP, older CUDA, the host emulation) a staged chunk is copied at once.
+// The softmax's exponentials: the CUDA prelude's fast form (a scale and ex2.approx, a few ulp), else expf.
+#ifndef FAST_EXPF
+#define FAST_EXPF(x) expf(x)
+#endif
 #ifndef CP_ASYNC_16
 #define CP_ASYNC_16(dst, src) (*(uint4*)(dst) = *(const uint4*)(src))
 #define CP_ASYNC_WAIT_ALL() ((void)0)
@@ -132,21 +136,45 @@ __device__ __forceinline__ float fm_mask_at(const TD& m, const u8* p) {
     return m.type == T_F16 ? h2f(ld16(p)) : m.type == T_F32 ? *(const float*)p : bf2f(ld16(p));
 }
 
-// The mask's part of the logits of keys `key` and `key + 1` for the query row whose mask row is
-// `mrow` (null: no mask, 0): slope times the mask, -inf past the keys; one load for both where
-// the row's type and alignment allow.
+// How the kernel reads its mask, chosen once per launch (each kind its own copy of the kernel's
+// body, so the tile loop holds only its own loads): F32 or F16 rows whose key pairs are aligned for
+// one load (no mask at all reads as MK_F32 with no rows), or any other layout element by element.
+#define MK_F32 0
+#define MK_F16 1
+#define MK_ANY 2
+
+__device__ __forceinline__ int fm_mask_kind(const TD& m, int has_mask) {
+    if (!has_mask) return MK_F32;
+    const i64 pair = 2 * m.nb[0];
+    const bool aligned = (u64)m.ptr % pair == 0 && m.nb[1] % pair == 0 && m.nb[2] % pair == 0 && m.nb[3] % pair == 0;
+    if (m.type == T_F32 && m.nb[0] == 4 && aligned) return MK_F32;
+    if (m.type == T_F16 && m.nb[0] == 2 && aligned) return MK_F16;
+    return MK_ANY;
+}
+
+// Element `key` of mask row `mrow` as the kind MK reads it.
+template <int MK>
+__device__ __forceinline__ float fm_mask_one(const TD& m, const u8* mrow, int key) {
+    if (MK == MK_F32) return ((const float*)mrow)[key];
+    if (MK == MK_F16) return h2f(((const u16*)mrow)[key]);
+    return fm_mask_at(m, mrow + key * m.nb[0]);
+}
+
+// The mask's part of the logits of keys `key` and `key + 1` (`key` even) for the query row whose
+// mask row is `mrow` (null: no mask, 0): slope times the mask, -inf past the keys; one load for
+// both in the aligned kinds.
+template <int MK>
 __device__ __forceinline__ float2 fm_mask_pair(const TD& m, const u8* mrow, int key, int n_kv, float slope) {
     float2 v = make_float2(key < n_kv ? 0.0f : NEG_INF, key + 1 < n_kv ? 0.0f : NEG_INF);
     if (!mrow) return v;
-    const u8* p = mrow + key * m.nb[0];
-    if (key + 1 < n_kv && m.type == T_F16 && m.nb[0] == 2 && ((u64)p & 3) == 0) {
-        const u32 w = *(const u32*)p;
+    if (MK == MK_F32 && key + 1 < n_kv) {
+        v = ((const float2*)mrow)[key / 2];
+    } else if (MK == MK_F16 && key + 1 < n_kv) {
+        const u32 w = ((const u32*)mrow)[key / 2];
         v = make_float2(h2f((u16)(w & 0xFFFFu)), h2f((u16)(w >> 16)));
-    } else if (key + 1 < n_kv && m.type == T_F32 && m.nb[0] == 4 && ((u64)p & 7) == 0) {
-        v = *(const float2*)p;
     } else {
-        if (key < n_kv) v.x = fm_mask_at(m, p);
-        if (key + 1 < n_kv) v.y = fm_mask_at(m, p + m.nb[0]);
+        if (key < n_kv) v.x = fm_mask_one<MK>(m, mrow, key);
+        if (key + 1 < n_kv) v.y = fm_mask_one<MK>(m, mrow, key + 1);
     }
     return make_float2(slope * v.x, slope * v.y);
 }
@@ -160,67 +188,95 @@ struct FmRows {
 };
 
 // Which logits of this lane's fragment of the tile at keys j0 the mask leaves finite: bit 4 n + c
-// for key j0 + 8 n + 2 t + (c & 1) of query row g + 8 (c >> 1) (rows past the queries: none).
-__device__ __forceinline__ u32 fm_live(const TD& m, const FmRows& w, int j0, int n_kv) {
+// for key j0 + 8 n + 2 t + (c & 1) of query row g + 8 (c >> 1) (rows past the queries: none);
+// `mixed` is set where one of them takes a mask value other than 0.
+template <int MK>
+__device__ __forceinline__ u32 fm_live(const TD& m, const FmRows& w, int j0, int n_kv, bool& mixed) {
     const int t = threadIdx.x % 4;
     u32 bits = 0;
+    mixed = false;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (!w.in[r]) continue;
 #pragma unroll
         for (int n = 0; n < FM_BK / 8; n++) {
-            const float2 v = fm_mask_pair(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope);
+            const float2 v = fm_mask_pair<MK>(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope);
             bits |= (u32)(v.x != NEG_INF) << (4 * n + 2 * r);
             bits |= (u32)(v.y != NEG_INF) << (4 * n + 2 * r + 1);
+            mixed |= (v.x != NEG_INF && v.x != 0.0f) || (v.y != NEG_INF && v.y != 0.0f);
         }
     }
     return bits;
 }
 
+// What fm_next_live says of a warp's part of a tile: some logit is finite (FM_ALIVE), some finite
+// logit takes a mask value other than 0 (FM_MIXED: the softmax reads the mask again; otherwise
+// the live logits' mask part is 0 and it reads nothing).
+#define FM_ALIVE 1
+#define FM_MIXED 2
+
 // The first tile from keys j0 on that the mask leaves visible to some row of the block (n_kv or
-// more: none), with this lane's liveness bits of it and whether any lane of the warp has one.
+// more: none), with this lane's liveness bits of it and the warp's FM_ALIVE / FM_MIXED `flags`.
 // Every thread of the block calls it: the warps meet in `live` (alternate halves, `par`) at one
 // __syncthreads per tile looked at.
-__device__ int fm_next_live(const TD& m, const FmRows& w, int j0, int n_kv, int (*live)[FM_WARPS], int& par, u32& bits,
-                            int& alive) {
+template <int MK>
+__device__ __forceinline__ int fm_next_live(const TD& m, const FmRows& w, int j0, int n_kv, int (*live)[FM_WARPS],
+                                            int& par, u32& bits, int& flags) {
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     for (;; j0 += FM_BK) {
-        bits = j0 < n_kv ? fm_live(m, w, j0, n_kv) : 0u;
-        alive = bits != 0;
-        for (int off = 16; off > 0; off >>= 1) alive |= WARP_SHFL_XOR(alive, off);
-        if (threadIdx.x % 32 == 0) live[par][warp] = alive;
+        bool mixed = false;
+        bits = j0 < n_kv ? fm_live<MK>(m, w, j0, n_kv, mixed) : 0u;
+        flags = (bits != 0 ? FM_ALIVE : 0) | (mixed ? FM_MIXED : 0);
+        for (int off = 16; off > 0; off >>= 1) flags |= WARP_SHFL_XOR(flags, off);
+        if (threadIdx.x % 32 == 0) live[par][warp] = flags;
         __syncthreads();
-        int block_alive = 0;
-        for (int i = 0; i < warps; i++) block_alive |= live[par][i];
+        int block_flags = 0;
+        for (int i = 0; i < warps; i++) block_flags |= live[par][i];
         par ^= 1;
-        if (block_alive || j0 >= n_kv) return j0;
+        if ((block_flags & FM_ALIVE) || j0 >= n_kv) return j0;
     }
 }
 
-// The warp's online softmax over one tile: scores `sv` become weights (logits from the scale,
-// softcap and mask, `bits` the live ones), the rows' maxima and sums move on, and the output
-// rows `o` are rescaled to the new maxima.
-template <int D>
-__device__ __forceinline__ void fm_softmax(float (&sv)[FM_BK / 8][4], float (&o)[D / 8][4], float (&mx)[2],
-                                           float (&sum)[2], const TD& m, const FmRows& w, u32 bits, int j0, int n_kv,
-                                           float sc, float softcap) {
+// Scores `sv` of the tile at keys j0 as logits (scale, softcap, the mask's part where MIXED; -inf
+// where `bits` says the mask hides them), with the largest of each row's part in this lane.
+template <int MK, bool MIXED>
+__device__ __forceinline__ void fm_logits(float (&sv)[FM_BK / 8][4], float (&top)[2], const TD& m, const FmRows& w,
+                                          u32 bits, int j0, int n_kv, float sc, float softcap) {
     const int t = threadIdx.x % 4;
-    float top[2] = {NEG_INF, NEG_INF};
+    if (softcap != 0.0f) {
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sv[n][c] = softcap * tanhf(sv[n][c] * sc);
+    } else {
+#pragma unroll
+        for (int n = 0; n < FM_BK / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sv[n][c] *= sc;
+    }
 #pragma unroll
     for (int n = 0; n < FM_BK / 8; n++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const float2 mv = (bits >> (4 * n + 2 * r)) & 3u ? fm_mask_pair(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope)
-                                                               : make_float2(NEG_INF, NEG_INF);
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = 2 * r + e;
-                float y = sv[n][c] * sc;
-                if (softcap != 0.0f) y = softcap * tanhf(y);
-                sv[n][c] = (bits >> (4 * n + c)) & 1u ? y + (e ? mv.y : mv.x) : NEG_INF;
-                top[r] = fmaxf(top[r], sv[n][c]);
-            }
+            float2 mv = make_float2(0.0f, 0.0f);
+            if (MIXED && ((bits >> (4 * n + 2 * r)) & 3u))
+                mv = fm_mask_pair<MK>(m, w.mrow[r], j0 + 8 * n + 2 * t, n_kv, w.slope);
+            sv[n][2 * r] = (bits >> (4 * n + 2 * r)) & 1u ? sv[n][2 * r] + mv.x : NEG_INF;
+            sv[n][2 * r + 1] = (bits >> (4 * n + 2 * r + 1)) & 1u ? sv[n][2 * r + 1] + mv.y : NEG_INF;
+            top[r] = fmaxf(top[r], fmaxf(sv[n][2 * r], sv[n][2 * r + 1]));
         }
+}
+
+// The warp's online softmax over one tile: scores `sv` become weights (logits from the scale,
+// softcap and mask, `bits` the live ones, `mixed` whether the mask's values are read), the rows'
+// maxima and sums move on, and the output rows `o` are rescaled to the new maxima.
+template <int D, int MK>
+__device__ __forceinline__ void fm_softmax(float (&sv)[FM_BK / 8][4], float (&o)[D / 8][4], float (&mx)[2],
+                                           float (&sum)[2], const TD& m, const FmRows& w, u32 bits, bool mixed,
+                                           int j0, int n_kv, float sc, float softcap) {
+    float top[2] = {NEG_INF, NEG_INF};
+    if (mixed) fm_logits<MK, true>(sv, top, m, w, bits, j0, n_kv, sc, softcap);
+    else fm_logits<MK, false>(sv, top, m, w, bits, j0, n_kv, sc, softcap);
     float alpha[2], base[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -228,7 +284,7 @@ __device__ __forceinline__ void fm_softmax(float (&sv)[FM_BK / 8][4], float (&o)
         top[r] = fmaxf(top[r], WARP_SHFL_XOR(top[r], 2));
         const float nm = fmaxf(mx[r], top[r]);
         base[r] = nm == NEG_INF ? 0.0f : nm;
-        alpha[r] = expf(mx[r] - base[r]);
+        alpha[r] = FAST_EXPF(mx[r] - base[r]);
         mx[r] = nm;
         sum[r] *= alpha[r];
     }
@@ -236,7 +292,7 @@ __device__ __forceinline__ void fm_softmax(float (&sv)[FM_BK / 8][4], float (&o)
     for (int n = 0; n < FM_BK / 8; n++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            sv[n][c] = expf(sv[n][c] - base[c >> 1]);
+            sv[n][c] = FAST_EXPF(sv[n][c] - base[c >> 1]);
             sum[c >> 1] += sv[n][c];
         }
 #pragma unroll
@@ -299,19 +355,26 @@ __device__ __forceinline__ void fm_load_q(u32 (&qa)[D / 16][4], const TD& q, i64
         }
 }
 
-// The tiles' pipeline: K of a tile is staged while the warps weigh the values of the tile before,
-// its V while they score it.
+// The block's shared memory: the staged K and V tiles, the warps' flags of fm_next_live, the
+// fragments of the portable product.
 template <int D>
-__device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk, const TD& d,
-                               float scale, float max_bias, float softcap, int has_mask, int has_sinks) {
-    __shared__ uint4 ks_raw[FM_BK * (D + FM_PAD) / 8];
-    __shared__ uint4 vs_raw[FM_BK * (D + FM_PAD) / 8];
-    __shared__ int live[2][FM_WARPS];
-    __shared__ u32 frag_words[FM_FRAG_WORDS];
-    u16* ks = (u16*)ks_raw;
-    u16* vs = (u16*)vs_raw;
+struct FmShared {
+    uint4 ks[FM_BK * (D + FM_PAD) / 8];
+    uint4 vs[FM_BK * (D + FM_PAD) / 8];
+    int live[2][FM_WARPS];
+    u32 frags[FM_FRAG_WORDS];
+};
+
+// The tiles' pipeline: K of a tile is staged while the warps weigh the values of the tile before,
+// its V while they score it; the mask read as MK says.
+template <int D, int MK>
+__device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
+                                               const TD& d, float scale, float max_bias, float softcap, int has_mask,
+                                               int has_sinks, FmShared<D>& sm) {
+    u16* ks = (u16*)sm.ks;
+    u16* vs = (u16*)sm.vs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    u32* frags = frag_words + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
+    u32* frags = sm.frags + (FM_FRAG_WORDS > 1 ? warp * 32 * 6 : 0);
     const int rows = blockDim.x / 32 * FM_ROWS;
     const i64 n_q = q.ne[1], n_head = q.ne[2], n_qt = (n_q + rows - 1) / rows;
     const i64 qt = n_qt - 1 - blockIdx.x % n_qt;
@@ -337,26 +400,26 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
 #pragma unroll
         for (int c = 0; c < 4; c++) o[n][c] = 0.0f;
     float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
-    int par = 0, alive;
+    int par = 0, flags;
     u32 bits;
-    int j0 = fm_next_live(m, w, 0, n_kv, live, par, bits, alive);
+    int j0 = fm_next_live<MK>(m, w, 0, n_kv, sm.live, par, bits, flags);
     if (j0 < n_kv) fm_stage<D>(k, ks, j0, n_kv, hk, s);
     while (j0 < n_kv) {
         CP_ASYNC_WAIT_ALL();
         __syncthreads();  // K staged; every warp done with the last tile's V
         fm_stage<D>(v, vs, j0, n_kv, hk, s);
         float sv[FM_BK / 8][4];
-        if (alive) {
+        if (flags & FM_ALIVE) {
             fm_scores<D>(sv, qa, ks, frags);
-            fm_softmax<D>(sv, o, mx, sum, m, w, bits, j0, n_kv, sc, softcap);
+            fm_softmax<D, MK>(sv, o, mx, sum, m, w, bits, (flags & FM_MIXED) != 0, j0, n_kv, sc, softcap);
         }
         CP_ASYNC_WAIT_ALL();
-        int next_alive;
+        int next_flags;
         u32 next_bits;
-        const int jn = fm_next_live(m, w, j0 + FM_BK, n_kv, live, par, next_bits, next_alive);  // V staged, K free
+        const int jn = fm_next_live<MK>(m, w, j0 + FM_BK, n_kv, sm.live, par, next_bits, next_flags);  // V staged, K free
         if (jn < n_kv) fm_stage<D>(k, ks, jn, n_kv, hk, s);
-        if (alive) fm_weighted_values<D>(o, sv, vs, frags);
-        j0 = jn, bits = next_bits, alive = next_alive;
+        if (flags & FM_ALIVE) fm_weighted_values<D>(o, sv, vs, frags);
+        j0 = jn, bits = next_bits, flags = next_flags;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -374,13 +437,25 @@ __device__ __forceinline__ void flash_attn_mma(const TD& q, const TD& k, const T
     }
 }
 
+// The kernel's body for the mask's kind (one copy per kind, one shared memory).
+template <int D>
+__device__ __forceinline__ void flash_attn_mma_kinds(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
+                                                     const TD& d, float scale, float max_bias, float softcap,
+                                                     int has_mask, int has_sinks) {
+    __shared__ FmShared<D> sm;
+    const int kind = fm_mask_kind(m, has_mask);
+    if (kind == MK_F32) flash_attn_mma<D, MK_F32>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
+    else if (kind == MK_F16) flash_attn_mma<D, MK_F16>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
+    else flash_attn_mma<D, MK_ANY>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
+}
+
 // One block per 16 queries per warp of a head and sequence (the last queries' blocks first); the
 // operands and options as k_flash_attn's; the result F32 and contiguous.
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
     TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
-    flash_attn_mma<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+    flash_attn_mma_kinds<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
 }
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d128(TD q, TD k, TD v, TD m, TD sk,
     TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
-    flash_attn_mma<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+    flash_attn_mma_kinds<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
 }

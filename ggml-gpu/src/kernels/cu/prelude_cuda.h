@@ -28,6 +28,9 @@ __device__ __forceinline__ unsigned short f2h(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+// FAST_EXPF(x): e^x by a scale and ex2.approx (a few ulp; attention_mma.cu's softmax), where the
+// shared sources otherwise take expf.
+#define FAST_EXPF(x) __expf(x)
 // A warp's tensor-core product c += a b (16x16 and 16x8 F16 tiles, f32 sums; fragments as
 // attention_mma.cu describes them) on compute capability 8.0 and later; elsewhere that file's
 // form through shared memory.
