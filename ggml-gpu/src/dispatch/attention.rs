@@ -50,6 +50,10 @@ const SLOT_ATTN_SCORES: usize = 6;
 const SLOT_ATTN_PROBS: usize = 7;
 const SLOT_ATTN_K: usize = 8;
 const SLOT_ATTN_V: usize = 9;
+/// The mask's tile classes of `k_fm_tile_classes` for `k_flash_attn_mma_*`.
+const SLOT_ATTN_TILE_CLASSES: usize = 11;
+/// Keys per tile of `k_flash_attn_mma_*` and `k_fm_tile_classes` (`FM_BK` in attention_mma.cu).
+const FM_TILE_KEYS: usize = 64;
 
 /// One column-major strided batched BLAS product per batch index `i`:
 /// `d_i[m, n] = op(a_i) op(b_i)` with `op` a transposition where `trans_*` is set (`a_i` is
@@ -367,6 +371,9 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
                 .all(|v| v % align == 0)
     };
     let blocks = n_q.div_ceil(FM_ROWS_PER_WARP * mma_warps()) * n_head * n_seq;
+    let mask_blocks = n_q.div_ceil(FM_ROWS_PER_WARP * mma_warps())
+        * a.lk.ne[1].div_ceil(FM_TILE_KEYS)
+        * (a.mask.ne[2] * a.mask.ne[3]).max(1) as usize;
     crate::settings::settings().attn_mma
         && r.has_mma()
         && n_q >= FA_BLAS_MIN_QUERIES
@@ -382,6 +389,7 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
         && a.ld.is_contiguous()
         && a.lk.ne[1] < (1 << 30)
         && blocks < (1 << 31)
+        && mask_blocks < (1 << 31)
 }
 
 /// The node's operands and options: the first arguments of every attention kernel.
@@ -406,8 +414,33 @@ fn mma_warps() -> usize {
     crate::settings::settings().attn_mma_warps
 }
 
+/// The mask's tile classes for the `k_flash_attn_mma_*` blocks of `rows` query rows: one byte per
+/// tile of [`FM_TILE_KEYS`] keys, block of rows and mask head and sequence, in scratch, written by
+/// `k_fm_tile_classes` (0: no mask).
+fn mma_tile_classes(r: &dyn Runner, a: &Attn, rows: usize) -> Result<u64> {
+    if a.has_mask == 0 {
+        return Ok(0);
+    }
+    let [n_kv, n_q] = [a.lk.ne[1], a.lq.ne[1]];
+    let [m_heads, m_seqs] = [a.mask.ne[2] as usize, a.mask.ne[3] as usize];
+    let count = n_kv.div_ceil(FM_TILE_KEYS) * n_q.div_ceil(rows) * m_heads * m_seqs;
+    if count == 0 {
+        return Ok(0);
+    }
+    let classes = r.scratch(SLOT_ATTN_TILE_CLASSES, count)?;
+    let args = args![a.mask, classes, n_q as i32, n_kv as i32, rows as i32];
+    r.launch(&Launch::rows(
+        "k_fm_tile_classes",
+        count,
+        32 * mma_warps() as u32,
+        0,
+        args,
+    ))?;
+    Ok(classes)
+}
+
 /// `k_flash_attn_mma_*`: one block per [`mma_warps`] times [`FM_ROWS_PER_WARP`] queries of a head
-/// and sequence.
+/// and sequence, after the mask's tile classes.
 fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let [d, n_q, n_head, n_seq] = a.lq.ne;
     let kernel = if d == 64 {
@@ -415,9 +448,12 @@ fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     } else {
         "k_flash_attn_mma_d128"
     };
-    let args = node_args(a);
     let warps = mma_warps();
-    let blocks = n_q.div_ceil(FM_ROWS_PER_WARP * warps) * n_head * n_seq;
+    let rows = FM_ROWS_PER_WARP * warps;
+    let classes = mma_tile_classes(r, a, rows)?;
+    let mut args = node_args(a);
+    args.push(classes.into());
+    let blocks = n_q.div_ceil(rows) * n_head * n_seq;
     r.launch(&Launch::rows(kernel, blocks, 32 * warps as u32, 0, args))
 }
 

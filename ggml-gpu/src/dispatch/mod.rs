@@ -197,7 +197,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 39] = [
+pub const NAMED_KERNELS: [&str; 40] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -229,6 +229,7 @@ pub const NAMED_KERNELS: [&str; 39] = [
     "k_attn_softmax",
     "k_flash_attn_mma_d64",
     "k_flash_attn_mma_d128",
+    "k_fm_tile_classes",
     "k_quantize_q8",
     "k_f16_from_f32",
     "k_bf16_from_f32",

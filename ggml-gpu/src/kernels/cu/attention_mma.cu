@@ -4,9 +4,11 @@
 // not with a materialised square of the context.
 //
 // A block of blockDim.x / 32 warps (at most FM_WARPS; the dispatch's setting) takes FM_ROWS query
-// rows per warp of one head and sequence and walks the keys in tiles of FM_BK, skipping (before
-// anything is staged) each tile the mask hides from every row of the block: a causal prompt skips
-// about half its tiles. The tiles' K rows and V rows are staged in shared memory as F16 rows (F16
+// rows per warp of one head and sequence and walks the keys in tiles of FM_BK. Before it,
+// k_fm_tile_classes reads the mask once (not once per head) and classes each tile of each block of
+// rows: hidden from every row (skipped before anything is staged: a causal prompt skips about half
+// its tiles), every mask value 0 (nothing of the mask read in the walk: the inside of a causal
+// prompt), or neither (the warps read the tile's mask: the diagonal). The tiles' K rows and V rows are staged in shared memory as F16 rows (F16
 // rows by asynchronous copies where the GPU has them, Q8_0 rows dequantized there, zeros past the
 // last key), in a pipeline: a tile's V is staged while the warps score the tile against its K,
 // the next live tile's K while they weigh the values. Each warp multiplies its 16 query rows (F16
@@ -83,21 +85,22 @@ __device__ __forceinline__ uint4 fm_q8_chunk(const u8* row, int c) {
                       pack_h2(d * qv[6], d * qv[7]));
 }
 
-// Starts staging keys j0 .. j0 + FM_BK - 1 of K or V (head hk, sequence s) in shared memory as F16
-// rows (key x D, pitch D + FM_PAD), zeros past the last key: F16 rows by asynchronous 16-byte
-// copies (complete after CP_ASYNC_WAIT_ALL), Q8_0 rows dequantized here.
+// Starts staging keys j0 .. j0 + FM_BK - 1 of K or V (`rows`: its key 0 of the block's head and
+// sequence) in shared memory as F16 rows (key x D, pitch D + FM_PAD), zeros past the last key: F16
+// rows by asynchronous 16-byte copies (complete after CP_ASYNC_WAIT_ALL), Q8_0 rows dequantized
+// here. Thread i copies chunk i % (D / 8) of every (blockDim.x / (D / 8))-th key from i / (D / 8).
 template <int D>
-__device__ __forceinline__ void fm_stage(const TD& t, u16* dst, int j0, int n_kv, i64 hk, i64 s) {
-    for (int i = threadIdx.x; i < FM_BK * D / 8; i += blockDim.x) {
-        const int key = i / (D / 8), c = i % (D / 8);
-        u16* to = dst + key * (D + FM_PAD) + 8 * c;
-        if (j0 + key >= n_kv) {
-            *(uint4*)to = make_uint4(0, 0, 0, 0);
-            continue;
-        }
-        const u8* row = kv_row(t, j0 + key, hk, s);
-        if (t.type == T_F16) CP_ASYNC_16(to, row + 16 * c);
+__device__ __forceinline__ void fm_stage(const TD& t, const u8* rows, u16* dst, int j0, int n_kv) {
+    const int c = threadIdx.x % (D / 8), step = blockDim.x / (D / 8);
+    const i64 pitch = t.nb[1];
+    const u8* row = rows + (j0 + threadIdx.x / (D / 8)) * pitch + (t.type == T_F16 ? 16 * c : 0);
+    u16* to = dst + threadIdx.x / (D / 8) * (D + FM_PAD) + 8 * c;
+    for (int key = j0 + threadIdx.x / (D / 8); key < j0 + FM_BK; key += step) {
+        if (key >= n_kv) *(uint4*)to = make_uint4(0, 0, 0, 0);
+        else if (t.type == T_F16) CP_ASYNC_16(to, row);
         else *(uint4*)to = fm_q8_chunk(row, c);
+        row += step * pitch;
+        to += step * (D + FM_PAD);
     }
 }
 
@@ -209,32 +212,42 @@ __device__ __forceinline__ u32 fm_live(const TD& m, const FmRows& w, int j0, int
     return bits;
 }
 
-// What fm_next_live says of a warp's part of a tile: some logit is finite (FM_ALIVE), some finite
-// logit takes a mask value other than 0 (FM_MIXED: the softmax reads the mask again; otherwise
-// the live logits' mask part is 0 and it reads nothing).
+// What a warp's part of a tile holds: some logit is finite (FM_ALIVE), some finite logit takes a
+// mask value other than 0 (FM_MIXED: the softmax reads the mask again; otherwise the live logits'
+// mask part is 0 and it reads nothing).
 #define FM_ALIVE 1
 #define FM_MIXED 2
 
-// The first tile from keys j0 on that the mask leaves visible to some row of the block (n_kv or
-// more: none), with this lane's liveness bits of it and the warp's FM_ALIVE / FM_MIXED `flags`.
-// Every thread of the block calls it: the warps meet in `live` (alternate halves, `par`) at one
-// __syncthreads per tile looked at.
+// The classes of k_fm_tile_classes, one byte per tile of keys and block of query rows: every logit
+// hidden (the mask's -inf; the block skips the tile), every key there and every row's mask value 0
+// (no mask read at all), anything else (the warps read the tile's mask).
+#define FM_DEAD 0
+#define FM_ZERO 1
+#define FM_OTHER 2
+
+// The class of the tile at keys j0 (`cls`: the block's row of classes, null without a mask).
+__device__ __forceinline__ int fm_class(const u8* cls, int j0, int n_kv) {
+    return cls ? cls[j0 / FM_BK] : j0 + FM_BK <= n_kv ? FM_ZERO : FM_OTHER;
+}
+
+// The first tile from keys j0 on that is not FM_DEAD (n_kv or more: none).
+__device__ __forceinline__ int fm_next_tile(const u8* cls, int j0, int n_kv) {
+    while (cls && j0 < n_kv && cls[j0 / FM_BK] == FM_DEAD) j0 += FM_BK;
+    return j0;
+}
+
+// This lane's liveness bits of the tile at keys j0 (as fm_live) and the warp's FM_ALIVE / FM_MIXED
+// flags: from the tile's class where it is FM_ZERO (every existing row live, nothing read), else
+// from the mask.
 template <int MK>
-__device__ __forceinline__ int fm_next_live(const TD& m, const FmRows& w, int j0, int n_kv, int (*live)[FM_WARPS],
-                                            int& par, u32& bits, int& flags) {
-    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    for (;; j0 += FM_BK) {
-        bool mixed = false;
-        bits = j0 < n_kv ? fm_live<MK>(m, w, j0, n_kv, mixed) : 0u;
-        flags = (bits != 0 ? FM_ALIVE : 0) | (mixed ? FM_MIXED : 0);
-        for (int off = 16; off > 0; off >>= 1) flags |= WARP_SHFL_XOR(flags, off);
-        if (threadIdx.x % 32 == 0) live[par][warp] = flags;
-        __syncthreads();
-        int block_flags = 0;
-        for (int i = 0; i < warps; i++) block_flags |= live[par][i];
-        par ^= 1;
-        if ((block_flags & FM_ALIVE) || j0 >= n_kv) return j0;
-    }
+__device__ __forceinline__ u32 fm_tile_bits(const TD& m, const FmRows& w, const u8* cls, int j0, int n_kv, int& flags) {
+    u32 bits;
+    bool mixed = false;
+    if (fm_class(cls, j0, n_kv) == FM_ZERO) bits = (w.in[0] ? 0x33333333u : 0u) | (w.in[1] ? 0xCCCCCCCCu : 0u);
+    else bits = fm_live<MK>(m, w, j0, n_kv, mixed);
+    flags = (bits ? FM_ALIVE : 0) | (mixed ? FM_MIXED : 0);
+    for (int off = 16; off > 0; off >>= 1) flags |= WARP_SHFL_XOR(flags, off);
+    return bits;
 }
 
 // Scores `sv` of the tile at keys j0 as logits (scale, softcap, the mask's part where MIXED; -inf
@@ -355,22 +368,21 @@ __device__ __forceinline__ void fm_load_q(u32 (&qa)[D / 16][4], const TD& q, i64
         }
 }
 
-// The block's shared memory: the staged K and V tiles, the warps' flags of fm_next_live, the
-// fragments of the portable product.
+// The block's shared memory: the staged K and V tiles, the fragments of the portable product.
 template <int D>
 struct FmShared {
     uint4 ks[FM_BK * (D + FM_PAD) / 8];
     uint4 vs[FM_BK * (D + FM_PAD) / 8];
-    int live[2][FM_WARPS];
     u32 frags[FM_FRAG_WORDS];
 };
 
 // The tiles' pipeline: K of a tile is staged while the warps weigh the values of the tile before,
-// its V while they score it; the mask read as MK says.
+// its V while they score it; the tiles' classes (`classes`, k_fm_tile_classes's, with a mask) say
+// which tiles are skipped and which need their mask read, as MK says.
 template <int D, int MK>
 __device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
-                                               const TD& d, float scale, float max_bias, float softcap, int has_mask,
-                                               int has_sinks, FmShared<D>& sm) {
+                                            const TD& d, float scale, float max_bias, float softcap, int has_mask,
+                                            int has_sinks, u64 classes, FmShared<D>& sm) {
     u16* ks = (u16*)sm.ks;
     u16* vs = (u16*)sm.vs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -382,6 +394,11 @@ __device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& 
     const i64 hk = h / (n_head / k.ne[2]);
     const int n_kv = (int)k.ne[1];
     const i64 q0 = qt * rows + warp * FM_ROWS;
+    const u8* k_rows = kv_row(k, 0, hk, s);
+    const u8* v_rows = kv_row(v, 0, hk, s);
+    const i64 n_tiles = (n_kv + FM_BK - 1) / FM_BK;
+    const u8* cls = has_mask ? (const u8*)classes + (((s % m.ne[3]) * m.ne[2] + h % m.ne[2]) * n_qt + qt) * n_tiles
+                             : nullptr;
     const float sc = softcap != 0.0f ? scale / softcap : scale;
     FmRows w;
     w.slope = alibi_slope(max_bias, (int)h, (int)n_head);
@@ -400,26 +417,25 @@ __device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& 
 #pragma unroll
         for (int c = 0; c < 4; c++) o[n][c] = 0.0f;
     float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
-    int par = 0, flags;
-    u32 bits;
-    int j0 = fm_next_live<MK>(m, w, 0, n_kv, sm.live, par, bits, flags);
-    if (j0 < n_kv) fm_stage<D>(k, ks, j0, n_kv, hk, s);
+    int j0 = fm_next_tile(cls, 0, n_kv);
+    if (j0 < n_kv) fm_stage<D>(k, k_rows, ks, j0, n_kv);
     while (j0 < n_kv) {
+        int flags;
+        const u32 bits = fm_tile_bits<MK>(m, w, cls, j0, n_kv, flags);
         CP_ASYNC_WAIT_ALL();
         __syncthreads();  // K staged; every warp done with the last tile's V
-        fm_stage<D>(v, vs, j0, n_kv, hk, s);
+        fm_stage<D>(v, v_rows, vs, j0, n_kv);
         float sv[FM_BK / 8][4];
         if (flags & FM_ALIVE) {
             fm_scores<D>(sv, qa, ks, frags);
             fm_softmax<D, MK>(sv, o, mx, sum, m, w, bits, (flags & FM_MIXED) != 0, j0, n_kv, sc, softcap);
         }
+        const int jn = fm_next_tile(cls, j0 + FM_BK, n_kv);
         CP_ASYNC_WAIT_ALL();
-        int next_flags;
-        u32 next_bits;
-        const int jn = fm_next_live<MK>(m, w, j0 + FM_BK, n_kv, sm.live, par, next_bits, next_flags);  // V staged, K free
-        if (jn < n_kv) fm_stage<D>(k, ks, jn, n_kv, hk, s);
+        __syncthreads();  // V staged; every warp done with K
+        if (jn < n_kv) fm_stage<D>(k, k_rows, ks, jn, n_kv);
         if (flags & FM_ALIVE) fm_weighted_values<D>(o, sv, vs, frags);
-        j0 = jn, bits = next_bits, flags = next_flags;
+        j0 = jn;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -441,21 +457,57 @@ __device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& 
 template <int D>
 __device__ __forceinline__ void flash_attn_mma_kinds(const TD& q, const TD& k, const TD& v, const TD& m, const TD& sk,
                                                      const TD& d, float scale, float max_bias, float softcap,
-                                                     int has_mask, int has_sinks) {
+                                                     int has_mask, int has_sinks, u64 classes) {
     __shared__ FmShared<D> sm;
     const int kind = fm_mask_kind(m, has_mask);
-    if (kind == MK_F32) flash_attn_mma<D, MK_F32>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
-    else if (kind == MK_F16) flash_attn_mma<D, MK_F16>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
-    else flash_attn_mma<D, MK_ANY>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, sm);
+    if (kind == MK_F32)
+        flash_attn_mma<D, MK_F32>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes, sm);
+    else if (kind == MK_F16)
+        flash_attn_mma<D, MK_F16>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes, sm);
+    else flash_attn_mma<D, MK_ANY>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes, sm);
 }
 
 // One block per 16 queries per warp of a head and sequence (the last queries' blocks first); the
-// operands and options as k_flash_attn's; the result F32 and contiguous.
+// operands and options as k_flash_attn's, then the mask's tile classes (k_fm_tile_classes's for
+// blocks of these rows; unread without a mask); the result F32 and contiguous.
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
-    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
-    flash_attn_mma_kinds<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) { GRID_DEPENDENCY_SYNC();
+    flash_attn_mma_kinds<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes);
 }
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d128(TD q, TD k, TD v, TD m, TD sk,
-    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks) { GRID_DEPENDENCY_SYNC();
-    flash_attn_mma_kinds<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks);
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) { GRID_DEPENDENCY_SYNC();
+    flash_attn_mma_kinds<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes);
+}
+
+// The class (FM_DEAD, FM_ZERO, FM_OTHER) of each tile of FM_BK keys for each block of `rows` query
+// rows of k_flash_attn_mma_*, one block per tile, block of rows and mask head and sequence (tile
+// fastest, then the block of rows: classes[((s ne2 + h) n_qt + qt) n_tiles + tile]), from the
+// mask `m` of n_q queries and n_kv keys: rows past the queries count for nothing, keys past n_kv as
+// hidden.
+extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_fm_tile_classes(TD m, u64 classes, int n_q, int n_kv,
+                                                                              int rows) {
+    GRID_DEPENDENCY_SYNC();
+    __shared__ int warp_seen[FM_WARPS];
+    const int n_tiles = (n_kv + FM_BK - 1) / FM_BK, n_qt = (n_q + rows - 1) / rows;
+    const int tile = blockIdx.x % n_tiles, qt = blockIdx.x / n_tiles % n_qt;
+    const i64 mh = blockIdx.x / ((i64)n_tiles * n_qt);
+    const u8* base = (const u8*)m.ptr + (mh % m.ne[2]) * m.nb[2] + (mh / m.ne[2]) * m.nb[3];
+    int seen = 0;  // bit 0: a finite logit; bit 1: a mask value other than 0, or a key past n_kv
+    for (int i = threadIdx.x; i < rows * FM_BK; i += blockDim.x) {
+        const i64 row = (i64)qt * rows + i / FM_BK;
+        const int key = tile * FM_BK + i % FM_BK;
+        if (row >= n_q) continue;
+        if (key >= n_kv) {
+            seen |= 2;
+            continue;
+        }
+        const float x = fm_mask_at(m, base + row * m.nb[1] + key * m.nb[0]);
+        seen |= (x != NEG_INF ? 1 : 0) | (x != 0.0f ? 2 : 0);
+    }
+    for (int off = 16; off > 0; off >>= 1) seen |= WARP_SHFL_XOR(seen, off);
+    if (threadIdx.x % 32 == 0) warp_seen[threadIdx.x / 32] = seen;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int i = 0; i < (int)blockDim.x / 32; i++) seen |= warp_seen[i];
+    ((u8*)classes)[blockIdx.x] = !(seen & 1) ? FM_DEAD : (seen & 2) ? FM_OTHER : FM_ZERO;
 }
