@@ -5,6 +5,8 @@
 # pp8192; Qwen3-30B-A3B Q4_0 pp512 both ways; llama.cpp on the same files; with NCU=1, Nsight
 # Compute on the new build's k_flash_attn_mma_d128 at 8192 keys. Output in $OUT/out.txt. The old
 # build compiles its kernel program (NVRTC) while the tests run, so that no timed run waits on it.
+# KERNEL_TESTS: the cuda_kernels filters (default "attention flash moe"); MOE=0 leaves out
+# Qwen3-30B-A3B, LLAMA_CPP=0 llama.cpp (its build takes ~5 minutes of the call).
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       git stash; cargo build --release -p ggml-tp; strip -o .device-bin/NAME/ggml-tp-old \
@@ -19,14 +21,14 @@ step() { local t=$1; shift; echo "## $t ($(($(date +%s) - T0)) s)" >>"$LOG"; "$@
 for f in *.gz; do gunzip -f "$f"; done
 chmod +x ggml-tp ggml-tp-old cuda_kernels conformance_cuda logits_arch; chmod -R u+w anchor
 mkdir -p /tmp/m /tmp/w; M=/tmp/m/llama3-8b-f16.gguf; Q=/tmp/m/qwen3-30b-a3b-q4_0.gguf; LB=/tmp/w/lcpp/build/bin/llama-bench
-[ -x $LB ] || (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
+[ "${LLAMA_CPP:-1}" = 0 ] || [ -x $LB ] || (bash anchor/build-llama-bench.sh /tmp/w/lcpp >/tmp/w/lcpp_build.txt 2>&1; echo "build rc $?" >>/tmp/w/lcpp_build.txt) &
 LBP=$!
 ([ -s $M ] || ./ggml-tp synth llama3-8b-f16 -o $M; ./ggml-tp-old bench -m $M --devices cuda:0 -p 16 -n 0 -r 1) \
     >/tmp/w/synth.txt 2>&1 &
 SYNTH=$!
-[ -s $Q ] || ./ggml-tp synth qwen3-30b-a3b-q4_0 -o $Q >/tmp/w/synthq.txt 2>&1 &
+[ "${MOE:-1}" = 0 ] || [ -s $Q ] || ./ggml-tp synth qwen3-30b-a3b-q4_0 -o $Q >/tmp/w/synthq.txt 2>&1 &
 SYNTHQ=$!
-timeout 240 ./cuda_kernels attention flash moe >/tmp/w/k.txt 2>&1 & T1=$!
+timeout 240 ./cuda_kernels ${KERNEL_TESTS:-attention flash moe} >/tmp/w/k.txt 2>&1 & T1=$!
 timeout 200 ./conformance_cuda >/tmp/w/c.txt 2>&1 & T2=$!
 GGML_TP_FIXTURES="$B/fx" timeout 120 ./logits_arch >/tmp/w/l.txt 2>&1 & T3=$!
 wait $T1 $T2 $T3
@@ -42,19 +44,21 @@ done
 for bin in ggml-tp ggml-tp-old; do
   step "profile $bin pp8192" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 60 ./$bin bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1 2>&1 | grep -i 'attn\|total\|pp8192' | head -12"
 done
-wait $LBP; step lcpp_build tail -2 /tmp/w/lcpp_build.txt
-for pu in 8192,2048 2048,512; do
-  step "llama.cpp f16 pp${pu%,*} ub${pu#*,}" timeout 60 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none -p "${pu%,*}" -ub "${pu#*,}" -n 0 -r 2 -o md
-done
-wait $SYNTHQ; step synthq tail -2 /tmp/w/synthq.txt
-for bin in ggml-tp ggml-tp-old; do
-  step "$bin qwen3-30b pp512" timeout 60 ./$bin bench -m $Q --devices cuda:0 -p 512 -n 0 -r 2
-done
-step "llama.cpp qwen3-30b pp512" timeout 60 $LB -m $Q -ngl 99 -fa 1 -dev CUDA0 -sm none -p 512 -n 0 -r 2 -o md
+lcpp() { [ "${LLAMA_CPP:-1}" = 0 ] || step "llama.cpp $1" timeout 60 $LB -ngl 99 -fa 1 -dev CUDA0 -sm none -n 0 -r 2 \
+  -o md "${@:2}"; }
+if [ "${LLAMA_CPP:-1}" != 0 ]; then wait $LBP; step lcpp_build tail -2 /tmp/w/lcpp_build.txt; fi
+for pu in 8192,2048 2048,512; do lcpp "f16 pp${pu%,*} ub${pu#*,}" -m $M -p "${pu%,*}" -ub "${pu#*,}"; done
+if [ "${MOE:-1}" != 0 ]; then
+  wait $SYNTHQ; step synthq tail -2 /tmp/w/synthq.txt
+  for bin in ggml-tp ggml-tp-old; do
+    step "$bin qwen3-30b pp512" timeout 60 ./$bin bench -m $Q --devices cuda:0 -p 512 -n 0 -r 2
+  done
+  lcpp "qwen3-30b pp512" -m $Q -p 512
+fi
 for bin in ggml-tp ggml-tp-old; do
   step "$bin f16 pp512" timeout 60 ./$bin bench -m $M --devices cuda:0 -p 512 -n 0 -r 2
 done
-step "llama.cpp f16 pp512" timeout 60 $LB -m $M -ngl 99 -fa 1 -dev CUDA0 -sm none -p 512 -n 0 -r 2 -o md
+lcpp "f16 pp512" -m $M -p 512
 if [ "${NCU:-0}" = 1 ]; then
   step "ncu k_flash_attn_mma_d128 at 8192 keys" timeout 150 ncu --graph-profiling node -k regex:k_flash_attn_mma_d128 \
     --launch-skip 96 --launch-count 1 --set full -o $OUT/fa ./ggml-tp bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1
