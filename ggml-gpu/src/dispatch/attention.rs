@@ -5,7 +5,8 @@
 //! sequence); either splits over the keys when the rows alone leave the GPU idle, merged by
 //! `k_flash_attn_combine`. Many queries (prompt processing) take `k_flash_attn_mma_*` on a GPU
 //! with F16 tensor cores where the heads are 64 or 128 wide and K/V are F16 or Q8_0 rows (flash
-//! attention on tensor cores, no score matrix), else the BLAS path: per sequence and chunk of
+//! attention on tensor cores, no score matrix; `k_fm_tile_classes` first classes the mask's tiles
+//! for its blocks), else the BLAS path: per sequence and chunk of
 //! queries, scores = K·Q^T as one strided batched GEMM over the KV heads (the query heads of a
 //! group are one operand), `k_attn_softmax` to probabilities, and one batched GEMM per query head
 //! of a group writing P·V into the result in place.
