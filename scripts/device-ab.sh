@@ -42,7 +42,7 @@ for pu in 8192,2048 2048,512; do
   done
 done
 for bin in ggml-tp ggml-tp-old; do
-  step "profile $bin pp8192" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 60 ./$bin bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1 2>&1 | grep -i 'attn\|total\|pp8192' | head -12"
+  step "profile $bin pp8192" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 60 ./$bin bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1 2>&1 | grep -v '^| ---\|^loaded\|^memory' | head -24"
 done
 lcpp() { [ "${LLAMA_CPP:-1}" = 0 ] || step "llama.cpp $1" timeout 60 $LB -ngl 99 -fa 1 -dev CUDA0 -sm none -n 0 -r 2 \
   -o md "${@:2}"; }
