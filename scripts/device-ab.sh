@@ -6,7 +6,8 @@
 # Compute on the new build's k_flash_attn_mma_d128 at 8192 keys. Output in $OUT/out.txt. The old
 # build compiles its kernel program (NVRTC) while the tests run, so that no timed run waits on it.
 # KERNEL_TESTS: the cuda_kernels filters (default "attention flash moe"); MOE=0 leaves out
-# Qwen3-30B-A3B, LLAMA_CPP=0 llama.cpp (its build takes ~5 minutes of the call).
+# Qwen3-30B-A3B, LLAMA_CPP=0 llama.cpp (its build takes ~5 minutes of the call); LONG=1 adds a
+# micro-batch of 2048 after 30720 cached tokens (attention at 32k keys) with the new build's profile.
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       git stash; cargo build --release -p ggml-tp; strip -o .device-bin/NAME/ggml-tp-old \
@@ -59,6 +60,11 @@ for bin in ggml-tp ggml-tp-old; do
   step "$bin f16 pp512" timeout 60 ./$bin bench -m $M --devices cuda:0 -p 512 -n 0 -r 2
 done
 lcpp "f16 pp512" -m $M -p 512
+if [ "${LONG:-0}" = 1 ]; then
+  step "profile ggml-tp pp2048 at depth 30720" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 120 ./ggml-tp bench -m $M \
+    --devices cuda:0 -p 2048 -u 2048 -d 30720 -n 0 -r 1 2>&1 | grep -v '^| ---\|^loaded\|^memory' | head -16"
+  lcpp "f16 pp2048 ub2048 at depth 30720" -m $M -p 2048 -ub 2048 -d 30720
+fi
 if [ "${NCU:-0}" = 1 ]; then
   step "ncu k_flash_attn_mma_d128 at 8192 keys" timeout 150 ncu --graph-profiling node -k regex:k_flash_attn_mma_d128 \
     --launch-skip 96 --launch-count 1 --set full -o $OUT/fa ./ggml-tp bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1
