@@ -7,7 +7,8 @@
 # build compiles its kernel program (NVRTC) while the tests run, so that no timed run waits on it.
 # KERNEL_TESTS: the cuda_kernels filters (default "attention flash moe"); MOE=0 leaves out
 # Qwen3-30B-A3B, LLAMA_CPP=0 llama.cpp (its build takes ~5 minutes of the call); LONG=1 adds a
-# micro-batch of 2048 after 30720 cached tokens (attention at 32k keys) with the new build's profile.
+# micro-batch of 2048 after 30720 cached tokens (attention at 32k keys) with the new build's profile;
+# AB_ENV="NAME=VALUE ..." runs the new build's F16 prompts once more with those settings.
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       git stash; cargo build --release -p ggml-tp; strip -o .device-bin/NAME/ggml-tp-old \
@@ -41,6 +42,8 @@ for pu in 8192,2048 2048,512; do
   for bin in ggml-tp ggml-tp-old; do
     step "$bin f16 pp${pu%,*} u${pu#*,}" timeout 60 ./$bin bench -m $M --devices cuda:0 -p "${pu%,*}" -u "${pu#*,}" -n 0 -r 2
   done
+  [ -z "${AB_ENV:-}" ] || step "ggml-tp with $AB_ENV f16 pp${pu%,*} u${pu#*,}" env $AB_ENV timeout 60 ./ggml-tp bench -m $M \
+    --devices cuda:0 -p "${pu%,*}" -u "${pu#*,}" -n 0 -r 2
 done
 for bin in ggml-tp ggml-tp-old; do
   step "profile $bin pp8192" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 60 ./$bin bench -m $M --devices cuda:0 -p 8192 -u 2048 -n 0 -r 1 2>&1 | grep -v '^| ---\|^loaded\|^memory' | head -24"
