@@ -169,6 +169,11 @@ fn flash_attn_prefill_every_type() {
 /// aligns the rows; other rows element by element).
 #[test]
 fn flash_attn_prefill_tensor_cores() {
+    // What a child process with GGML_TP_ATTN_MMA_WARPS set checks it ran with (kernels_on_host).
+    println!(
+        "prompt attention in blocks of {} warps",
+        ggml_gpu::settings::settings().attn_mma_warps
+    );
     let seed = seed();
     let mut set = CaseSet::new(seed);
     for (kv, mask, plain, d, heads, kv_heads, queries, past) in [
