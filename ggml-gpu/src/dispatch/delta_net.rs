@@ -18,12 +18,14 @@ fn lanes_per_column(dk: usize) -> usize {
     dk.div_ceil(DN_KEYS_PER_LANE).next_power_of_two().max(4)
 }
 
-/// Whether the kernel takes these operands: F32 throughout, keys of at most [`DN_MAX_DK`].
+/// Whether the kernel takes these operands: F32 throughout, keys of at most [`DN_MAX_DK`], a dense
+/// result (the outputs, then the final state, one after another).
 pub(super) fn supports(src: &[&Layout], dst: &Layout) -> bool {
     src.len() == 5
         && src.iter().all(|l| l.dtype == ggml_core::DType::F32)
         && src[1].ne[0] <= DN_MAX_DK
         && dst.dtype == ggml_core::DType::F32
+        && dst.is_contiguous()
 }
 
 /// Launches the rule of `node` through `r`.

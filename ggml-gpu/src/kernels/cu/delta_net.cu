@@ -5,11 +5,18 @@
 // lanes), the token's key and query staged in shared memory, the column's two dot products per
 // token summed over its lanes by exchanges. Lane l of a group holds keys l, l + lanes, ... (the
 // group reads consecutive shared-memory words). gb holds per head and token the log decay g, then
-// beta. Per token t: S = e^g S, u = beta (v - S^T k), S += k u^T, o = S^T q. The result holds the
-// outputs [Dv, H, T] and then the final state in the layout of the state operand [Dk, Dv, H].
+// beta. Per token t: S = e^g S, u = beta (v - S^T k), S += k u^T, o = S^T q. The result (dense,
+// the dispatch's condition) holds the outputs [Dv, H, T] and then the final state in the layout of
+// the state operand [Dk, Dv, H].
 
 #define DN_MAX_DK 256
 #define DN_KEYS_PER_LANE 32
+
+// Element (i0, i1, i2) of the F32 operand t (the dispatch takes F32 operands only): no type switch
+// and no block-size division in the per-token loop.
+__device__ __forceinline__ float* dn_f32(const TD& t, i64 i0, i64 i1, i64 i2) {
+    return (float*)((u8*)t.ptr + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2]);
+}
 
 // The sum of x over the `lanes` (a power of two, at most 32) neighbouring lanes of a group.
 __device__ __forceinline__ float dn_group_sum(float x, int lanes) {
@@ -33,18 +40,18 @@ __device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, c
 #pragma unroll
     for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
         const int i = e * L + sub;
-        s[e] = live && i < dk ? load(s0, i, j, h, 0) : 0.0f;
+        s[e] = live && i < dk ? *dn_f32(s0, i, j, h) : 0.0f;
     }
     for (i64 t = 0; t < n_tok; t++) {
         __syncthreads();
         for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            sk[i] = load(k, i, kh, t, 0);
-            sq[i] = load(q, i, kh, t, 0);
+            sk[i] = *dn_f32(k, i, kh, t);
+            sq[i] = *dn_f32(q, i, kh, t);
         }
         __syncthreads();
         // Every lane of a group takes part in its exchanges, live or not (a group is live or not
         // as a whole: its lanes share j).
-        const float decay = expf(load(gb, h, t, 0, 0));
+        const float decay = expf(*dn_f32(gb, h, t, 0));
         float r = 0.0f;
 #pragma unroll
         for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
@@ -53,7 +60,7 @@ __device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, c
             if (i < dk) r += s[e] * sk[i];
         }
         r = dn_group_sum(r, L);
-        const float u = live ? load(gb, h, t, 1, 0) * (load(v, j, h, t, 0) - r) : 0.0f;
+        const float u = live ? *dn_f32(gb, h, t, 1) * (*dn_f32(v, j, h, t) - r) : 0.0f;
         float o = 0.0f;
 #pragma unroll
         for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
@@ -64,15 +71,14 @@ __device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, c
             }
         }
         o = dn_group_sum(o, L);
-        if (live && sub == 0) store(d, j, h, t, 0, o);
+        if (live && sub == 0) *dn_f32(d, j, h, t) = o;
     }
     if (!live) return;
+    float* state_out = (float*)d.ptr + n_tok * dv * nh + (h * dv + j) * dk;
 #pragma unroll
     for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
         const int i = e * L + sub;
-        if (i >= dk) continue;
-        const i64 f = n_tok * dv * nh + (h * dv + j) * dk + i;
-        store(d, f % dv, (f / dv) % nh, f / (dv * nh), 0, s[e]);
+        if (i < dk) state_out[i] = s[e];
     }
 }
 
