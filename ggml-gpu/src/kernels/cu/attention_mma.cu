@@ -8,14 +8,15 @@
 // k_fm_tile_classes reads the mask once (not once per head) and classes each tile of each block of
 // rows: hidden from every row (skipped before anything is staged: a causal prompt skips about half
 // its tiles), every mask value 0 (nothing of the mask read in the walk: the inside of a causal
-// prompt), or neither (the warps read the tile's mask: the diagonal). The tiles' K rows and V rows are staged in shared memory as F16 rows (F16
-// rows by asynchronous copies where the GPU has them, Q8_0 rows dequantized there, zeros past the
-// last key), in a pipeline: a tile's V is staged while the warps score the tile against its K,
-// the next live tile's K while they weigh the values. Each warp multiplies its 16 query rows (F16
-// fragments kept in registers) with the keys (MMA_F16_16816, f32 sums), turns the scores into
-// logits (scale, softcap, ALiBi-scaled mask), keeps the online softmax of its rows, and multiplies
-// the weights, rounded to F16, with the values. The sink joins the sum at the end as in
-// k_flash_attn. Blocks of the last queries (which see the most keys) are launched first.
+// prompt), or neither (the warps read the tile's mask: the diagonal). The tiles' K rows and V rows
+// are staged in shared memory as F16 rows (F16 rows by asynchronous copies where the GPU has them,
+// Q8_0 rows dequantized there, zeros past the last key), in a pipeline: a tile's V is staged while
+// the warps score the tile against its K, the next live tile's K while they weigh the values. Each
+// warp multiplies its 16 query rows (F16 fragments kept in registers) with the keys
+// (MMA_F16_16816, f32 sums), turns the scores into logits (scale, softcap, ALiBi-scaled mask),
+// keeps the online softmax of its rows, and multiplies the weights, rounded to F16, with the
+// values. The sink joins the sum at the end as in k_flash_attn. Blocks of the last queries (which
+// see the most keys) are launched first.
 //
 // MMA_F16_16816(c, a, b) is c += a b for a 16x16 F16 tile a, a 16x8 F16 tile b and 16x8 f32 sums,
 // held as PTX's mma.m16n8k16 lays them out; lane 4 g + t (g < 8, t < 4) holds
@@ -471,11 +472,13 @@ __device__ __forceinline__ void flash_attn_mma_kinds(const TD& q, const TD& k, c
 // operands and options as k_flash_attn's, then the mask's tile classes (k_fm_tile_classes's for
 // blocks of these rows; unread without a mask); the result F32 and contiguous.
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d64(TD q, TD k, TD v, TD m, TD sk,
-    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) { GRID_DEPENDENCY_SYNC();
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) {
+    GRID_DEPENDENCY_SYNC();
     flash_attn_mma_kinds<64>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes);
 }
 extern "C" __global__ void __launch_bounds__(FM_WARPS * 32) k_flash_attn_mma_d128(TD q, TD k, TD v, TD m, TD sk,
-    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) { GRID_DEPENDENCY_SYNC();
+    TD d, float scale, float max_bias, float softcap, int has_mask, int has_sinks, u64 classes) {
+    GRID_DEPENDENCY_SYNC();
     flash_attn_mma_kinds<128>(q, k, v, m, sk, d, scale, max_bias, softcap, has_mask, has_sinks, classes);
 }
 
