@@ -371,10 +371,7 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
                 .chain(l.nb[1..].iter().copied())
                 .all(|v| v % align == 0)
     };
-    let blocks = n_q.div_ceil(FM_ROWS_PER_WARP * mma_warps()) * n_head * n_seq;
-    let mask_blocks = n_q.div_ceil(FM_ROWS_PER_WARP * mma_warps())
-        * a.lk.ne[1].div_ceil(FM_TILE_KEYS)
-        * (a.mask.ne[2] * a.mask.ne[3]).max(1) as usize;
+    let blocks = n_q.div_ceil(mma_rows()) * n_head * n_seq;
     crate::settings::settings().attn_mma
         && r.has_mma()
         && n_q >= FA_BLAS_MIN_QUERIES
@@ -390,7 +387,7 @@ fn mma_fits(r: &dyn Runner, a: &Attn) -> bool {
         && a.ld.is_contiguous()
         && a.lk.ne[1] < (1 << 30)
         && blocks < (1 << 31)
-        && mask_blocks < (1 << 31)
+        && tile_class_blocks(a, mma_rows()) < (1 << 31)
 }
 
 /// The node's operands and options: the first arguments of every attention kernel.
@@ -415,21 +412,29 @@ fn mma_warps() -> usize {
     crate::settings::settings().attn_mma_warps
 }
 
-/// The mask's tile classes for the `k_flash_attn_mma_*` blocks of `rows` query rows: one byte per
-/// tile of [`FM_TILE_KEYS`] keys, block of rows and mask head and sequence, in scratch, written by
-/// `k_fm_tile_classes` (0: no mask).
+/// Query rows per `k_flash_attn_mma_*` block: [`mma_warps`] times [`FM_ROWS_PER_WARP`].
+fn mma_rows() -> usize {
+    FM_ROWS_PER_WARP * mma_warps()
+}
+
+/// `k_fm_tile_classes` blocks (and class bytes) for blocks of `rows` query rows: one per tile of
+/// [`FM_TILE_KEYS`] keys, block of rows and mask head and sequence.
+fn tile_class_blocks(a: &Attn, rows: usize) -> usize {
+    a.lk.ne[1].div_ceil(FM_TILE_KEYS)
+        * a.lq.ne[1].div_ceil(rows)
+        * (a.mask.ne[2] * a.mask.ne[3]).max(1) as usize
+}
+
+/// The mask's tile classes for the `k_flash_attn_mma_*` blocks of `rows` query rows (see
+/// [`tile_class_blocks`]), in scratch, written by `k_fm_tile_classes` (0: no mask).
 fn mma_tile_classes(r: &dyn Runner, a: &Attn, rows: usize) -> Result<u64> {
-    if a.has_mask == 0 {
-        return Ok(0);
-    }
-    let [n_kv, n_q] = [a.lk.ne[1], a.lq.ne[1]];
-    let [m_heads, m_seqs] = [a.mask.ne[2] as usize, a.mask.ne[3] as usize];
-    let count = n_kv.div_ceil(FM_TILE_KEYS) * n_q.div_ceil(rows) * m_heads * m_seqs;
-    if count == 0 {
+    let count = tile_class_blocks(a, rows);
+    if a.has_mask == 0 || count == 0 {
         return Ok(0);
     }
     let classes = r.scratch(SLOT_ATTN_TILE_CLASSES, count)?;
-    let args = args![a.mask, classes, n_q as i32, n_kv as i32, rows as i32];
+    let [n_q, n_kv] = [a.lq.ne[1] as i32, a.lk.ne[1] as i32];
+    let args = args![a.mask, classes, n_q, n_kv, rows as i32];
     r.launch(&Launch::rows(
         "k_fm_tile_classes",
         count,
@@ -440,8 +445,8 @@ fn mma_tile_classes(r: &dyn Runner, a: &Attn, rows: usize) -> Result<u64> {
     Ok(classes)
 }
 
-/// `k_flash_attn_mma_*`: one block per [`mma_warps`] times [`FM_ROWS_PER_WARP`] queries of a head
-/// and sequence, after the mask's tile classes.
+/// `k_flash_attn_mma_*`: one block per [`mma_rows`] queries of a head and sequence, after the
+/// mask's tile classes.
 fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     let [d, n_q, n_head, n_seq] = a.lq.ne;
     let kernel = if d == 64 {
@@ -449,13 +454,18 @@ fn mma_blocks(r: &dyn Runner, a: &Attn) -> Result<()> {
     } else {
         "k_flash_attn_mma_d128"
     };
-    let warps = mma_warps();
-    let rows = FM_ROWS_PER_WARP * warps;
+    let rows = mma_rows();
     let classes = mma_tile_classes(r, a, rows)?;
     let mut args = node_args(a);
     args.push(classes.into());
     let blocks = n_q.div_ceil(rows) * n_head * n_seq;
-    r.launch(&Launch::rows(kernel, blocks, 32 * warps as u32, 0, args))
+    r.launch(&Launch::rows(
+        kernel,
+        blocks,
+        32 * mma_warps() as u32,
+        0,
+        args,
+    ))
 }
 
 /// The BLAS operand type of K or V of type `t`: F16 rows as they are, quantized ones dequantized

@@ -65,11 +65,11 @@ __device__ __forceinline__ void mma_f16_lanes(float (&c)[4], const u32 (&a)[4], 
 #define FM_MMA(c, a, b) mma_f16_lanes(c, a, b, frags)
 #define FM_FRAG_WORDS (FM_WARPS * 32 * 6)
 #endif
-// Without asynchronous copies (HIP, older CUDA, the host emulation) a staged chunk is copied at once.
 // The softmax's exponentials: the CUDA prelude's fast form (a scale and ex2.approx, a few ulp), else expf.
 #ifndef FAST_EXPF
 #define FAST_EXPF(x) expf(x)
 #endif
+// Without asynchronous copies (HIP, older CUDA, the host emulation) a staged chunk is copied at once.
 #ifndef CP_ASYNC_16
 #define CP_ASYNC_16(dst, src) (*(uint4*)(dst) = *(const uint4*)(src))
 #define CP_ASYNC_WAIT_ALL() ((void)0)
@@ -184,10 +184,12 @@ __device__ __forceinline__ float2 fm_mask_pair(const TD& m, const u8* mrow, int 
 }
 
 // What a warp knows of its query rows: the rows' mask rows (null: no mask or past the queries),
-// which rows exist, the ALiBi slope.
+// which rows exist, the liveness bits (as fm_live's) of every logit of the existing rows, the ALiBi
+// slope.
 struct FmRows {
     const u8* mrow[2];
     bool in[2];
+    u32 all_live;
     float slope;
 };
 
@@ -244,7 +246,7 @@ template <int MK>
 __device__ __forceinline__ u32 fm_tile_bits(const TD& m, const FmRows& w, const u8* cls, int j0, int n_kv, int& flags) {
     u32 bits;
     bool mixed = false;
-    if (fm_class(cls, j0, n_kv) == FM_ZERO) bits = (w.in[0] ? 0x33333333u : 0u) | (w.in[1] ? 0xCCCCCCCCu : 0u);
+    if (fm_class(cls, j0, n_kv) == FM_ZERO) bits = w.all_live;
     else bits = fm_live<MK>(m, w, j0, n_kv, mixed);
     flags = (bits ? FM_ALIVE : 0) | (mixed ? FM_MIXED : 0);
     for (int off = 16; off > 0; off >>= 1) flags |= WARP_SHFL_XOR(flags, off);
@@ -410,6 +412,7 @@ __device__ __noinline__ void flash_attn_mma(const TD& q, const TD& k, const TD& 
                                                (s % m.ne[3]) * m.nb[3]
                                          : nullptr;
     }
+    w.all_live = (w.in[0] ? 0x33333333u : 0u) | (w.in[1] ? 0xCCCCCCCCu : 0u);
     u32 qa[D / 16][4];
     fm_load_q<D>(qa, q, q0, h, s);
     float o[D / 8][4];
