@@ -444,6 +444,9 @@ impl Backend for CudaBackend {
             ),
         }
     }
+    fn queues_work(&self) -> bool {
+        true
+    }
     fn synchronize(&self) -> Result<()> {
         cu("stream synchronize", self.stream.synchronize())
     }

@@ -283,6 +283,9 @@ impl Backend for HipBackend {
         self.ctx().bind()?;
         dispatch::compute_nodes(self, graph, nodes)
     }
+    fn queues_work(&self) -> bool {
+        true
+    }
     fn synchronize(&self) -> Result<()> {
         self.ctx().bind()?;
         self.stream.synchronize()

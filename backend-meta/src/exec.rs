@@ -15,7 +15,10 @@
 //! leaves no core idle. With a stream-ordered communicator ([`Communicator::is_stream_ordered`]) the drivers do
 //! not synchronize their devices around the AllReduce: they only make sure that every device's
 //! `compute` call has returned; they synchronize where the host reads device data (gathers, the
-//! generic AllReduce, outputs).
+//! generic AllReduce, outputs). Where every device's stream only queues its work (GPUs,
+//! [`Backend::queues_work`]) and the communicator is stream-ordered, `GGML_TP_META_DRIVERS=one`
+//! ([`crate::settings`]) has the calling thread issue every device's share of each stage and the
+//! joins instead, so that no driver thread wakes up or meets the others per join.
 
 use crate::barrier::RankBarrier;
 use crate::cache::{Lookup, ProgramCache};
@@ -28,7 +31,7 @@ use ggml_core::sched::Scheduler;
 use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -114,6 +117,11 @@ pub struct MetaBackend {
     /// Any driver may compute any device's share of a stage (CPU devices joined by a
     /// stream-ordered communicator: one host's memory and threads), see [`crate::takeover`].
     takeover: bool,
+    /// Every device's stream queues its work and the communicator is ordered on the streams, so
+    /// that one thread can issue all of it ([`MetaBackend::run_from_one_thread`]).
+    one_driver_fits: bool,
+    /// The calling thread issues every device's work (`GGML_TP_META_DRIVERS=one` where it fits).
+    one_driver: AtomicBool,
     /// The programs per graph shape, and each device's scheduler (the compute memory they share).
     programs: Mutex<Programs>,
     stats: Mutex<MetaStats>,
@@ -148,6 +156,9 @@ impl MetaBackend {
             .map_err(|e| Error::Other(format!("meta: driver threads: {e}")))?;
         let takeover =
             comm.is_some() && device.devices().iter().all(|d| d.kind() == DeviceKind::Cpu);
+        let one_driver_fits = comm.as_ref().is_some_and(|c| c.is_stream_ordered())
+            && backends.iter().all(|b| b.queues_work());
+        let one_driver = AtomicBool::new(one_driver_fits && crate::settings::settings().one_driver);
         let programs = Programs {
             scheds: backends
                 .iter()
@@ -161,10 +172,21 @@ impl MetaBackend {
             backends,
             comm,
             takeover,
+            one_driver_fits,
+            one_driver,
             programs: Mutex::new(programs),
             stats: Mutex::new(MetaStats::default()),
             driver,
         })
+    }
+
+    /// Issues every device's work from the calling thread (`on`) or from a driver thread per
+    /// device; true when one thread does, which needs streams that queue their work and a
+    /// stream-ordered communicator. The default is `GGML_TP_META_DRIVERS` ([`crate::settings`]).
+    pub fn set_one_driver(&self, on: bool) -> bool {
+        let one = on && self.one_driver_fits;
+        self.one_driver.store(one, Ordering::Relaxed);
+        one
     }
 
     pub fn stats(&self) -> MetaStats {
@@ -207,6 +229,21 @@ impl MetaBackend {
             }
         }
         let _exclusive = lock_devices(self.device.devices());
+        if self.one_driver.load(Ordering::Relaxed) {
+            self.run_from_one_thread(prog)?;
+        } else {
+            self.run_drivers(prog)?;
+        }
+        for o in &prog.outputs {
+            let bytes = assemble(&prog.graphs, &o.locals, *meta.layout(o.meta), &o.state)?;
+            let dst = meta.data(o.meta)?;
+            dst.buffer.set(dst.offset, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Every device's driver at once, device 0's on this thread.
+    fn run_drivers(&self, prog: &Program) -> Result<()> {
         let mut barrier = self.barrier.lock();
         barrier.reset();
         let crew = Crew::new(&barrier, self.backends.len());
@@ -219,13 +256,27 @@ impl MetaBackend {
                 self.drive(0, prog, &crew);
             });
         }
-        crew.result()?;
-        for o in &prog.outputs {
-            let bytes = assemble(&prog.graphs, &o.locals, *meta.layout(o.meta), &o.state)?;
-            let dst = meta.data(o.meta)?;
-            dst.buffer.set(dst.offset, &bytes)?;
+        crew.result()
+    }
+
+    /// The whole program issued from this thread: each stage's share of every device, then its
+    /// joins, which a stream-ordered communicator queues behind that work, so that the host waits
+    /// for the devices only at the end (or where a join reads device data). Where every stream
+    /// queues its work this costs the host only the launches, and no driver thread has to wake up
+    /// or meet the others at each join.
+    fn run_from_one_thread(&self, prog: &Program) -> Result<()> {
+        for stage in &prog.stages {
+            for (d, backend) in self.backends.iter().enumerate() {
+                if !stage.nodes[d].is_empty() {
+                    backend.compute(&prog.graphs[d], &stage.nodes[d])?;
+                }
+            }
+            if !self.queued_is_enough(&stage.after) {
+                self.synchronize()?;
+            }
+            stage.after.iter().try_for_each(|b| self.join(prog, b))?;
         }
-        Ok(())
+        self.synchronize()
     }
 
     /// Runs device `d`'s driver loop where its stream issues work best; failures go to `crew`.

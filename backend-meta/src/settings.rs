@@ -3,6 +3,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops, with the stage balance of CPU devices and the share of their drivers' time spent idle at stage ends (a switch; default off) |
+//! | `GGML_TP_META_DRIVERS` | who issues the devices' work: `each` (a driver thread per device, meeting at every join) or `one` (the calling thread issues every device's share of each stage and the joins, where every device's stream queues its work and the communicator is ordered on the streams: GPUs; elsewhere as `each`); default `each` |
 //! | `GGML_TP_META_GENERIC_REDUCE` | join partial sums by the generic recursive-doubling AllReduce even where the family has a communicator (a switch; default off) |
 //!
 //! The BF16 transport threshold of the generic AllReduce is the core's
@@ -18,6 +19,8 @@ pub struct Settings {
     pub stats: bool,
     /// `GGML_TP_META_GENERIC_REDUCE`: the default of [`crate::ReduceOptions::generic`].
     pub generic_reduce: bool,
+    /// `GGML_TP_META_DRIVERS=one`: one thread issues every device's work where the streams queue it.
+    pub one_driver: bool,
 }
 
 impl Settings {
@@ -26,6 +29,7 @@ impl Settings {
         Settings {
             stats: env::flag("GGML_TP_META_STATS", false),
             generic_reduce: env::flag("GGML_TP_META_GENERIC_REDUCE", false),
+            one_driver: env::choice("GGML_TP_META_DRIVERS", &["each", "one"]) == Some(1),
         }
     }
 }

@@ -18,8 +18,10 @@ use ggml_core::{
     DType, DataRef, DeviceCaps, DeviceKind, Error, Graph, MemoryInfo, Result, TensorId,
 };
 use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 const DEVICES: usize = 2;
@@ -35,13 +37,17 @@ enum Kind {
     Generic,
     /// A stream-ordered communicator; device 1 fails or panics on request.
     Failing,
+    /// A stream-ordered communicator and streams that say they queue their work (as GPU streams
+    /// do), so that one thread may issue every device's work.
+    Queued,
 }
 
-const KINDS: [Kind; 4] = [
+const KINDS: [Kind; 5] = [
     Kind::Ordered,
     Kind::Synchronous,
     Kind::Generic,
     Kind::Failing,
+    Kind::Queued,
 ];
 
 impl Kind {
@@ -51,6 +57,7 @@ impl Kind {
             Kind::Synchronous => "probesync",
             Kind::Generic => "probegeneric",
             Kind::Failing => "probefailing",
+            Kind::Queued => "probequeued",
         }
     }
 }
@@ -69,6 +76,8 @@ struct Trace {
 struct Log {
     devices: [Trace; DEVICES],
     reductions: AtomicUsize,
+    /// The threads that called `compute` or `all_reduce`.
+    threads: Mutex<HashSet<ThreadId>>,
     violations: Mutex<Vec<String>>,
     fail: AtomicBool,
     panic: AtomicBool,
@@ -81,7 +90,7 @@ impl Log {
 }
 
 fn log(kind: Kind) -> &'static Log {
-    static LOGS: OnceLock<[Log; 4]> = OnceLock::new();
+    static LOGS: OnceLock<[Log; 5]> = OnceLock::new();
     let logs = LOGS.get_or_init(Default::default);
     &logs[KINDS.iter().position(|&k| k == kind).expect("a probe kind")]
 }
@@ -168,6 +177,7 @@ impl Backend for ProbeBackend {
         if self.device.index == 1 && log.panic.load(Ordering::SeqCst) {
             panic!("probe device 1 panics on request");
         }
+        log.threads.lock().insert(std::thread::current().id());
         trace.in_compute.store(true, Ordering::SeqCst);
         trace.synced.store(false, Ordering::SeqCst);
         let result = if self.device.index == 1 && log.fail.load(Ordering::SeqCst) {
@@ -197,8 +207,11 @@ impl Backend for ProbeBackend {
             // The CPU stream's own way: inside its pool.
             Kind::Ordered | Kind::Failing => self.inner.drive(job),
             // The default way: on the calling thread.
-            Kind::Synchronous | Kind::Generic => job(),
+            Kind::Synchronous | Kind::Generic | Kind::Queued => job(),
         }
+    }
+    fn queues_work(&self) -> bool {
+        self.device.kind == Kind::Queued
     }
 }
 
@@ -235,6 +248,7 @@ impl Communicator for ProbeComm {
                 log.violation(format!("device {d} not synchronized before all_reduce"));
             }
         }
+        log.threads.lock().insert(std::thread::current().id());
         log.reductions.fetch_add(1, Ordering::SeqCst);
         self.inner.all_reduce(data, dtype, count)
     }
@@ -276,6 +290,9 @@ inventory::submit! {
 }
 inventory::submit! {
     StaticBackend { name: "probefailing", create: || Box::new(ProbeReg(Kind::Failing)) }
+}
+inventory::submit! {
+    StaticBackend { name: "probequeued", create: || Box::new(ProbeReg(Kind::Queued)) }
 }
 
 /// A block harness on a meta device over two probe devices of `kind`.
@@ -381,4 +398,43 @@ fn a_failing_or_panicking_device_stops_the_run_and_the_next_run_works() {
     assert!(panicked.is_err(), "the panic reaches the caller");
     probe.panic.store(false, Ordering::SeqCst);
     assert!(nmse(&h.step(), &want) <= 1e-6, "the run after a panic");
+}
+
+#[test]
+fn one_thread_issues_every_device_share_and_join_where_streams_queue_their_work() {
+    let seed = rand::random::<u64>();
+    let t = 3;
+    let want = single(seed, false, t);
+    let (mut h, backend) = probe_harness(Kind::Queued, seed, t);
+    assert!(
+        backend.set_one_driver(true),
+        "queued streams, stream-ordered communicator"
+    );
+    let probe = log(Kind::Queued);
+    for _ in 0..3 {
+        let e = nmse(&h.step(), &want);
+        assert!(e <= 1e-6, "seed {seed}: nmse {e}");
+    }
+    let stats = backend.stats();
+    assert!(stats.reductions >= 3 * 4, "{stats:?}");
+    assert_eq!(
+        probe.reductions.load(Ordering::SeqCst) as u64,
+        stats.reductions
+    );
+    let threads = probe.threads.lock().clone();
+    assert_eq!(
+        threads,
+        HashSet::from([std::thread::current().id()]),
+        "every compute and join issued from the caller's thread"
+    );
+    assert_clean(Kind::Queued);
+    // A failing device stops the run with its error; the next run works.
+    probe.fail.store(true, Ordering::SeqCst);
+    let err = h.try_step().expect_err("device 1 failed");
+    assert!(err.to_string().contains("fails on request"), "{err}");
+    probe.fail.store(false, Ordering::SeqCst);
+    assert!(nmse(&h.step(), &want) <= 1e-6, "the run after a failure");
+    // Streams that compute in the call do not get one thread.
+    let (_, ordered) = probe_harness(Kind::Ordered, seed, t);
+    assert!(!ordered.set_one_driver(true));
 }

@@ -174,6 +174,13 @@ pub trait Backend: Send + Sync {
     fn drive(&self, job: &mut (dyn FnMut() + Send)) {
         job()
     }
+    /// True when `compute` only queues the work and returns before it is done (a GPU stream), so
+    /// that one thread can issue the work of several such streams without waiting for any of them
+    /// (a meta device's drivers under backend-meta's `GGML_TP_META_DRIVERS=one`).
+    /// The default: false (the call computes).
+    fn queues_work(&self) -> bool {
+        false
+    }
     /// Runs part of the work in flight on other streams of this stream's host on the calling
     /// thread, which would otherwise only wait (a meta device's driver that has finished its
     /// device's share of a stage while another device's share is still running); true when it ran

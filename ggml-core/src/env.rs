@@ -5,6 +5,7 @@
 //! - [`count`]: a positive whole number (unset, empty, `0` or unreadable: none);
 //! - [`bytes`]: a byte count, or `off` / `never` for [`usize::MAX`] (a threshold never reached);
 //! - [`text`]: the value as it is (unset or empty: none);
+//! - [`choice`]: one of a few names (case-insensitive);
 //! - [`dtypes`]: element type names separated by commas (`q4_0,q8_0`), or `none` for no type.
 //!
 //! [`cache_dir`] is the user's cache folder of ggml-tp that every clone on the machine shares
@@ -67,6 +68,17 @@ pub fn text(var: &str) -> Option<String> {
     let value = std::env::var(var).ok()?;
     let value = value.trim();
     (!value.is_empty()).then(|| value.to_string())
+}
+
+/// The index of the name in `choices` that `var` holds (case-insensitive); none when unset, empty
+/// or another name.
+pub fn choice(var: &str, choices: &[&str]) -> Option<usize> {
+    let value = text(var)?;
+    let found = choices.iter().position(|c| c.eq_ignore_ascii_case(&value));
+    if found.is_none() {
+        warn(var, &value, &format!("one of {}", choices.join(", ")));
+    }
+    found
 }
 
 /// The value of `var` as a path; none when unset or empty.
