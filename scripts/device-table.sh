@@ -10,6 +10,7 @@
 # LOGICAL=0 (leave out those rows), NEXT=PRESET (also a delta-net model, e.g. qwen3.5-27b-q4_0),
 # TRACE=N (the MoE tensor run prints each stream's last N calls, GGML_TP_CUDA_TRACE), LOGICAL_AB=
 # "NAME=VALUE ...;..." (the F16 and MoE tensor runs once more under each setting).
+# OLD_ROWS=logical: ggml-tp-old runs the tensor-mode rows only.
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch}
@@ -75,7 +76,7 @@ step synth cat /tmp/w/synth.txt
 tp() {
     local title=$1
     shift
-    for bin in "${bins[@]}"; do step "$bin $title" timeout 120 ./$bin bench "$@"; done
+    for bin in "${use[@]}"; do step "$bin $title" timeout 120 ./$bin bench "$@"; done
     [ -z "${AB_ENV:-}" ] || step "ggml-tp $title with $AB_ENV" env $AB_ENV timeout 120 ./ggml-tp bench "$@"
 }
 lcpp() {
@@ -84,6 +85,8 @@ lcpp() {
     on LLAMA_CPP && step "llama.cpp $title" timeout 150 $LB -ngl 99 -fa 1 -dev CUDA0 -sm none -o md "$@"
 }
 one=(--devices cuda:0)
+use=(ggml-tp)
+[ "${OLD_ROWS:-all}" = all ] && use=("${bins[@]}")
 if on DECODE; then
     tp "f16 decode" -m $M_F16 "${one[@]}" -p 0 -n 128 -r 3 -d 0,4096
     tp "q4_0 decode" -m $M_Q40 "${one[@]}" -p 0 -n 128 -r 3 -d 0,4096
@@ -114,6 +117,7 @@ on MOE && lcpp "qwen3-30b" -m $M_MOE -p 512 -n 128 -r 2
 if on LOGICAL; then
     two=(--devices cuda:0,cuda:1 --split-mode none,tensor)
     export GGML_TP_CUDA_LOGICAL=2
+    use=("${bins[@]}")
     tp "f16 over 2 logical" -m $M_F16 "${two[@]}" -p 512 -n 128 -r 3
     IFS=';' read -r -a more <<<"${LOGICAL_AB:-}"
     for env in "${more[@]}"; do

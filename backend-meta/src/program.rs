@@ -427,7 +427,7 @@ impl<'a> Builder<'a> {
         for d in 0..self.n() {
             let ls: Vec<TensorId> = srcs.iter().map(|v| v[d]).collect();
             let op = match (&tensor.op, r.once && d != 0) {
-                (Op::Add | Op::Sub | Op::AddId, true) => {
+                (Op::AddId, true) => {
                     locals.push(ls[0]);
                     continue;
                 }

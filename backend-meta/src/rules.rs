@@ -235,8 +235,10 @@ fn mul_mat_id(s: &[SplitState]) -> Rule {
     }
 }
 
-/// `add`, `sub`, `mul`, `div`: partial sums pass where the op is linear in them (a mirrored term
-/// added once), splits pass with the other source sliced alike or broadcast.
+/// `add`, `sub`, `mul`, `div`: partial sums pass where the op is linear in them and the other term
+/// multiplies (a mirrored term is added after the join instead: on every device, where a GPU folds
+/// the residual add into the RMS norm after it, and the residual stream never travels in BF16),
+/// splits pass with the other source sliced alike or broadcast.
 fn binary(graph: &Graph, node: TensorId, s: &[SplitState]) -> Rule {
     let t = graph.tensor(node);
     let src = |i: usize| t.src[i];
@@ -249,10 +251,10 @@ fn binary(graph: &Graph, node: TensorId, s: &[SplitState]) -> Rule {
             out: Partial,
             once: false,
         },
-        (Partial, Mirrored) if linear_in_a => Rule {
+        (Partial, Mirrored) if linear_in_a && !additive => Rule {
             srcs: vec![Want::AsIs, Want::AsIs],
             out: Partial,
-            once: additive,
+            once: false,
         },
         (Mirrored, Partial) if linear_in_b && !additive => Rule {
             srcs: vec![Want::AsIs, Want::AsIs],
