@@ -380,6 +380,15 @@ fn generic_all_reduce_stages_through_host_memory_between_separate_devices() {
     assert_clean(Kind::Generic);
 }
 
+/// Device 1 fails on request: the run stops with its error, and the next run works.
+fn a_failure_stops_the_run(h: &mut Harness, probe: &Log, want: &[f32]) {
+    probe.fail.store(true, Ordering::SeqCst);
+    let err = h.try_step().expect_err("device 1 failed");
+    assert!(err.to_string().contains("fails on request"), "{err}");
+    probe.fail.store(false, Ordering::SeqCst);
+    assert!(nmse(&h.step(), want) <= 1e-6, "the run after a failure");
+}
+
 #[test]
 fn a_failing_or_panicking_device_stops_the_run_and_the_next_run_works() {
     let seed = rand::random::<u64>();
@@ -388,11 +397,7 @@ fn a_failing_or_panicking_device_stops_the_run_and_the_next_run_works() {
     let (mut h, _) = probe_harness(Kind::Failing, seed, t);
     let probe = log(Kind::Failing);
     assert!(nmse(&h.step(), &want) <= 1e-6);
-    probe.fail.store(true, Ordering::SeqCst);
-    let err = h.try_step().expect_err("device 1 failed");
-    assert!(err.to_string().contains("fails on request"), "{err}");
-    probe.fail.store(false, Ordering::SeqCst);
-    assert!(nmse(&h.step(), &want) <= 1e-6, "the run after a failure");
+    a_failure_stops_the_run(&mut h, probe, &want);
     probe.panic.store(true, Ordering::SeqCst);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.try_step()));
     assert!(panicked.is_err(), "the panic reaches the caller");
@@ -428,12 +433,7 @@ fn one_thread_issues_every_device_share_and_join_where_streams_queue_their_work(
         "every compute and join issued from the caller's thread"
     );
     assert_clean(Kind::Queued);
-    // A failing device stops the run with its error; the next run works.
-    probe.fail.store(true, Ordering::SeqCst);
-    let err = h.try_step().expect_err("device 1 failed");
-    assert!(err.to_string().contains("fails on request"), "{err}");
-    probe.fail.store(false, Ordering::SeqCst);
-    assert!(nmse(&h.step(), &want) <= 1e-6, "the run after a failure");
+    a_failure_stops_the_run(&mut h, probe, &want);
     // Streams that compute in the call do not get one thread.
     let (_, ordered) = probe_harness(Kind::Ordered, seed, t);
     assert!(!ordered.set_one_driver(true));
