@@ -611,9 +611,12 @@ fn concat(s: &[SplitState], dim: usize) -> Rule {
 }
 
 /// Mirrored weights from this size up are multiplied by rows shared out over the devices (when the
-/// activation is mirrored too): reading a mebibyte of weights takes longer than the join that then
-/// gathers the result's rows.
-const ROW_SPLIT_MIN_BYTES: usize = 1 << 20;
+/// activation is mirrored too): reading that much takes longer than the join that then gathers the
+/// result's rows. Output heads (15 MiB and more even for SmolLM2-135M in Q4_0) are; MoE routers
+/// (F32: 1 MiB for Qwen3-30B-A3B, 4 MiB for Qwen3-Next, 7.3 MiB for DeepSeek-V3) are not: their
+/// rows would be gathered through host memory in every layer (on GPUs a synchronization each;
+/// Qwen3-30B-A3B over two logical GPUs made 48 gathers a token).
+const ROW_SPLIT_MIN_BYTES: usize = 8 << 20;
 
 /// A split by rows for the weight of a product of a large mirrored weight with a mirrored
 /// activation (a tied output head) on devices with `ratios`: each device multiplies its share of the

@@ -255,8 +255,8 @@ fn a_large_mirrored_weight_is_multiplied_by_rows_shared_out() {
     use ggml_core::sched::Scheduler;
     use ggml_core::{DType, DataRef, Graph, Layout};
     use rand::{Rng, SeedableRng};
-    // A tied output head: 2 MiB of F32 weights, mirrored, times a mirrored hidden state.
-    let (d, rows, t) = (64usize, 8192usize, 3usize);
+    // A tied output head: 8 MiB of F32 weights, mirrored, times a mirrored hidden state.
+    let (d, rows, t) = (64usize, 32768usize, 3usize);
     let seed = rand::random::<u64>();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let head: Vec<f32> = (0..d * rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
