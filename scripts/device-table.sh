@@ -125,6 +125,7 @@ if on LOGICAL; then
             --split-mode tensor -p 512 -n 128 -r 3
     done
     tp "f16 pp2048 u512 over 2 logical" -m $M_F16 "${two[@]}" -p 2048 -u 512 -n 0 -r 2
+    tp "qwen3-30b over 2 logical" -m $M_MOE "${two[@]}" -p 0 -n 32 -r 2
     step "qwen3-30b over 2 logical, counters" env GGML_TP_META_STATS=1 GGML_TP_CUDA_STATS=1 \
         GGML_TP_CUDA_TRACE="${TRACE:-0}" timeout 120 ./ggml-tp bench -m $M_MOE "${two[@]}" -p 0 -n 32 -r 1
     for env in "${more[@]}"; do
