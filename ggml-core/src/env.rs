@@ -74,7 +74,7 @@ pub fn text(var: &str) -> Option<String> {
 /// or another name.
 pub fn choice(var: &str, choices: &[&str]) -> Option<usize> {
     let value = text(var)?;
-    let found = choices.iter().position(|c| c.eq_ignore_ascii_case(&value));
+    let found = parse_choice(&value, choices);
     if found.is_none() {
         warn(var, &value, &format!("one of {}", choices.join(", ")));
     }
@@ -120,6 +120,10 @@ fn parse_count(value: &str) -> Option<usize> {
     value.parse().ok().filter(|&n: &usize| n > 0)
 }
 
+fn parse_choice(value: &str, choices: &[&str]) -> Option<usize> {
+    choices.iter().position(|c| c.eq_ignore_ascii_case(value))
+}
+
 fn parse_bytes(value: &str) -> Option<usize> {
     match value {
         "off" | "never" => Some(usize::MAX),
@@ -133,7 +137,7 @@ fn warn(var: &str, value: &str, expected: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::{cache_dir_from, parse_bytes, parse_count, parse_dtypes, parse_flag};
+    use super::{cache_dir_from, parse_bytes, parse_choice, parse_count, parse_dtypes, parse_flag};
     use crate::dtype::DType;
 
     #[test]
@@ -161,6 +165,14 @@ mod tests {
                 assert!(parse_flag(Some(on), default), "{on}");
             }
         }
+    }
+
+    #[test]
+    fn choices_are_names_in_any_case() {
+        let names = ["each", "one"];
+        assert_eq!(parse_choice("each", &names), Some(0));
+        assert_eq!(parse_choice("ONE", &names), Some(1));
+        assert_eq!(parse_choice("two", &names), None);
     }
 
     #[test]
