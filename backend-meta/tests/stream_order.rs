@@ -334,17 +334,7 @@ fn stream_ordered_all_reduce_waits_for_every_compute_call_and_no_synchronize() {
     let t = 3;
     let want = single(seed, false, t);
     let (mut h, backend) = probe_harness(Kind::Ordered, seed, t);
-    for _ in 0..3 {
-        let e = nmse(&h.step(), &want);
-        assert!(e <= 1e-6, "seed {seed}: nmse {e}");
-    }
-    let stats = backend.stats();
-    assert!(stats.reductions >= 3 * 4, "{stats:?}");
-    assert_eq!(
-        log(Kind::Ordered).reductions.load(Ordering::SeqCst) as u64,
-        stats.reductions,
-        "every reduction went through the communicator"
-    );
+    runs_reduce_through_the_communicator(Kind::Ordered, &mut h, &backend, &want, seed);
     assert_clean(Kind::Ordered);
 }
 
@@ -378,6 +368,28 @@ fn generic_all_reduce_stages_through_host_memory_between_separate_devices() {
     assert!(stats.reductions >= 2 * 4, "{stats:?}");
     assert!(!backend.has_communicator());
     assert_clean(Kind::Generic);
+}
+
+/// Three runs, each equal to one device's result, whose reductions (4 a run at least) all went
+/// through the communicator of `kind`.
+fn runs_reduce_through_the_communicator(
+    kind: Kind,
+    h: &mut Harness,
+    backend: &backend_meta::MetaBackend,
+    want: &[f32],
+    seed: u64,
+) {
+    for _ in 0..3 {
+        let e = nmse(&h.step(), want);
+        assert!(e <= 1e-6, "seed {seed}: nmse {e}");
+    }
+    let stats = backend.stats();
+    assert!(stats.reductions >= 3 * 4, "{stats:?}");
+    assert_eq!(
+        log(kind).reductions.load(Ordering::SeqCst) as u64,
+        stats.reductions,
+        "every reduction went through the communicator"
+    );
 }
 
 /// Device 1 fails on request: the run stops with its error, and the next run works.
@@ -416,16 +428,7 @@ fn one_thread_issues_every_device_share_and_join_where_streams_queue_their_work(
         "queued streams, stream-ordered communicator"
     );
     let probe = log(Kind::Queued);
-    for _ in 0..3 {
-        let e = nmse(&h.step(), &want);
-        assert!(e <= 1e-6, "seed {seed}: nmse {e}");
-    }
-    let stats = backend.stats();
-    assert!(stats.reductions >= 3 * 4, "{stats:?}");
-    assert_eq!(
-        probe.reductions.load(Ordering::SeqCst) as u64,
-        stats.reductions
-    );
+    runs_reduce_through_the_communicator(Kind::Queued, &mut h, &backend, &want, seed);
     let threads = probe.threads.lock().clone();
     assert_eq!(
         threads,
