@@ -4,10 +4,14 @@
 # of the GPU (issue 20) with ggml-tp, and llama.cpp on the same files. With ggml-tp-old in the folder
 # every ggml-tp row runs with it too (the A/B of two builds); AB_ENV="NAME=VALUE ..." runs the
 # ggml-tp rows once more with those settings. Output in $OUT/table.txt, a section per step, each
-# under a timeout, so a slow step costs its own result only.
+# under a timeout, so a slow step costs its own result only. (It replaces device-prompt.sh and
+# device-ab.sh.)
 # Environment: LLAMA_CPP=0 (no llama.cpp; its build takes ~270 s in the background), TESTS=0 (no
 # GPU tests), KERNEL_TESTS (cuda_kernels filters; default all), DECODE=0 / PROMPT=0 / MOE=0 /
 # LOGICAL=0 (leave out those rows), NEXT=PRESET (also a delta-net model, e.g. qwen3.5-27b-q4_0),
+# PROFILE=1 (each build's per-node GPU time of an F16 pp8192), LONG=1 (a micro-batch of 2048 after
+# 30720 cached tokens: attention at 32k keys, with ggml-tp's profile), NCU=1 (Nsight Compute on
+# k_flash_attn_mma_d128 at 8192 keys, the report in $OUT/fa.ncu-rep),
 # TRACE=N (the MoE tensor run prints each stream's last N calls, GGML_TP_CUDA_TRACE), LOGICAL_AB=
 # "NAME=VALUE ...;..." (the F16 and MoE tensor runs once more under each setting).
 # OLD_ROWS=logical: ggml-tp-old runs the tensor-mode rows only.
@@ -15,6 +19,7 @@
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch}
 #       cp -r ../shared/anchor scripts/device-table.sh .device-bin/NAME/
+#       (an A/B: the other build stripped to .device-bin/NAME/ggml-tp-old and gzipped too)
 # There: bash .device-bin/NAME/device-table.sh (carry .device-bin/NAME).
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
@@ -96,6 +101,22 @@ if on PROMPT; then
     tp "f16 pp2048 u512" -m $M_F16 "${one[@]}" -p 2048 -u 512 -n 0 -r 2
     tp "f16 pp8192 u2048" -m $M_F16 "${one[@]}" -p 8192 -u 2048 -n 0 -r 2
 fi
+# Top nodes of a per-node profile (GGML_TP_CUDA_PROFILE) of `ggml-tp bench ARGS` with build $1.
+profile() {
+    local bin=$1 lines=$2 title=$3
+    shift 3
+    step "profile $bin $title" sh -c "GGML_TP_CUDA_PROFILE=1 timeout 120 ./$bin bench $* 2>&1 |
+        grep -v '^| ---\|^loaded\|^memory' | head -$lines"
+}
+if [ "${PROFILE:-0}" = 1 ]; then
+    for bin in "${use[@]}"; do profile $bin 24 pp8192 -m $M_F16 "${one[@]}" -p 8192 -u 2048 -n 0 -r 1; done
+fi
+[ "${LONG:-0}" = 1 ] && profile ggml-tp 16 "pp2048 at depth 30720" -m $M_F16 "${one[@]}" -p 2048 -u 2048 -d 30720 -n 0 -r 1
+if [ "${NCU:-0}" = 1 ]; then
+    step "ncu k_flash_attn_mma_d128 at 8192 keys" timeout 150 ncu --graph-profiling node -k regex:k_flash_attn_mma_d128 \
+        --launch-skip 96 --launch-count 1 --set full -o $OUT/fa ./ggml-tp bench -m $M_F16 "${one[@]}" -p 8192 -u 2048 -n 0 -r 1
+    step "ncu details" ncu -i $OUT/fa.ncu-rep --page details
+fi
 on MOE && tp "qwen3-30b" -m $M_MOE "${one[@]}" -p 512 -n 128 -r 2
 [ -n "${NEXT:-}" ] && tp "$NEXT" -m $M_NXT "${one[@]}" -p 512 -n 128 -r 2
 if on LLAMA_CPP; then
@@ -111,6 +132,7 @@ if on PROMPT; then
     lcpp "f16 pp2048 ub512" -m $M_F16 -p 2048 -ub 512 -n 0 -r 2
     lcpp "f16 pp8192 ub2048" -m $M_F16 -p 8192 -ub 2048 -n 0 -r 2
 fi
+[ "${LONG:-0}" = 1 ] && lcpp "f16 pp2048 ub2048 at depth 30720" -m $M_F16 -p 2048 -ub 2048 -d 30720 -n 0 -r 1
 on MOE && lcpp "qwen3-30b" -m $M_MOE -p 512 -n 128 -r 2
 [ -n "${NEXT:-}" ] && lcpp "$NEXT" -m $M_NXT -p 512 -n 128 -r 2
 # Last: tensor mode over logical devices has no llama.cpp row to lose if the call runs out.
