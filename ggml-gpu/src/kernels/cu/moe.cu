@@ -199,7 +199,8 @@ __device__ __forceinline__ void moe_mm(const GV& g, const int* buf) {
 // The same tile on tensor cores (k_moe_mma_<type>, where the runner has the instruction): each of
 // the 4 warps takes 16 of the 64 weight rows against all 32 pairs (4 tiles of 8), and per unit
 // multiplies the first and the second 16 weights separately with MMA_I8_16816 (int32 sums), which
-// then take the unit's scales exactly as in moe_mm. MMA_I8_16816(c, a, b) is c += a b for a 16x16
+// then take the unit's scales exactly as in moe_mm; units of one scale take one MMA_I8_16832
+// over all 32 weights. MMA_I8_16816(c, a, b) is c += a b for a 16x16
 // tile a and a 16x8 tile b of signed bytes, held as PTX's mma.m16n8k16 lays them out for 8-bit
 // types; lane 4 g + t (g < 8, t < 4) holds
 //   a0 = A[g][4t .. 4t+3], a1 = A[g+8][4t .. 4t+3], b = B[4t .. 4t+3][g],
@@ -228,11 +229,26 @@ __device__ __forceinline__ void mma_i8_lanes(int (&c)[4], const int (&a)[2], int
 }
 #ifdef MMA_I8_16816
 #define MQ_MMA(c, a, b) MMA_I8_16816(c, a, b)
+#define MQ_MMA32(c, a, b) MMA_I8_16832(c, a, b)
 #define MQ_FRAG_WORDS 1
 #else
 #define MQ_MMA(c, a, b) mma_i8_lanes(c, a, b, frags + 96 * (threadIdx.x / 32))
+// MMA_I8_16832 without the instruction: its two 16-byte halves one after the other.
+#define MQ_MMA32(c, a, b)                                                                             \
+    do {                                                                                              \
+        const int a_lo_[2] = {(a)[0], (a)[1]}, a_hi_[2] = {(a)[2], (a)[3]};                           \
+        MQ_MMA(c, a_lo_, (b)[0]);                                                                     \
+        MQ_MMA(c, a_hi_, (b)[1]);                                                                     \
+    } while (0)
 #define MQ_FRAG_WORDS (MM_THREADS * 3)
 #endif
+
+// True where a unit's 32 weights share one scale (sa == sb): every type but Q6_K, whose two
+// 16-weight halves have their own. Such units take one MMA over all 32 weights and one scaling.
+template <int T>
+__device__ __forceinline__ constexpr bool unit_has_one_scale() {
+    return T != T_Q6K;
+}
 
 template <int T>
 __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
@@ -287,7 +303,7 @@ __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
             }
         }
         __syncthreads();
-#pragma unroll 2
+#pragma unroll 1
         for (int u = 0; u < MM_KU; u++) {
             const int a_lo[2] = {ws[r0 * MQ_PITCH + 8 * u + tq], ws[r1 * MQ_PITCH + 8 * u + tq]};
             const int a_hi[2] = {ws[r0 * MQ_PITCH + 8 * u + 4 + tq], ws[r1 * MQ_PITCH + 8 * u + 4 + tq]};
@@ -296,10 +312,20 @@ __device__ __forceinline__ void moe_mma(const GV& g, const int* buf) {
 #pragma unroll
             for (int t = 0; t < 4; t++) {
                 const int* xb = xs + (8 * t + gq) * MQ_PITCH + 8 * u;
+                const float2 d0 = xds[8 * t + 2 * tq][u], d1 = xds[8 * t + 2 * tq + 1][u];
+                if (unit_has_one_scale<T>()) {
+                    const int a[4] = {a_lo[0], a_lo[1], a_hi[0], a_hi[1]}, b[2] = {xb[tq], xb[4 + tq]};
+                    int q[4] = {0, 0, 0, 0};
+                    MQ_MMA32(q, a, b);
+                    acc[t][0] += s0[0] * (float)q[0] * d0.x + s0[2] * d0.y;
+                    acc[t][1] += s0[0] * (float)q[1] * d1.x + s0[2] * d1.y;
+                    acc[t][2] += s1[0] * (float)q[2] * d0.x + s1[2] * d0.y;
+                    acc[t][3] += s1[0] * (float)q[3] * d1.x + s1[2] * d1.y;
+                    continue;
+                }
                 int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
                 MQ_MMA(lo, a_lo, xb[tq]);
                 MQ_MMA(hi, a_hi, xb[4 + tq]);
-                const float2 d0 = xds[8 * t + 2 * tq][u], d1 = xds[8 * t + 2 * tq + 1][u];
                 acc[t][0] += (s0[0] * (float)lo[0] + s0[1] * (float)hi[0]) * d0.x + s0[2] * d0.y;
                 acc[t][1] += (s0[0] * (float)lo[1] + s0[1] * (float)hi[1]) * d1.x + s0[2] * d1.y;
                 acc[t][2] += (s1[0] * (float)lo[2] + s1[1] * (float)hi[2]) * d0.x + s1[2] * d0.y;

@@ -35,7 +35,9 @@ __device__ __forceinline__ unsigned short f2h(float f) {
 // attention_mma.cu describes them) on compute capability 8.0 and later; elsewhere that file's
 // form through shared memory.
 // MMA_I8_16816(c, a, b): c += a b for a 16x16 tile a and a 16x8 tile b of signed bytes, int32
-// sums (fragments as moe.cu describes them).
+// sums (fragments as moe.cu describes them); MMA_I8_16832(c, a, b) the same over 32 bytes of k
+// (a 16x32 tile a in 4 registers, a 32x8 tile b in 2: the two 16-byte halves' fragments of
+// MMA_I8_16816 side by side, a = {a_lo, a_hi}, b = {b_lo, b_hi}).
 // CP_ASYNC_16(dst, src) starts copying 16 bytes from global memory at src to shared memory at dst
 // (both 16-byte aligned), CP_ASYNC_WAIT_ALL() waits until this thread's copies have landed;
 // LDSM_X4(r, p) and LDSM_X4_TRANS(r, p) load four 8x8 tiles of halves from shared memory as
@@ -69,4 +71,9 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
                  "{%0,%1,%2,%3};"                                                                      \
                  : "+r"((c)[0]), "+r"((c)[1]), "+r"((c)[2]), "+r"((c)[3])                              \
                  : "r"((a)[0]), "r"((a)[1]), "r"(b))
+#define MMA_I8_16832(c, a, b)                                                                         \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "    \
+                 "{%8,%9}, {%0,%1,%2,%3};"                                                             \
+                 : "+r"((c)[0]), "+r"((c)[1]), "+r"((c)[2]), "+r"((c)[3])                              \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 #endif
