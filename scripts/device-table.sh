@@ -9,12 +9,13 @@
 # Environment: LLAMA_CPP=0 (no llama.cpp; its build takes ~270 s in the background), TESTS=0 (no
 # GPU tests), KERNEL_TESTS (cuda_kernels filters; default all), DECODE=0 / PROMPT=0 / MOE=0 /
 # LOGICAL=0 (leave out those rows), NEXT=PRESET (also a delta-net model, e.g. qwen3.5-27b-q4_0),
-# PROFILE=1 (each build's per-node GPU time of an F16 pp8192), LONG=1 (a micro-batch of 2048 after
+# PROFILE=1 (each build's per-node GPU time of an F16 pp8192, the new build's of F16 and Q4_0 decode), LONG=1 (a micro-batch of 2048 after
 # 30720 cached tokens: attention at 32k keys, with ggml-tp's profile), NCU=1 (Nsight Compute on
 # k_flash_attn_mma_d128 at 8192 keys, the report in $OUT/fa.ncu-rep),
 # TRACE=N (the MoE tensor run prints each stream's last N calls, GGML_TP_CUDA_TRACE), LOGICAL_AB=
 # "NAME=VALUE ...;..." (the F16 and MoE tensor runs once more under each setting).
-# OLD_ROWS=logical: ggml-tp-old runs the tensor-mode rows only.
+# OLD_ROWS="GROUP ...": ggml-tp-old runs only those groups' rows (decode, prompt, moe, next,
+# logical; default all of them).
 # Here: cargo xtask device-pack --out .device-bin/NAME --test ggml-tp-tests:cuda_kernels \
 #         --test ggml-tp-tests:conformance_cuda --test llama:logits_arch --program --fixtures arch
 #       gzip -1 .device-bin/NAME/{ggml-tp,cuda_kernels,conformance_cuda,logits_arch}
@@ -90,12 +91,17 @@ lcpp() {
     on LLAMA_CPP && step "llama.cpp $title" timeout 150 $LB -ngl 99 -fa 1 -dev CUDA0 -sm none -o md "$@"
 }
 one=(--devices cuda:0)
-use=(ggml-tp)
-[ "${OLD_ROWS:-all}" = all ] && use=("${bins[@]}")
+# The builds that run group $1's rows.
+builds_for() {
+    use=("${bins[@]}")
+    case " ${OLD_ROWS:-all} " in *" all "* | *" $1 "*) ;; *) use=(ggml-tp) ;; esac
+}
+builds_for decode
 if on DECODE; then
     tp "f16 decode" -m $M_F16 "${one[@]}" -p 0 -n 128 -r 3 -d 0,4096
     tp "q4_0 decode" -m $M_Q40 "${one[@]}" -p 0 -n 128 -r 3 -d 0,4096
 fi
+builds_for prompt
 if on PROMPT; then
     tp "f16 pp512" -m $M_F16 "${one[@]}" -p 512 -n 0 -r 3
     tp "f16 pp2048 u512" -m $M_F16 "${one[@]}" -p 2048 -u 512 -n 0 -r 2
@@ -110,6 +116,8 @@ profile() {
 }
 if [ "${PROFILE:-0}" = 1 ]; then
     for bin in "${use[@]}"; do profile $bin 24 pp8192 -m $M_F16 "${one[@]}" -p 8192 -u 2048 -n 0 -r 1; done
+    profile ggml-tp 20 "f16 tg32" -m $M_F16 "${one[@]}" -p 0 -n 32 -r 1
+    profile ggml-tp 20 "q4_0 tg32" -m $M_Q40 "${one[@]}" -p 0 -n 32 -r 1
 fi
 [ "${LONG:-0}" = 1 ] && profile ggml-tp 16 "pp2048 at depth 30720" -m $M_F16 "${one[@]}" -p 2048 -u 2048 -d 30720 -n 0 -r 1
 if [ "${NCU:-0}" = 1 ]; then
@@ -117,7 +125,9 @@ if [ "${NCU:-0}" = 1 ]; then
         --launch-skip 96 --launch-count 1 --set full -o $OUT/fa ./ggml-tp bench -m $M_F16 "${one[@]}" -p 8192 -u 2048 -n 0 -r 1
     step "ncu details" ncu -i $OUT/fa.ncu-rep --page details
 fi
+builds_for moe
 on MOE && tp "qwen3-30b" -m $M_MOE "${one[@]}" -p 512 -n 128 -r 2
+builds_for next
 [ -n "${NEXT:-}" ] && tp "$NEXT" -m $M_NXT "${one[@]}" -p 512 -n 128 -r 2
 if on LLAMA_CPP; then
     [ -n "$LCPP" ] && wait $LCPP
@@ -139,7 +149,7 @@ on MOE && lcpp "qwen3-30b" -m $M_MOE -p 512 -n 128 -r 2
 if on LOGICAL; then
     two=(--devices cuda:0,cuda:1 --split-mode none,tensor)
     export GGML_TP_CUDA_LOGICAL=2
-    use=("${bins[@]}")
+    builds_for logical
     tp "f16 over 2 logical" -m $M_F16 "${two[@]}" -p 512 -n 128 -r 3
     IFS=';' read -r -a more <<<"${LOGICAL_AB:-}"
     for env in "${more[@]}"; do
