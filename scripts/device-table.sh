@@ -12,6 +12,7 @@
 # PROFILE=1 (each build's per-node GPU time of an F16 pp8192, the new build's of F16 and Q4_0 decode), LONG=1 (a micro-batch of 2048 after
 # 30720 cached tokens: attention at 32k keys, with ggml-tp's profile), NCU=1 (Nsight Compute on
 # k_flash_attn_mma_d128 at 8192 keys, the report in $OUT/fa.ncu-rep),
+# LOGITS_AB="NAME=VALUE ..." (logits_arch once more with those settings),
 # TRACE=N (the MoE tensor run prints each stream's last N calls, GGML_TP_CUDA_TRACE), LOGICAL_AB=
 # "NAME=VALUE ...;..." (the F16 and MoE tensor runs once more under each setting).
 # OLD_ROWS="GROUP ...": ggml-tp-old runs only those groups' rows (decode, prompt, moe, next,
@@ -69,7 +70,8 @@ if on TESTS; then
     t1=$!
     timeout 240 ./conformance_cuda >/tmp/w/c.txt 2>&1 &
     t2=$!
-    GGML_TP_FIXTURES="$B/fx" timeout 200 ./logits_arch >/tmp/w/l.txt 2>&1 &
+    (GGML_TP_FIXTURES="$B/fx" timeout 200 ./logits_arch
+        [ -z "${LOGITS_AB:-}" ] || env $LOGITS_AB GGML_TP_FIXTURES="$B/fx" timeout 200 ./logits_arch) >/tmp/w/l.txt 2>&1 &
     t3=$!
     wait $t1 $t2 $t3
     step cuda_kernels grep -v "^test .* ok$" /tmp/w/k.txt

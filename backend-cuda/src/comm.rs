@@ -16,7 +16,7 @@ use crate::settings::{settings, Settings};
 use crate::stream::CudaBackend;
 use crate::{cu, err};
 use cudarc::driver::{sys, CudaEvent};
-use ggml_core::backend::check_range;
+use ggml_core::backend::{check_range, Recorder, Recording};
 use ggml_core::settings::CoreSettings;
 use ggml_core::{Backend, Buffer as _, Communicator, DType, DataRef, Device, Error, Result};
 use parking_lot::Mutex;
@@ -482,6 +482,16 @@ impl Communicator for SameGpuCommunicator {
     }
     fn is_stream_ordered(&self) -> bool {
         true
+    }
+    fn recorder(&self) -> Option<&dyn Recorder> {
+        Some(self)
+    }
+}
+
+/// The streams' work as one CUDA graph ([`crate::record`]).
+impl Recorder for SameGpuCommunicator {
+    fn record(&self, issue: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn Recording>> {
+        crate::record::record(&self.backends, issue)
     }
 }
 

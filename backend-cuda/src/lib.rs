@@ -18,6 +18,7 @@ pub mod nccl;
 pub mod p2p;
 pub mod probe;
 pub mod profile;
+mod record;
 pub mod reg;
 pub mod rendezvous;
 pub mod settings;

@@ -17,6 +17,7 @@ use ggml_core::backend::check_range;
 use ggml_core::{Backend, Buffer as _, DataRef, Device, Event, Graph, Result, TensorId};
 use ggml_gpu::dispatch;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,9 @@ pub struct CudaBackend {
     /// Per-node profile or counters, when the environment asks for them ([`profile`]).
     diagnostics: Option<Mutex<Diagnostics>>,
     profiling: bool,
+    /// The stream's work is being captured into a recording of several streams
+    /// ([`crate::record`]): `compute` launches straight into the capture.
+    recording: AtomicBool,
 }
 
 impl CudaBackend {
@@ -99,6 +103,7 @@ impl CudaBackend {
             scratch: Mutex::new(Scratch::default()),
             diagnostics,
             profiling,
+            recording: AtomicBool::new(false),
         })
     }
 
@@ -131,6 +136,9 @@ impl CudaBackend {
         let Some(d) = self.diagnostics.as_ref().filter(|_| !self.profiling) else {
             return queue();
         };
+        if self.recording.load(Ordering::Relaxed) {
+            return queue();
+        }
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let begin = Instant::now();
         let first = cu("record event", self.stream.record_event(timing))?;
@@ -146,6 +154,16 @@ impl CudaBackend {
         }
         d.spans.push(label(), first, last, host)?;
         r
+    }
+
+    /// Whether the stream profiles each node (`GGML_TP_CUDA_PROFILE`).
+    pub(crate) fn is_profiling(&self) -> bool {
+        self.profiling
+    }
+
+    /// Marks the stream as captured by a recording of several streams ([`crate::record`]).
+    pub(crate) fn set_recording(&self, on: bool) {
+        self.recording.store(on, Ordering::Relaxed);
     }
 
     /// Counters of the CUDA graph cache.
@@ -432,9 +450,13 @@ impl Backend for CudaBackend {
         }
     }
     /// Queues `nodes`: eagerly the first time, then as a captured CUDA graph (see `graph_cache`);
-    /// profiled node by node when the environment asks for it (see `profile`).
+    /// profiled node by node when the environment asks for it (see `profile`); launched straight
+    /// into a recording's capture while one is under way.
     fn compute(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         self.bind()?;
+        if self.recording.load(Ordering::Relaxed) {
+            return self.launch_nodes(graph, nodes);
+        }
         match &self.diagnostics {
             Some(d) if self.profiling => self.launch_profiled(graph, nodes, d),
             _ => self.timed(

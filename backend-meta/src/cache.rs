@@ -114,6 +114,7 @@ mod tests {
             stages: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            recorded: Default::default(),
         }
     }
 

@@ -25,8 +25,9 @@ use crate::cache::{Lookup, ProgramCache};
 use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
+use crate::record::{Recorded, Step};
 use crate::takeover::Claims;
-use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event};
+use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event, Recorder};
 use ggml_core::sched::Scheduler;
 use ggml_core::{DataRef, Error, Graph, Result, TensorId};
 use parking_lot::Mutex;
@@ -66,6 +67,11 @@ pub struct MetaStats {
     pub drive_ns: u64,
     pub wait_ns: u64,
     pub helped_ns: u64,
+    /// Programs kept as recordings, runs that replayed one, and recordings that failed (their
+    /// programs are issued call by call) ([`crate::record`]).
+    pub recordings: u64,
+    pub replays: u64,
+    pub refused_recordings: u64,
 }
 
 impl MetaStats {
@@ -84,6 +90,9 @@ impl MetaStats {
             drive_ns: self.drive_ns + other.drive_ns,
             wait_ns: self.wait_ns + other.wait_ns,
             helped_ns: self.helped_ns + other.helped_ns,
+            recordings: self.recordings + other.recordings,
+            replays: self.replays + other.replays,
+            refused_recordings: self.refused_recordings + other.refused_recordings,
         }
     }
 
@@ -122,6 +131,9 @@ pub struct MetaBackend {
     one_driver_fits: bool,
     /// The calling thread issues every device's work (`GGML_TP_META_DRIVERS=one` where it fits).
     one_driver: AtomicBool,
+    /// Programs issued from one thread are kept as recordings where the communicator can
+    /// (`GGML_TP_META_RECORD`, [`crate::record`]).
+    record: AtomicBool,
     /// The programs per graph shape, and each device's scheduler (the compute memory they share).
     programs: Mutex<Programs>,
     stats: Mutex<MetaStats>,
@@ -158,7 +170,9 @@ impl MetaBackend {
             comm.is_some() && device.devices().iter().all(|d| d.kind() == DeviceKind::Cpu);
         let one_driver_fits = comm.as_ref().is_some_and(|c| c.is_stream_ordered())
             && backends.iter().all(|b| b.queues_work());
-        let one_driver = AtomicBool::new(one_driver_fits && crate::settings::settings().one_driver);
+        let settings = crate::settings::settings();
+        let one_driver = AtomicBool::new(one_driver_fits && settings.one_driver);
+        let record = AtomicBool::new(settings.record);
         let programs = Programs {
             scheds: backends
                 .iter()
@@ -174,6 +188,7 @@ impl MetaBackend {
             takeover,
             one_driver_fits,
             one_driver,
+            record,
             programs: Mutex::new(programs),
             stats: Mutex::new(MetaStats::default()),
             driver,
@@ -187,6 +202,12 @@ impl MetaBackend {
         let one = on && self.one_driver_fits;
         self.one_driver.store(one, Ordering::Relaxed);
         one
+    }
+
+    /// Keeps programs issued from one thread as recordings where the communicator can (`on`);
+    /// the default is `GGML_TP_META_RECORD` ([`crate::settings`]).
+    pub fn set_recording(&self, on: bool) {
+        self.record.store(on, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> MetaStats {
@@ -265,6 +286,57 @@ impl MetaBackend {
     /// queues its work this costs the host only the launches, and no driver thread has to wake up
     /// or meet the others at each join.
     fn run_from_one_thread(&self, prog: &Program) -> Result<()> {
+        if let Some(recorder) = self.recorder_for(prog) {
+            let mut recorded = prog.recorded.lock();
+            let replay = match recorded.next_step() {
+                Step::Issue => false,
+                Step::Replay => true,
+                Step::Record => self.record(prog, recorder, &mut recorded),
+            };
+            if replay {
+                let (reductions, bytes) = recorded.replay()?;
+                let mut s = self.stats.lock();
+                s.replays += 1;
+                s.reductions += reductions;
+                s.reduced_bytes += bytes;
+                drop(s);
+                return self.synchronize();
+            }
+        }
+        self.issue_from_one_thread(prog)?;
+        self.synchronize()
+    }
+
+    /// Records `prog` issued from this thread; true when it was kept. Nothing recorded has run,
+    /// so the joins counted while recording are taken back (each replay counts them).
+    fn record(&self, prog: &Program, recorder: &dyn Recorder, recorded: &mut Recorded) -> bool {
+        let before = self.stats();
+        let kept = recorded.record(recorder, &mut || self.issue_from_one_thread(prog), || {
+            let s = self.stats();
+            (
+                s.reductions - before.reductions,
+                s.reduced_bytes - before.reduced_bytes,
+            )
+        });
+        let mut s = self.stats.lock();
+        s.reductions = before.reductions;
+        s.reduced_bytes = before.reduced_bytes;
+        s.recordings += u64::from(kept.is_ok());
+        s.refused_recordings += u64::from(kept.is_err());
+        kept.is_ok()
+    }
+
+    /// The recorder that can keep `prog` issued from one thread: every join of the program is a
+    /// stream-ordered AllReduce (no host wait between stages) and the communicator has one.
+    fn recorder_for(&self, prog: &Program) -> Option<&dyn Recorder> {
+        let recorder = self.comm.as_ref()?.recorder()?;
+        (self.record.load(Ordering::Relaxed)
+            && prog.stages.iter().all(|s| self.queued_is_enough(&s.after)))
+        .then_some(recorder)
+    }
+
+    /// Queues the whole program from this thread (see [`MetaBackend::run_from_one_thread`]).
+    fn issue_from_one_thread(&self, prog: &Program) -> Result<()> {
         for stage in &prog.stages {
             for (d, backend) in self.backends.iter().enumerate() {
                 if !stage.nodes[d].is_empty() {
@@ -276,7 +348,7 @@ impl MetaBackend {
             }
             stage.after.iter().try_for_each(|b| self.join(prog, b))?;
         }
-        self.synchronize()
+        Ok(())
     }
 
     /// Runs device `d`'s driver loop where its stream issues work best; failures go to `crew`.

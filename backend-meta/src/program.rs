@@ -54,6 +54,8 @@ pub(crate) struct Program {
     /// Meta inputs copied to devices that cannot read the arena: (meta tensor, local tensor per device).
     pub inputs: Vec<(TensorId, Vec<Option<TensorId>>)>,
     pub outputs: Vec<Output>,
+    /// The program as a recording, once it has one ([`crate::record`]).
+    pub recorded: parking_lot::Mutex<crate::record::Recorded>,
 }
 
 struct Builder<'a> {
@@ -562,5 +564,6 @@ pub(crate) fn build(
         stages,
         inputs: b.inputs,
         outputs,
+        recorded: Default::default(),
     })
 }

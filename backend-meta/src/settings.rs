@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops, with the stage balance of CPU devices and the share of their drivers' time spent idle at stage ends (a switch; default off) |
 //! | `GGML_TP_META_DRIVERS` | who issues the devices' work: `each` (a driver thread per device, meeting at every join) or `one` (the calling thread issues every device's share of each stage and the joins, where every device's stream queues its work and the communicator is ordered on the streams: GPUs; elsewhere as `each`); default `each` |
+//! | `GGML_TP_META_RECORD` | where one thread issues the devices' work and the communicator can keep it (one GPU's logical devices), keep each program as a recording from its second run and replay it (one launch a run) instead of issuing its stages and joins call by call (a switch; default on) |
 //! | `GGML_TP_META_GENERIC_REDUCE` | join partial sums by the generic recursive-doubling AllReduce even where the family has a communicator (a switch; default off) |
 //!
 //! The BF16 transport threshold of the generic AllReduce is the core's
@@ -21,6 +22,8 @@ pub struct Settings {
     pub generic_reduce: bool,
     /// `GGML_TP_META_DRIVERS=one`: one thread issues every device's work where the streams queue it.
     pub one_driver: bool,
+    /// `GGML_TP_META_RECORD`: programs issued from one thread are kept as recordings.
+    pub record: bool,
 }
 
 impl Settings {
@@ -30,6 +33,7 @@ impl Settings {
             stats: env::flag("GGML_TP_META_STATS", false),
             generic_reduce: env::flag("GGML_TP_META_GENERIC_REDUCE", false),
             one_driver: env::choice("GGML_TP_META_DRIVERS", &["each", "one"]) == Some(1),
+            record: env::flag("GGML_TP_META_RECORD", true),
         }
     }
 }

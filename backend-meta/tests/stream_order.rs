@@ -11,8 +11,10 @@ mod common;
 
 use backend_cpu::{CpuCommunicator, CpuDevice};
 use backend_meta::MetaDevice;
-use common::{nmse, single, Dims, Harness, Place};
-use ggml_core::backend::{Backend, Buffer, BufferType, Communicator, Device, Event};
+use common::{nmse, single, single_with_inputs, Dims, Harness, Place};
+use ggml_core::backend::{
+    Backend, Buffer, BufferType, Communicator, Device, Event, Recorder, Recording,
+};
 use ggml_core::registry::{BackendReg, StaticBackend};
 use ggml_core::{
     DType, DataRef, DeviceCaps, DeviceKind, Error, Graph, MemoryInfo, Result, TensorId,
@@ -40,14 +42,17 @@ enum Kind {
     /// A stream-ordered communicator and streams that say they queue their work (as GPU streams
     /// do), so that one thread may issue every device's work.
     Queued,
+    /// As `Queued`, with a communicator that can keep what the streams queue ([`Recorder`]).
+    Recorded,
 }
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Ordered,
     Kind::Synchronous,
     Kind::Generic,
     Kind::Failing,
     Kind::Queued,
+    Kind::Recorded,
 ];
 
 impl Kind {
@@ -58,6 +63,7 @@ impl Kind {
             Kind::Generic => "probegeneric",
             Kind::Failing => "probefailing",
             Kind::Queued => "probequeued",
+            Kind::Recorded => "proberecorded",
         }
     }
 }
@@ -81,6 +87,23 @@ struct Log {
     violations: Mutex<Vec<String>>,
     fail: AtomicBool,
     panic: AtomicBool,
+    /// The calls kept while a recording is under way (`Kind::Recorded`).
+    recording: Mutex<Option<Vec<Call>>>,
+    replays: AtomicUsize,
+}
+
+/// A call kept by the probe recorder, replayed as it was made.
+enum Call {
+    Compute {
+        backend: Arc<dyn Backend>,
+        graph: Graph,
+        nodes: Vec<TensorId>,
+    },
+    AllReduce {
+        data: Vec<DataRef>,
+        dtype: DType,
+        count: usize,
+    },
 }
 
 impl Log {
@@ -90,7 +113,7 @@ impl Log {
 }
 
 fn log(kind: Kind) -> &'static Log {
-    static LOGS: OnceLock<[Log; 5]> = OnceLock::new();
+    static LOGS: OnceLock<[Log; 6]> = OnceLock::new();
     let logs = LOGS.get_or_init(Default::default);
     &logs[KINDS.iter().position(|&k| k == kind).expect("a probe kind")]
 }
@@ -178,6 +201,14 @@ impl Backend for ProbeBackend {
             panic!("probe device 1 panics on request");
         }
         log.threads.lock().insert(std::thread::current().id());
+        if let Some(calls) = log.recording.lock().as_mut() {
+            calls.push(Call::Compute {
+                backend: self.inner.clone(),
+                graph: graph.clone(),
+                nodes: nodes.to_vec(),
+            });
+            return Ok(());
+        }
         trace.in_compute.store(true, Ordering::SeqCst);
         trace.synced.store(false, Ordering::SeqCst);
         let result = if self.device.index == 1 && log.fail.load(Ordering::SeqCst) {
@@ -193,6 +224,10 @@ impl Backend for ProbeBackend {
         result
     }
     fn synchronize(&self) -> Result<()> {
+        if self.log().recording.lock().is_some() {
+            self.log()
+                .violation(format!("{} synchronized while recording", self.name()));
+        }
         self.trace().synced.store(true, Ordering::SeqCst);
         self.inner.synchronize()
     }
@@ -207,11 +242,11 @@ impl Backend for ProbeBackend {
             // The CPU stream's own way: inside its pool.
             Kind::Ordered | Kind::Failing => self.inner.drive(job),
             // The default way: on the calling thread.
-            Kind::Synchronous | Kind::Generic | Kind::Queued => job(),
+            Kind::Synchronous | Kind::Generic | Kind::Queued | Kind::Recorded => job(),
         }
     }
     fn queues_work(&self) -> bool {
-        self.device.kind == Kind::Queued
+        matches!(self.device.kind, Kind::Queued | Kind::Recorded)
     }
 }
 
@@ -226,6 +261,14 @@ impl Communicator for ProbeComm {
     }
     fn all_reduce(&self, data: &[DataRef], dtype: DType, count: usize) -> Result<()> {
         let log = log(self.kind);
+        if let Some(calls) = log.recording.lock().as_mut() {
+            calls.push(Call::AllReduce {
+                data: data.to_vec(),
+                dtype,
+                count,
+            });
+            return Ok(());
+        }
         let computes: Vec<usize> = log
             .devices
             .iter()
@@ -254,6 +297,53 @@ impl Communicator for ProbeComm {
     }
     fn is_stream_ordered(&self) -> bool {
         self.kind != Kind::Synchronous
+    }
+    fn recorder(&self) -> Option<&dyn Recorder> {
+        (self.kind == Kind::Recorded).then_some(self as &dyn Recorder)
+    }
+}
+
+impl Recorder for ProbeComm {
+    fn record(&self, issue: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn Recording>> {
+        let log = log(self.kind);
+        *log.recording.lock() = Some(Vec::new());
+        let issued = issue();
+        let calls = log.recording.lock().take().expect("recording under way");
+        issued?;
+        Ok(Box::new(ProbeRecording {
+            calls,
+            inner: CpuCommunicator::new(self.inner.size()),
+            kind: self.kind,
+        }))
+    }
+}
+
+/// The calls of one recording, made again on each replay (computes on the probe streams' inner
+/// streams, AllReduces through a CPU communicator, each counted as the communicator counts them).
+struct ProbeRecording {
+    calls: Vec<Call>,
+    inner: CpuCommunicator,
+    kind: Kind,
+}
+
+impl Recording for ProbeRecording {
+    fn replay(&self) -> Result<()> {
+        let log = log(self.kind);
+        log.replays.fetch_add(1, Ordering::SeqCst);
+        for call in &self.calls {
+            match call {
+                Call::Compute {
+                    backend,
+                    graph,
+                    nodes,
+                } => backend.compute(graph, nodes)?,
+                Call::AllReduce { data, dtype, count } => {
+                    log.reductions.fetch_add(1, Ordering::SeqCst);
+                    self.inner.all_reduce(data, *dtype, *count)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -293,6 +383,9 @@ inventory::submit! {
 }
 inventory::submit! {
     StaticBackend { name: "probequeued", create: || Box::new(ProbeReg(Kind::Queued)) }
+}
+inventory::submit! {
+    StaticBackend { name: "proberecorded", create: || Box::new(ProbeReg(Kind::Recorded)) }
 }
 
 /// A block harness on a meta device over two probe devices of `kind`.
@@ -440,4 +533,47 @@ fn one_thread_issues_every_device_share_and_join_where_streams_queue_their_work(
     // Streams that compute in the call do not get one thread.
     let (_, ordered) = probe_harness(Kind::Ordered, seed, t);
     assert!(!ordered.set_one_driver(true));
+}
+
+#[test]
+fn one_thread_records_a_program_and_replays_it_where_the_communicator_can_keep_the_work() {
+    let seed = rand::random::<u64>();
+    let t = 3;
+    let (mut h, backend) = probe_harness(Kind::Recorded, seed, t);
+    assert!(backend.set_one_driver(true));
+    let probe = log(Kind::Recorded);
+    // Each run on fresh inputs: a replay that ran nothing would return the run before's output.
+    for run in 0..4u64 {
+        let inputs = seed.wrapping_add(run);
+        h.set_inputs(inputs);
+        let e = nmse(&h.step(), &single_with_inputs(seed, inputs, false, t));
+        assert!(e <= 1e-6, "seed {seed}, run {run}: nmse {e}");
+    }
+    let stats = backend.stats();
+    assert_eq!(
+        (
+            stats.builds,
+            stats.recordings,
+            stats.replays,
+            stats.refused_recordings
+        ),
+        (1, 1, 3, 0),
+        "issued once, recorded on the second run, replayed from then on: {stats:?}"
+    );
+    assert_eq!(probe.replays.load(Ordering::SeqCst), 3);
+    assert!(stats.reductions >= 4 * 4, "{stats:?}");
+    assert_eq!(
+        probe.reductions.load(Ordering::SeqCst) as u64,
+        stats.reductions,
+        "each run's reductions counted once, replayed or not"
+    );
+    assert_clean(Kind::Recorded);
+    // Without one thread, or with recordings off, every run is issued call by call.
+    backend.set_recording(false);
+    h.step();
+    assert_eq!(backend.stats().replays, 3);
+    backend.set_recording(true);
+    backend.set_one_driver(false);
+    h.step();
+    assert_eq!(backend.stats().replays, 3);
 }

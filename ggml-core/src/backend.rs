@@ -266,4 +266,29 @@ pub trait Communicator: Send + Sync {
     fn is_stream_ordered(&self) -> bool {
         false
     }
+    /// Where the family can keep the work queued on the participants' streams and queue it again
+    /// as one unit ([`Recorder`]; a CUDA graph spanning the streams of one GPU's logical devices).
+    /// None (the default) where it cannot.
+    fn recorder(&self) -> Option<&dyn Recorder> {
+        None
+    }
+}
+
+/// Keeps the work that a stream-ordered [`Communicator`]'s participants queue (their backends'
+/// `compute` calls and the communicator's `all_reduce` calls) so that it can be queued again as one
+/// unit: one launch instead of a call per stage and per join.
+pub trait Recorder: Send + Sync {
+    /// Runs `issue`, which queues work on the participants' streams, and keeps that work instead of
+    /// running it: nothing `issue` queued has run when this returns. Err where `issue` failed or
+    /// queued something that cannot be kept (a host wait, a host read of device data); then
+    /// nothing was kept or run either, and the streams are usable as before.
+    fn record(&self, issue: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn Recording>>;
+}
+
+/// Work kept by a [`Recorder`]. It names the memory the recorded calls named: a replay reads and
+/// writes the same addresses, so it is valid while the recorded graphs' tensors keep their memory.
+pub trait Recording: Send + Sync {
+    /// Queues the kept work on the participants' streams again, ordered after the work queued
+    /// on them before; returns before it runs.
+    fn replay(&self) -> Result<()>;
 }

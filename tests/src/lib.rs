@@ -163,6 +163,32 @@ pub fn run_cases(backend: Arc<dyn Backend>, seed: u64, cases: &[case::Case]) -> 
     report
 }
 
+/// Runs each of the first `limit` cases of `op` three times on `backend`, on one allocated graph
+/// with fresh inputs each time (a meta stream issues the case's program, then records it and
+/// replays it where its communicator can keep the work), and checks every run; returns how many
+/// cases ran (the others the device does not support).
+pub fn check_repeated_runs(backend: Arc<dyn Backend>, op: &str, limit: usize) -> usize {
+    let seed = seed();
+    let cases: Vec<case::Case> = cases::all_cases(seed)
+        .into_iter()
+        .filter(|c| c.op == op)
+        .take(limit)
+        .collect();
+    let mut ran = 0;
+    for case in &cases {
+        match runner::run_case_times(&backend, case, 3) {
+            Outcome::Pass(_) => ran += 1,
+            Outcome::Skip(_) => {}
+            Outcome::Fail(m) => panic!(
+                "{} {}: {m} (CONFORMANCE_SEED={seed})",
+                backend.name(),
+                case.describe()
+            ),
+        }
+    }
+    ran
+}
+
 /// Fills `data` (an F32 buffer of `count` values per device) with a pattern that differs per
 /// device, sums it across the devices with `comm` and checks that every device holds the exact sum.
 pub fn check_all_reduce_sum(

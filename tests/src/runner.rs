@@ -68,7 +68,14 @@ fn build_input(
 
 /// Runs `case` on `backend`; never panics (a panic of the backend is a failure).
 pub fn run_case(backend: &Arc<dyn Backend>, case: &Case) -> Outcome {
-    match catch_unwind(AssertUnwindSafe(|| try_run_case(backend, case))) {
+    run_case_times(backend, case, 1)
+}
+
+/// Runs `case` `runs` times on one allocated graph, the inputs drawn from `case.seed`, then
+/// `case.seed + 1`, ... (a stream's repeated work: the same graph with fresh values); the first
+/// failing run's outcome, else the last run's. Never panics.
+pub fn run_case_times(backend: &Arc<dyn Backend>, case: &Case, runs: u64) -> Outcome {
+    match catch_unwind(AssertUnwindSafe(|| try_run_case(backend, case, runs))) {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => Outcome::Fail(format!("error: {e}")),
         Err(p) => {
@@ -92,7 +99,12 @@ pub struct Built {
 
 /// Builds `case`'s graph and draws its inputs (from the case's seed).
 pub fn build(case: &Case) -> Result<Built> {
-    let mut rng = StdRng::seed_from_u64(case.seed);
+    build_seeded(case, case.seed)
+}
+
+/// [`build`] with the inputs drawn from `seed`.
+fn build_seeded(case: &Case, seed: u64) -> Result<Built> {
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut graph = Graph::new();
     let (mut leaves, mut values, mut op_inputs) = (Vec::new(), Vec::new(), Vec::new());
     for spec in &case.inputs {
@@ -111,7 +123,7 @@ pub fn build(case: &Case) -> Result<Built> {
     })
 }
 
-fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
+fn try_run_case(backend: &Arc<dyn Backend>, case: &Case, runs: u64) -> Result<Outcome> {
     let Built {
         mut graph,
         out,
@@ -133,7 +145,35 @@ fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
 
     let mut sched = Scheduler::new(vec![backend.clone()]);
     sched.alloc(&mut graph)?;
-    for (leaf, bytes) in &leaves {
+    let mut outcome = run_built(&mut sched, &mut graph, out, case, &leaves, &values)?;
+    for run in 1..runs {
+        if matches!(outcome, Outcome::Fail(_)) {
+            break;
+        }
+        // The same construction, so the same leaves, with values from the next seed.
+        let again = build_seeded(case, case.seed.wrapping_add(run))?;
+        outcome = run_built(
+            &mut sched,
+            &mut graph,
+            out,
+            case,
+            &again.leaves,
+            &again.values,
+        )?;
+    }
+    Ok(outcome)
+}
+
+/// Fills the inputs of the allocated `graph`, poisons its result, computes and compares.
+fn run_built(
+    sched: &mut Scheduler,
+    graph: &mut Graph,
+    out: TensorId,
+    case: &Case,
+    leaves: &[(TensorId, Vec<u8>)],
+    values: &[Dense],
+) -> Result<Outcome> {
+    for (leaf, bytes) in leaves {
         graph.set_bytes(*leaf, bytes)?;
     }
     // Poison the result (unless it aliases an input the case filled, as cpy and set_rows do):
@@ -142,11 +182,11 @@ fn try_run_case(backend: &Arc<dyn Backend>, case: &Case) -> Result<Outcome> {
         let d = graph.data(out)?;
         d.buffer.fill(d.offset, graph.layout(out).nbytes(), 0xFF)?;
     }
-    sched.compute(&graph)?;
+    sched.compute(graph)?;
 
     let l = *graph.layout(out);
     let got = decode(l.dtype, l.ne, &graph.get_bytes(out)?)?;
-    let want = (case.reference)(&values)?;
+    let want = (case.reference)(values)?;
     Ok(
         match compare(case.check, l.dtype, &got, &want, &values[0]) {
             Ok(m) => Outcome::Pass(m),

@@ -1,12 +1,15 @@
 //! The conformance suite on every CUDA device, and on meta devices over the CUDA devices with even
 //! and 3:1 ratios (AllReduce through NCCL when it loads) and over 2 and 3 logical devices of GPU 0
 //! (`backend_cuda::cuda_devices_with`: the same-GPU AllReduce, so that every tensor-parallel path
-//! runs on one GPU); then a direct check of the NCCL communicator and a few timings. Prints
-//! `skipped: no CUDA device` (with the reason) when there is none, as on CI.
+//! runs on one GPU), and repeated runs there kept as one CUDA graph over both streams; then a
+//! direct check of the NCCL communicator and a few timings. Prints `skipped: no CUDA device`
+//! (with the reason) when there is none, as on CI.
 
 use backend_meta::MetaDevice;
 use ggml_core::{Backend, DType, DataRef, Device, Graph};
-use ggml_tp_tests::{check_all_reduce_sum, family_devices, run_family, run_suite};
+use ggml_tp_tests::{
+    check_all_reduce_sum, check_repeated_runs, family_devices, run_family, run_suite,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -139,6 +142,40 @@ fn meta_cuda_three_logical_even() {
 #[test]
 fn meta_cuda_three_logical_three_to_one_to_one() {
     check_meta_logical(3, Some(vec![3.0, 1.0, 1.0]), None);
+}
+
+/// The matrix products of the suite, each run three times over fresh inputs on a meta device over
+/// two logical devices whose calling thread issues the work: the first run is issued call by call,
+/// the second recorded as one CUDA graph over both streams, the third replays it; every run matches
+/// the reference, so a replay that ran nothing (or stale work) fails.
+#[test]
+fn meta_cuda_two_logical_recorded_programs_conform() {
+    let Some(devs) = logical_devices(2) else {
+        return;
+    };
+    let backend = MetaDevice::new(devs, None)
+        .unwrap()
+        .new_meta_backend()
+        .unwrap();
+    assert!(
+        backend.set_one_driver(true),
+        "logical devices queue their work and reduce on their streams"
+    );
+    backend.set_recording(true);
+    let ran = check_repeated_runs(backend.clone(), "mul_mat", 12);
+    let stats = backend.stats();
+    println!("{ran} mul_mat cases three times each: {stats:?}");
+    assert!(ran > 0, "the suite's mul_mat cases run on CUDA");
+    assert_eq!(stats.refused_recordings, 0, "{stats:?}");
+    assert!(
+        stats.recordings >= ran as u64,
+        "a recording per case: {stats:?}"
+    );
+    assert_eq!(
+        stats.replays,
+        2 * stats.recordings,
+        "each recording replayed for its run and the next: {stats:?}"
+    );
 }
 
 /// Allocates `count` f32 on each device and returns (backend, buffer) pairs.

@@ -376,7 +376,8 @@ pub struct Harness {
     w: Weights,
     sched: Scheduler,
     place: Place,
-    seed: u64,
+    /// The seed of the inputs.
+    inputs: u64,
     moe: bool,
     t: usize,
 }
@@ -394,10 +395,15 @@ impl Harness {
             w: Weights::new(seed, dims),
             sched: Scheduler::new(vec![backend]),
             place,
-            seed,
+            inputs: seed ^ 7,
             moe,
             t,
         }
+    }
+
+    /// Later steps take inputs derived from `seed` (the weights stay).
+    pub fn set_inputs(&mut self, seed: u64) {
+        self.inputs = seed;
     }
 
     /// Later steps run `t` tokens (a graph of another shape).
@@ -420,7 +426,7 @@ impl Harness {
         let t = self.t;
         let (mut g, inp, o) = block(&mut self.w, &self.place, t, self.moe);
         self.sched.alloc(&mut g).unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(self.seed ^ 7);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(self.inputs);
         let x: Vec<f32> = (0..self.w.dims.d * t)
             .map(|_| rng.gen_range(-1.0..1.0))
             .collect();
@@ -472,16 +478,22 @@ pub fn nmse(a: &[f32], r: &[f32]) -> f64 {
 }
 
 pub fn single(seed: u64, moe: bool, t: usize) -> Vec<f32> {
+    single_with_inputs(seed, seed ^ 7, moe, t)
+}
+
+/// [`single`] with the inputs of [`Harness::set_inputs`]`(inputs)`.
+pub fn single_with_inputs(seed: u64, inputs: u64, moe: bool, t: usize) -> Vec<f32> {
     let dev = cpu_device(1);
-    Harness::new(
+    let mut h = Harness::new(
         dev.new_backend().unwrap(),
         Place::Single(dev),
         Dims::TEST,
         seed,
         moe,
         t,
-    )
-    .step()
+    );
+    h.set_inputs(inputs);
+    h.step()
 }
 
 pub fn on_meta(
