@@ -18,7 +18,10 @@
 //! generic AllReduce, outputs). Where every device's stream only queues its work (GPUs,
 //! [`Backend::queues_work`]) and the communicator is stream-ordered, `GGML_TP_META_DRIVERS=one`
 //! ([`crate::settings`]) has the calling thread issue every device's share of each stage and the
-//! joins instead, so that no driver thread wakes up or meets the others per join.
+//! joins instead, so that no driver thread wakes up or meets the others per join; where the
+//! communicator can also keep that work ([`Communicator::recorder`]: one GPU's logical devices),
+//! a program is issued that way once, recorded on its second run and replayed from then on
+//! ([`crate::record`]), and that is the default (`auto`).
 
 use crate::barrier::RankBarrier;
 use crate::cache::{Lookup, ProgramCache};
@@ -26,6 +29,7 @@ use crate::collective::{all_gather, all_reduce, assemble};
 use crate::device::MetaDevice;
 use crate::program::{build, Boundary, Program};
 use crate::record::{Recorded, Step};
+use crate::settings::Drivers;
 use crate::takeover::Claims;
 use ggml_core::backend::{Backend, Communicator, Device, DeviceKind, Event, Recorder};
 use ggml_core::sched::Scheduler;
@@ -129,7 +133,7 @@ pub struct MetaBackend {
     /// Every device's stream queues its work and the communicator is ordered on the streams, so
     /// that one thread can issue all of it ([`MetaBackend::run_from_one_thread`]).
     one_driver_fits: bool,
-    /// The calling thread issues every device's work (`GGML_TP_META_DRIVERS=one` where it fits).
+    /// The calling thread issues every device's work (`GGML_TP_META_DRIVERS`, where it fits).
     one_driver: AtomicBool,
     /// Programs issued from one thread are kept as recordings where the communicator can
     /// (`GGML_TP_META_RECORD`, [`crate::record`]).
@@ -171,7 +175,15 @@ impl MetaBackend {
         let one_driver_fits = comm.as_ref().is_some_and(|c| c.is_stream_ordered())
             && backends.iter().all(|b| b.queues_work());
         let settings = crate::settings::settings();
-        let one_driver = AtomicBool::new(one_driver_fits && settings.one_driver);
+        let records = settings.record && comm.as_ref().is_some_and(|c| c.recorder().is_some());
+        let one_driver = AtomicBool::new(
+            one_driver_fits
+                && match settings.drivers {
+                    Drivers::Each => false,
+                    Drivers::One => true,
+                    Drivers::Auto => records,
+                },
+        );
         let record = AtomicBool::new(settings.record);
         let programs = Programs {
             scheds: backends
