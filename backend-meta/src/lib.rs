@@ -11,7 +11,7 @@ pub mod doubling;
 pub mod exec;
 pub mod layout;
 mod program;
-mod record;
+pub mod record;
 pub mod rules;
 pub mod settings;
 pub mod split;

@@ -3,8 +3,10 @@
 //! over one GPU's logical devices), a program issued from one thread
 //! (`GGML_TP_META_DRIVERS=one`) is recorded on its second run, and each later run queues the
 //! recording again (one launch for every device's stages and every join) instead of issuing its
-//! stages and joins call by call. The first run is issued as usual, so that what the stages allocate
-//! on first use (scratch, workspaces, compiled kernels) exists before the recording. A program whose
+//! stages and joins call by call. Its first runs are issued as usual: what the stages allocate on
+//! first use (scratch, workspaces, compiled kernels) exists before the recording, and only a
+//! program that keeps coming back is recorded (a decode step is; a prompt's micro-batches mostly
+//! are not, and recording one costs about as much as running it: BENCHMARKS.md). A program whose
 //! recording fails is issued call by call from then on. The recording lives with its program: the
 //! program's per-device graphs keep their memory as long as both do.
 
@@ -12,7 +14,7 @@ use ggml_core::backend::{Recorder, Recording};
 use ggml_core::Result;
 
 /// Runs of a program issued call by call before it is recorded.
-const RUNS_BEFORE_RECORDING: u32 = 1;
+pub const RUNS_BEFORE_RECORDING: u32 = 4;
 
 /// A program's recording and what one of its runs adds to the counters it cannot count itself.
 struct Kept {
@@ -120,14 +122,16 @@ mod tests {
     }
 
     #[test]
-    fn issues_once_then_records_then_replays() {
+    fn issues_first_then_records_then_replays() {
         let replays = Arc::new(AtomicUsize::new(0));
         let recorder = Counting {
             fail: false,
             replays: replays.clone(),
         };
         let mut r = Recorded::default();
-        assert!(matches!(r.next_step(), Step::Issue));
+        for _ in 0..RUNS_BEFORE_RECORDING {
+            assert!(matches!(r.next_step(), Step::Issue));
+        }
         assert!(matches!(r.next_step(), Step::Record));
         let mut issued = 0;
         let mut issue = || {
@@ -150,7 +154,9 @@ mod tests {
             replays: Arc::new(AtomicUsize::new(0)),
         };
         let mut r = Recorded::default();
-        r.next_step();
+        for _ in 0..RUNS_BEFORE_RECORDING {
+            r.next_step();
+        }
         assert!(matches!(r.next_step(), Step::Record));
         assert!(r.record(&recorder, &mut || Ok(()), || (0, 0)).is_err());
         for _ in 0..3 {

@@ -163,11 +163,11 @@ pub fn run_cases(backend: Arc<dyn Backend>, seed: u64, cases: &[case::Case]) -> 
     report
 }
 
-/// Runs each of the first `limit` cases of `op` three times on `backend`, on one allocated graph
+/// Runs each of the first `limit` cases of `op` `runs` times on `backend`, on one allocated graph
 /// with fresh inputs each time (a meta stream issues the case's program, then records it and
 /// replays it where its communicator can keep the work), and checks every run; returns how many
 /// cases ran (the others the device does not support).
-pub fn check_repeated_runs(backend: Arc<dyn Backend>, op: &str, limit: usize) -> usize {
+pub fn check_repeated_runs(backend: Arc<dyn Backend>, op: &str, limit: usize, runs: u64) -> usize {
     let seed = seed();
     let cases: Vec<case::Case> = cases::all_cases(seed)
         .into_iter()
@@ -176,7 +176,7 @@ pub fn check_repeated_runs(backend: Arc<dyn Backend>, op: &str, limit: usize) ->
         .collect();
     let mut ran = 0;
     for case in &cases {
-        match runner::run_case_times(&backend, case, 3) {
+        match runner::run_case_times(&backend, case, runs) {
             Outcome::Pass(_) => ran += 1,
             Outcome::Skip(_) => {}
             Outcome::Fail(m) => panic!(

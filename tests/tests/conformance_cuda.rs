@@ -144,10 +144,10 @@ fn meta_cuda_three_logical_three_to_one_to_one() {
     check_meta_logical(3, Some(vec![3.0, 1.0, 1.0]), None);
 }
 
-/// The matrix products of the suite, each run three times over fresh inputs on a meta device over
-/// two logical devices whose calling thread issues the work: the first run is issued call by call,
-/// the second recorded as one CUDA graph over both streams, the third replays it; every run matches
-/// the reference, so a replay that ran nothing (or stale work) fails.
+/// The matrix products of the suite, each run repeatedly over fresh inputs on a meta device over
+/// two logical devices whose calling thread issues the work: the first runs are issued call by
+/// call, the next recorded as one CUDA graph over both streams, the last replays it; every run
+/// matches the reference, so a replay that ran nothing (or stale work) fails.
 #[test]
 fn meta_cuda_two_logical_recorded_programs_conform() {
     let Some(devs) = logical_devices(2) else {
@@ -162,9 +162,10 @@ fn meta_cuda_two_logical_recorded_programs_conform() {
         "logical devices queue their work and reduce on their streams"
     );
     backend.set_recording(true);
-    let ran = check_repeated_runs(backend.clone(), "mul_mat", 12);
+    let runs = u64::from(backend_meta::record::RUNS_BEFORE_RECORDING) + 2;
+    let ran = check_repeated_runs(backend.clone(), "mul_mat", 12, runs);
     let stats = backend.stats();
-    println!("{ran} mul_mat cases three times each: {stats:?}");
+    println!("{ran} mul_mat cases {runs} times each: {stats:?}");
     assert!(ran > 0, "the suite's mul_mat cases run on CUDA");
     assert_eq!(stats.refused_recordings, 0, "{stats:?}");
     assert!(
