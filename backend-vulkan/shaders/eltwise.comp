@@ -31,6 +31,11 @@ float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 float gelu(float x) { return 0.5 * x * (1.0 + tanh_safe(0.7978846 * x * (1.0 + 0.044715 * x * x))); }
 float gelu_erf(float x) { return 0.5 * x * (1.0 + erf_approx(x * 0.70710678)); }
 float silu(float x) { return x / (1.0 + exp(-x)); }
+// ln(1 + e^x) as max(x, 0) + ln(1 + u), u = e^-|x|; ln(1 + u) by its series where 1 + u rounds.
+float softplus(float x) {
+    float u = exp(-abs(x));
+    return max(x, 0.0) + (u < 1e-4 ? u - 0.5 * u * u : log(1.0 + u));
+}
 
 float unary(uint u, float x) {
     switch (u) {
@@ -43,7 +48,8 @@ float unary(uint u, float x) {
     case 6u: return -x;
     case 7u: return max(x, 0.0);
     case 8u: return x * x;
-    default: return sqrt(x);
+    case 9u: return sqrt(x);
+    default: return softplus(x);
     }
 }
 

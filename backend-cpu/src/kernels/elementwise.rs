@@ -67,6 +67,7 @@ pub fn unary_fn(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Sqr => x * x,
         UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
     }
 }
 

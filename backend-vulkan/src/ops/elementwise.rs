@@ -64,6 +64,7 @@ fn unary_code(u: UnaryOp) -> u32 {
         UnaryOp::Relu => 7,
         UnaryOp::Sqr => 8,
         UnaryOp::Sqrt => 9,
+        UnaryOp::Softplus => 10,
     }
 }
 

@@ -19,6 +19,8 @@ pub enum UnaryOp {
     Relu,
     Sqr,
     Sqrt,
+    /// `ln(1 + eˣ)`.
+    Softplus,
 }
 
 /// Gated linear unit variants: `out = f(gate) * up`.
@@ -221,6 +223,7 @@ impl Op {
                 UnaryOp::Tanh => "tanh",
                 UnaryOp::Exp => "exp",
                 UnaryOp::Sigmoid => "sigmoid",
+                UnaryOp::Softplus => "softplus",
                 UnaryOp::Neg => "neg",
                 UnaryOp::Relu => "relu",
                 UnaryOp::Sqr => "sqr",

@@ -22,6 +22,7 @@ fn unary_code(u: UnaryOp) -> i32 {
         UnaryOp::Relu => 7,
         UnaryOp::Sqr => 8,
         UnaryOp::Sqrt => 9,
+        UnaryOp::Softplus => 12,
     }
 }
 

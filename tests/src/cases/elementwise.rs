@@ -7,7 +7,7 @@ use crate::check::{float_bound, Class};
 use crate::reference::elementwise::{self as ew, BinOp};
 use ggml_core::{DType, GluOp, UnaryOp};
 
-const UNARY: [UnaryOp; 10] = [
+const UNARY: [UnaryOp; 11] = [
     UnaryOp::Silu,
     UnaryOp::Gelu,
     UnaryOp::GeluErf,
@@ -18,6 +18,7 @@ const UNARY: [UnaryOp; 10] = [
     UnaryOp::Relu,
     UnaryOp::Sqr,
     UnaryOp::Sqrt,
+    UnaryOp::Softplus,
 ];
 
 pub fn add_cases(set: &mut CaseSet) {
@@ -35,6 +36,8 @@ fn unary(set: &mut CaseSet) {
         let (gen, class) = match u {
             UnaryOp::Sqrt => (Gen::Uniform(0.01, 4.0), Class::Math),
             UnaryOp::Exp => (Gen::Uniform(-4.0, 4.0), Class::Math),
+            // Both tails: ~x far right, ~e^x far left.
+            UnaryOp::Softplus => (Gen::Uniform(-24.0, 24.0), Class::Math),
             UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Sqr => (Gen::Normal(1.5), Class::Exact),
             UnaryOp::Gelu | UnaryOp::GeluErf => (Gen::Normal(2.0), Class::Approx),
             _ => (Gen::Normal(2.0), Class::Math),

@@ -56,6 +56,7 @@ pub fn unary_fn(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Sqr => x * x,
         UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
     }
 }
 

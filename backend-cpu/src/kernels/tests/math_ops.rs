@@ -88,6 +88,7 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Sqr => x * x,
         UnaryOp::Sqrt => x.abs().sqrt(),
+        UnaryOp::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
     }
 }
 
@@ -99,7 +100,7 @@ fn unary_scale_clamp_on_every_float_type() {
             let ne = [ne0, 3, 2, 1];
             let n = ne0 * 6;
             for op in [
-                Silu, Gelu, GeluErf, Tanh, Exp, Sigmoid, Neg, Relu, Sqr, Sqrt,
+                Silu, Gelu, GeluErf, Tanh, Exp, Sigmoid, Neg, Relu, Sqr, Sqrt, Softplus,
             ] {
                 let vals: Vec<f32> = rand_vals(n, -3.0, 3.0)
                     .into_iter()

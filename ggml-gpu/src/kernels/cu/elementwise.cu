@@ -16,6 +16,7 @@
 #define U_SQRT 9
 #define U_SCALE 10
 #define U_CLAMP 11
+#define U_SOFTPLUS 12
 
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
@@ -37,6 +38,7 @@ __device__ float unary_fn(int op, float x, float p0, float p1) {
     case U_SQRT: return sqrtf(x);
     case U_SCALE: return x * p0 + p1;
     case U_CLAMP: return fminf(fmaxf(x, p0), p1);
+    case U_SOFTPLUS: return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
     }
     return x;
 }
