@@ -20,7 +20,7 @@
 //! ([`crate::settings`]) has the calling thread issue every device's share of each stage and the
 //! joins instead, so that no driver thread wakes up or meets the others per join; where the
 //! communicator can also keep that work ([`Communicator::recorder`]: one GPU's logical devices),
-//! a program is issued that way once, recorded on its second run and replayed from then on
+//! a program is issued that way for its first few runs, then recorded and replayed from then on
 //! ([`crate::record`]), and that is the default (`auto`).
 
 use crate::barrier::RankBarrier;

@@ -1,7 +1,7 @@
 //! Programs kept as recordings: where every stage's joins are stream-ordered AllReduces and the
 //! communicator can keep the work queued on its participants' streams ([`Recorder`], a CUDA graph
 //! over one GPU's logical devices), a program issued from one thread
-//! (`GGML_TP_META_DRIVERS=one`) is recorded on its second run, and each later run queues the
+//! (`GGML_TP_META_DRIVERS`) is recorded after its first few runs, and each later run queues the
 //! recording again (one launch for every device's stages and every join) instead of issuing its
 //! stages and joins call by call. Its first runs are issued as usual: what the stages allocate on
 //! first use (scratch, workspaces, compiled kernels) exists before the recording, and only a

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GGML_TP_META_STATS` | print a meta backend's counters when it drops, with the stage balance of CPU devices and the share of their drivers' time spent idle at stage ends (a switch; default off) |
 //! | `GGML_TP_META_DRIVERS` | who issues the devices' work: `each` (a driver thread per device, meeting at every join), `one` (the calling thread issues every device's share of each stage and the joins, where every device's stream queues its work and the communicator is ordered on the streams: GPUs; elsewhere as `each`) or `auto` (`one` where, besides, the communicator keeps programs as recordings, see `GGML_TP_META_RECORD`: one GPU's logical devices; elsewhere `each`); default `auto` |
-//! | `GGML_TP_META_RECORD` | where one thread issues the devices' work and the communicator can keep it (one GPU's logical devices), keep each program as a recording from its second run and replay it (one launch a run) instead of issuing its stages and joins call by call (a switch; default on) |
+//! | `GGML_TP_META_RECORD` | where one thread issues the devices' work and the communicator can keep it (one GPU's logical devices), keep each program as a recording once it has run 4 times and replay it (one launch a run) instead of issuing its stages and joins call by call (a switch; default on) |
 //! | `GGML_TP_META_GENERIC_REDUCE` | join partial sums by the generic recursive-doubling AllReduce even where the family has a communicator (a switch; default off) |
 //!
 //! The BF16 transport threshold of the generic AllReduce is the core's
