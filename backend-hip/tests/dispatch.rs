@@ -238,6 +238,13 @@ fn extra_graphs() -> Vec<Graph> {
     let n = norm.rms_norm(x, 1e-5).unwrap();
     norm.output(n);
     graphs.push(norm);
+    // A norm over a transposed view: rows that are not contiguous (k_norm), whatever the cases drew.
+    let mut strided = Graph::new();
+    let x = strided.new_input(DType::F32, &[3, 64]).unwrap();
+    let xt = strided.transpose(x).unwrap();
+    let n = strided.norm(xt, 1e-5).unwrap();
+    strided.output(n);
+    graphs.push(strided);
     // A prompt's product with BF16 weights (k_bf16_from_f32 rounds the activations).
     let mut bf16 = Graph::new();
     let w = bf16.new_input(DType::BF16, &[64, 32]).unwrap();
