@@ -436,16 +436,41 @@ impl SameGpuCommunicator {
             )));
         }
         check_distinct(&backends, |b| Arc::as_ptr(b.cuda_device()) as usize)?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        let events = backends
-            .iter()
-            .map(|_| cu("create event", first.context().new_event(flags)))
-            .collect::<Result<Vec<_>>>()?;
+        let events = stream_events(&backends)?;
         Ok(SameGpuCommunicator {
             backends,
             events: Mutex::new(events),
         })
     }
+}
+
+/// One event per stream of `backends` (logical devices of one GPU, one context), for the joins
+/// between them.
+pub(crate) fn stream_events(backends: &[Arc<CudaBackend>]) -> Result<Vec<CudaEvent>> {
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+    let ctx = backends[0].cuda_device().context();
+    backends
+        .iter()
+        .map(|_| cu("create event", ctx.new_event(flags)))
+        .collect()
+}
+
+/// The first stream waits for every other stream's work so far.
+pub(crate) fn gather_into_first(backends: &[Arc<CudaBackend>], events: &[CudaEvent]) -> Result<()> {
+    for (b, e) in backends.iter().zip(events).skip(1) {
+        cu("record event", e.record(b.stream()))?;
+        cu("stream wait", backends[0].stream().wait(e))?;
+    }
+    Ok(())
+}
+
+/// Every other stream waits for the first stream's work so far.
+pub(crate) fn spread_from_first(backends: &[Arc<CudaBackend>], events: &[CudaEvent]) -> Result<()> {
+    cu("record event", events[0].record(backends[0].stream()))?;
+    for b in &backends[1..] {
+        cu("stream wait", b.stream().wait(&events[0]))?;
+    }
+    Ok(())
 }
 
 impl Communicator for SameGpuCommunicator {
@@ -460,10 +485,7 @@ impl Communicator for SameGpuCommunicator {
         }
         let events = self.events.lock();
         let lead = &self.backends[0];
-        for (b, e) in self.backends.iter().zip(events.iter()).skip(1) {
-            cu("record event", e.record(b.stream()))?;
-            cu("stream wait", lead.stream().wait(e))?;
-        }
+        gather_into_first(&self.backends, &events)?;
         lead.timed(
             || {
                 format!(
@@ -474,11 +496,7 @@ impl Communicator for SameGpuCommunicator {
             false,
             || p2p::sum_same_gpu(lead, &ptrs, dtype, count),
         )?;
-        cu("record event", events[0].record(lead.stream()))?;
-        for b in &self.backends[1..] {
-            cu("stream wait", b.stream().wait(&events[0]))?;
-        }
-        Ok(())
+        spread_from_first(&self.backends, &events)
     }
     fn is_stream_ordered(&self) -> bool {
         true

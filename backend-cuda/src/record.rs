@@ -6,6 +6,7 @@
 //! queue after, as the calls it replaces did. While recording, the streams launch each `compute`
 //! call's nodes straight into the capture (no graph of their own, no timing events).
 
+use crate::comm::{gather_into_first, spread_from_first, stream_events};
 use crate::memory::CaptureGuard;
 use crate::stream::CudaBackend;
 use crate::{cu, err};
@@ -14,34 +15,6 @@ use ggml_core::backend::Recording;
 use ggml_core::Result;
 use parking_lot::Mutex;
 use std::sync::Arc;
-
-/// One event per stream, for the joins around a capture and a replay.
-fn events(backends: &[Arc<CudaBackend>]) -> Result<Vec<CudaEvent>> {
-    let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-    let ctx = backends[0].cuda_device().context();
-    backends
-        .iter()
-        .map(|_| cu("create event", ctx.new_event(flags)))
-        .collect()
-}
-
-/// The first stream waits for every other stream's work so far.
-fn gather_into_first(backends: &[Arc<CudaBackend>], events: &[CudaEvent]) -> Result<()> {
-    for (b, e) in backends.iter().zip(events).skip(1) {
-        cu("record event", e.record(b.stream()))?;
-        cu("stream wait", backends[0].stream().wait(e))?;
-    }
-    Ok(())
-}
-
-/// Every other stream waits for the first stream's work so far.
-fn spread_from_first(backends: &[Arc<CudaBackend>], events: &[CudaEvent]) -> Result<()> {
-    cu("record event", events[0].record(backends[0].stream()))?;
-    for b in &backends[1..] {
-        cu("stream wait", b.stream().wait(&events[0]))?;
-    }
-    Ok(())
-}
 
 /// Captures what `issue` queues on the streams of `backends` (logical devices of one GPU, one
 /// context) into one CUDA graph; nothing of it runs. Err where `issue` failed or queued what a
@@ -53,7 +26,7 @@ pub(crate) fn record(
     if backends.iter().any(|b| b.is_profiling()) {
         return Err(err("a profiled stream is not recorded"));
     }
-    let events = events(backends)?;
+    let events = stream_events(backends)?;
     let first = backends[0].stream();
     let _capturing = CaptureGuard::enter();
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
