@@ -197,7 +197,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 40] = [
+pub const NAMED_KERNELS: [&str; 41] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -209,6 +209,7 @@ pub const NAMED_KERNELS: [&str; 40] = [
     "k_norm_rows",
     "k_norm_row1",
     "k_sum_rows",
+    "k_sum_rows_short",
     "k_soft_max",
     "k_rope",
     "k_rope_rows",

@@ -10,6 +10,10 @@ use ggml_core::{
     UnaryOp,
 };
 
+/// Rows of at most this many elements are summed by one thread each (`k_sum_rows_short`), not a
+/// block of 256.
+const SHORT_ROW: usize = 32;
+
 fn unary_code(u: UnaryOp) -> i32 {
     match u {
         UnaryOp::Silu => 0,
@@ -200,6 +204,9 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             } else {
                 Launch::rows("k_norm", nrows, 256, 0, args![a, d, *eps, rms])
             }
+        }
+        Op::SumRows if graph.layout(t.src[0]).ne[0] <= SHORT_ROW => {
+            Launch::elementwise("k_sum_rows_short", nrows, args![src(0)?, d])
         }
         Op::SumRows => Launch::rows("k_sum_rows", nrows, 256, 0, args![src(0)?, d]),
         Op::SoftMax { scale, max_bias } => {

@@ -48,6 +48,18 @@ extern "C" __global__ void k_sum_rows(TD a, TD d) { GRID_DEPENDENCY_SYNC();
     sum_row(a, d, blockIdx.x);
 }
 
+// sum_rows of short rows (a delta-net decode step's convolution taps): one thread per row, in
+// order, over a grid-stride loop.
+extern "C" __global__ void k_sum_rows_short(TD a, TD d) { GRID_DEPENDENCY_SYNC();
+    i64 rows = a.ne[1] * a.ne[2] * a.ne[3];
+    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (i64)gridDim.x * blockDim.x) {
+        i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+        double s = 0;
+        for (i64 k = 0; k < a.ne[0]; k++) s += load(a, k, i1, i2, i3);
+        store(d, 0, i1, i2, i3, (float)s);
+    }
+}
+
 // Row r of soft_max (also the MoE router's, k_moe_router).
 __device__ __forceinline__ void soft_max_row(const TD& a, const TD& m, const TD& sk, const TD& d, float scale,
                                              float max_bias, int has_mask, int has_sinks, i64 r) {

@@ -217,6 +217,38 @@ impl Fwd<'_> {
         let past = self.bind(state);
         let inputs = self.g.concat(past, qkv, 1)?;
         let w = self.bind(w);
+        let kept = self.g.view(inputs, &[ch, kernel - 1], &[row], t * row)?;
+        let written = self.g.cpy(kept, past)?;
+        self.g.expand(written);
+        let out = if t == 1 {
+            self.conv_one_token(inputs, w)?
+        } else {
+            self.conv_taps(inputs, w, kernel)?
+        };
+        Ok(self.g.silu(out)?)
+    }
+
+    /// The convolution of one token: `inputs` `[channels, kernel]` (transposed, a view) times the
+    /// weight `[kernel, channels]` element by element, summed over the taps: two launches.
+    fn conv_one_token(&mut self, inputs: TensorId, w: TensorId) -> Result<TensorId, ModelError> {
+        let ch = self.g.layout(inputs).ne[0];
+        let taps = self.g.transpose(inputs)?;
+        let p = self.g.mul(taps, w)?;
+        let sums = self.g.sum_rows(p)?;
+        Ok(self.g.reshape(sums, &[ch, 1])?)
+    }
+
+    /// The convolution of a batch: a product and a sum per tap over the shifted inputs
+    /// `[channels, kernel - 1 + n_tokens]`.
+    fn conv_taps(
+        &mut self,
+        inputs: TensorId,
+        w: TensorId,
+        kernel: usize,
+    ) -> Result<TensorId, ModelError> {
+        let t = self.n_tokens;
+        let ch = self.g.layout(inputs).ne[0];
+        let row = ch * F32;
         let wt = self.g.transpose(w)?;
         let wt = self.g.cont(wt)?;
         let mut acc: Option<TensorId> = None;
@@ -229,11 +261,7 @@ impl Fwd<'_> {
                 None => p,
             });
         }
-        let kept = self.g.view(inputs, &[ch, kernel - 1], &[row], t * row)?;
-        let written = self.g.cpy(kept, past)?;
-        self.g.expand(written);
-        let out = acc.ok_or_else(|| ModelError::Unsupported("a convolution kernel of 0".into()))?;
-        Ok(self.g.silu(out)?)
+        acc.ok_or_else(|| ModelError::Unsupported("a convolution kernel of 0".into()))
     }
 
     /// `scale · x / ‖x‖` per head of `x` `[head_dim, heads, n_tokens]` (contiguous result), as an RMS
