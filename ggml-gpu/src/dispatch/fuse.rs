@@ -1,6 +1,7 @@
 //! The node loop of both backends, [`compute_nodes`], and its fusions: the chains every transformer
-//! layer has, a norm (rms_norm / norm) followed by the mul by its weight row and preceded by the
-//! residual add, run as one `k_norm_rows` launch when adjacent. The fused kernel writes every
+//! layer has, a norm (rms_norm / norm) followed by the mul by its weight row (or by a scale: the
+//! L2 norms of delta-net layers) and preceded by the residual add, run as one `k_norm_rows` launch
+//! when adjacent. The fused kernel writes every
 //! result of the chain, so the intermediates stay valid for other consumers and no consumer
 //! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). A chain
 //! whose result the next launch multiplies with quantized weights also writes that result rounded
@@ -19,6 +20,7 @@ use super::fuse_moe as moe;
 use super::gemv::{self, MAX_GROUP};
 use super::rows::{
     broadcasts_rows, norm_launch, norm_rounds_to_q8, row_contiguous, vec_width, NORM_ADD, NORM_MUL,
+    NORM_SCALE,
 };
 use super::{args, compute_node, Runner, TDesc};
 use ggml_core::{DType, Error, Graph, Layout, Op, Result, TensorId};
@@ -280,6 +282,26 @@ fn fused_weight(graph: &Graph, node: TensorId, norm: TensorId) -> Option<TensorI
     fits.then_some(w)
 }
 
+/// What a chain does after its norm: the mul by a weight, or a scale (and bias).
+#[derive(Clone, Copy)]
+enum Tail {
+    Mul(TensorId),
+    Scale(f32, f32),
+}
+
+/// The tail `node` adds to a chain ending at `norm`, if it can join it.
+fn chain_tail(graph: &Graph, node: TensorId, norm: TensorId) -> Option<Tail> {
+    let t = graph.tensor(node);
+    match t.op {
+        Op::Scale { scale, bias }
+            if t.src[0] == norm && t.layout.ne == graph.layout(norm).ne && f32_rows(&t.layout) =>
+        {
+            Some(Tail::Scale(scale, bias))
+        }
+        _ => fused_weight(graph, node, norm).map(Tail::Mul),
+    }
+}
+
 /// Whether products are grouped (`GGML_TP_GROUP_PRODUCTS` is not `0`, `off` or `false`).
 fn grouping_products() -> bool {
     crate::settings::settings().group_products
@@ -329,10 +351,10 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
         _ => return 1,
     };
     let norm = nodes[norm_at];
-    let with_mul = nodes
+    let with_tail = nodes
         .get(norm_at + 1)
-        .is_some_and(|&m| fused_weight(graph, m, norm).is_some());
-    norm_at + 1 + usize::from(with_mul)
+        .is_some_and(|&m| chain_tail(graph, m, norm).is_some());
+    norm_at + 1 + usize::from(with_tail)
 }
 
 /// First and one-past-last byte an F32 tensor spans.
@@ -459,7 +481,10 @@ fn launch_chain(
 ) -> Result<Option<bool>> {
     let has_add = graph.tensor(group[0]).op == Op::Add;
     let norm = group[usize::from(has_add)];
-    let mul = group.get(usize::from(has_add) + 1).copied();
+    let tail = group.get(usize::from(has_add) + 1).map(|&m| {
+        let tail = chain_tail(graph, m, norm).expect("chain_len checked the tail");
+        (m, tail)
+    });
     let nt = graph.tensor(norm);
     let (eps, rms) = match nt.op {
         Op::RmsNorm { eps } => (eps, 1i32),
@@ -475,12 +500,10 @@ fn launch_chain(
         (desc(nt.src[0])?, absent, absent)
     };
     let n = desc(norm)?;
-    let (w, m) = match mul {
-        Some(m) => {
-            let w = fused_weight(graph, m, norm).expect("chain_len checked the mul");
-            (desc(w)?, desc(m)?)
-        }
-        None => (absent, absent),
+    let (w, m, post, tail_flag) = match tail {
+        Some((m, Tail::Mul(w))) => (desc(w)?, desc(m)?, (1.0, 0.0), NORM_MUL),
+        Some((m, Tail::Scale(scale, bias))) => (absent, desc(m)?, (scale, bias), NORM_SCALE),
+        None => (absent, absent, (1.0f32, 0.0f32), 0),
     };
     let mut written = vec![n];
     let mut read = vec![a];
@@ -488,18 +511,20 @@ fn launch_chain(
         written.push(s);
         read.push(b);
     }
-    if mul.is_some() {
+    if tail.is_some() {
         written.push(m);
+    }
+    if tail_flag == NORM_MUL {
         read.push(w);
     }
     if !aliasing_is_safe(&written, &read) {
         return Ok(None);
     }
-    let flags = if has_add { NORM_ADD } else { 0 } | if mul.is_some() { NORM_MUL } else { 0 };
+    let flags = if has_add { NORM_ADD } else { 0 } | tail_flag;
     let ne0 = nt.layout.ne[0];
     let v = vec_width(ne0, &[written, read].concat());
     let rows = nt.layout.nrows();
-    let last = if mul.is_some() { m } else { n };
+    let last = if tail.is_some() { m } else { n };
     let q8 = q8 && norm_rounds_to_q8(ne0, v);
     let targets = if q8 {
         Some(gemv::q8_scratch(r, ne0 * rows)?)
@@ -511,7 +536,7 @@ fn launch_chain(
         rows,
         v,
         targets,
-        args![a, b, s, n, w, m, eps, rms, flags],
+        args![a, b, s, n, w, m, eps, rms, flags, post.0, post.1],
     );
     r.launch(&launch)?;
     if q8 {

@@ -199,7 +199,7 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
                     nrows,
                     v,
                     None,
-                    args![a, x, x, d, x, x, *eps, rms, 0i32],
+                    args![a, x, x, d, x, x, *eps, rms, 0i32, 1.0f32, 0.0f32],
                 )
             } else {
                 Launch::rows("k_norm", nrows, 256, 0, args![a, d, *eps, rms])

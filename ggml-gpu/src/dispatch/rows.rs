@@ -16,9 +16,10 @@ const NORM_CHUNKS_PER_THREAD: usize = 2;
 /// Threads of a `k_norm_rows` block when rows are short (several rows per block).
 const NORM_BLOCK_THREADS: usize = 256;
 
-/// Flags of `k_norm_rows` (`NORM_ADD`, `NORM_MUL` in norm.cu).
+/// Flags of `k_norm_rows` (`NORM_ADD`, `NORM_MUL`, `NORM_SCALE` in norm.cu).
 pub(super) const NORM_ADD: i32 = 1;
 pub(super) const NORM_MUL: i32 = 2;
+pub(super) const NORM_SCALE: i32 = 4;
 
 /// The types the row kernels read and write.
 fn row_type(t: DType) -> bool {
@@ -98,7 +99,7 @@ pub(super) fn norm_rounds_to_q8(ne0: usize, vec: i32) -> bool {
 /// `k_norm_rows` over `rows` rows of `ne0` elements: threads per row for about
 /// [`NORM_CHUNKS_PER_THREAD`] chunks each, several short rows per block; one row of 4-wide chunks
 /// (a decode step) runs `k_norm_row1`, the same kernel with its row indices fixed. `args` are the
-/// kernel's up to `flags`; the launch appends the 8-bit copy's values and scales (`q8`, see
+/// kernel's up to `post_bias`; the launch appends the 8-bit copy's values and scales (`q8`, see
 /// [`norm_rounds_to_q8`]; 0 for none), `tpr` and `vec`.
 pub(super) fn norm_launch(
     ne0: usize,
@@ -182,6 +183,7 @@ mod tests {
         for (name, value) in [
             ("NORM_ADD", NORM_ADD as usize),
             ("NORM_MUL", NORM_MUL as usize),
+            ("NORM_SCALE", NORM_SCALE as usize),
             ("NORM_KEEP", NORM_CHUNKS_PER_THREAD),
         ] {
             assert!(src.contains(&format!("#define {name} {value}\n")), "{name}");

@@ -396,6 +396,17 @@ fn run_chain(
         .collect()
 }
 
+/// What a norm chain does after its norm.
+#[derive(Clone, Copy, Debug)]
+enum Tail {
+    None,
+    Mul,
+    Scale,
+}
+
+/// The scale and bias of the chains that end in a scale.
+const CHAIN_SCALE: (f32, f32) = (0.0884, 0.25);
+
 #[test]
 fn fused_norm_chains_match_unfused_and_reference() {
     let Some(dev) = kernel_device() else { return };
@@ -416,11 +427,13 @@ fn fused_norm_chains_match_unfused_and_reference() {
     ];
     for ne in shapes {
         for view in views {
-            for (with_add, with_mul, rms, weight_first) in [
-                (true, true, true, false),
-                (true, false, true, false),
-                (false, true, true, false),
-                (true, true, false, true),
+            for (with_add, tail, rms, weight_first) in [
+                (true, Tail::Mul, true, false),
+                (true, Tail::None, true, false),
+                (false, Tail::Mul, true, false),
+                (true, Tail::Mul, false, true),
+                (false, Tail::Scale, true, false),
+                (true, Tail::Scale, false, false),
             ] {
                 let x = InputSpec::new(DType::F32, ne)
                     .gen(Gen::Normal(3.0))
@@ -451,17 +464,24 @@ fn fused_norm_chains_match_unfused_and_reference() {
                     }
                     .unwrap();
                     out.push(h);
-                    if with_mul {
-                        let m = if weight_first {
-                            g.mul(t[2], h)
-                        } else {
-                            g.mul(h, t[2])
-                        };
-                        out.push(m.unwrap());
-                    }
+                    let last = match tail {
+                        Tail::Mul if weight_first => Some(g.mul(t[2], h)),
+                        Tail::Mul => Some(g.mul(h, t[2])),
+                        Tail::Scale => Some(g.scale_bias(h, CHAIN_SCALE.0, CHAIN_SCALE.1)),
+                        Tail::None => None,
+                    };
+                    out.extend(last.map(|m| m.unwrap()));
                     out
                 };
+                let before = ggml_gpu::dispatch::fusion_counts();
                 let fused = run_chain(&dev, &inputs, &build, false);
+                let after = ggml_gpu::dispatch::fusion_counts();
+                // Rows read across (a transposed view) run unfused.
+                let rows_contiguous = !matches!(view, ViewKind::Permute(_));
+                assert!(
+                    !rows_contiguous || after.norm_chains > before.norm_chains,
+                    "{ne:?} {view:?} {tail:?}: no chain fused ({before:?} -> {after:?})"
+                );
                 let unfused = run_chain(&dev, &inputs, &build, true);
                 // The float64 reference from the values the ops see.
                 let seen: Vec<Dense> = inputs
@@ -483,11 +503,18 @@ fn fused_norm_chains_match_unfused_and_reference() {
                     ew::norm(&h, 1e-5)
                 };
                 want.push((h.clone(), Class::Math));
-                if with_mul {
-                    want.push((ew::binary(BinOp::Mul, &h, &seen[2]), Class::Math));
+                match tail {
+                    Tail::Mul => want.push((ew::binary(BinOp::Mul, &h, &seen[2]), Class::Math)),
+                    Tail::Scale => {
+                        let mut m = h.clone();
+                        let (scale, bias) = (CHAIN_SCALE.0 as f64, CHAIN_SCALE.1 as f64);
+                        m.data.iter_mut().for_each(|v| *v = *v * scale + bias);
+                        want.push((m, Class::Math));
+                    }
+                    Tail::None => {}
                 }
                 let what = format!(
-                    "{ne:?} {view:?} add {with_add} mul {with_mul} rms {rms} weight first {weight_first}"
+                    "{ne:?} {view:?} add {with_add} {tail:?} rms {rms} weight first {weight_first}"
                 );
                 for (k, (want, class)) in want.iter().enumerate() {
                     assert_eq!(

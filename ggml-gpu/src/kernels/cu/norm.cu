@@ -1,7 +1,8 @@
 // Row kernels, one block per row: rms_norm / norm (k_norm), sum_rows, and soft_max with mask
 // (broadcast over heads and sequences), ALiBi slopes and attention sinks. Sums are taken in f64.
 // k_norm_rows is the fast path of rms_norm / norm on row-contiguous F32 rows, which also runs the
-// fused chains of the dispatch: the residual add before the norm and the weight mul after it; a
+// fused chains of the dispatch: the residual add before the norm and the weight mul (or a scale)
+// after it; a
 // thread keeps its chunks in registers from the first pass to the last. Where the chain feeds
 // products of quantized weights, it also writes its last result rounded to 8 bits for them.
 // k_norm_row1 is the same body for one row in one block of 4-wide chunks (a decode step): its
@@ -94,6 +95,7 @@ extern "C" __global__ void k_soft_max(TD a, TD m, TD sk, TD d, float scale, floa
 
 #define NORM_ADD 1
 #define NORM_MUL 2
+#define NORM_SCALE 4
 // Chunks a thread keeps in registers from the first pass to the last (the host gives each thread
 // about that many): their loads are all in flight at once, and they are not read twice.
 #define NORM_KEEP 2
@@ -129,22 +131,26 @@ template <int V> __device__ __forceinline__ void norm_dev(const float (&x)[V], f
 }
 
 // x normalized, written to n; with NORM_MUL times the weights g (loaded here unless `have_g`)
-// written to m.
+// written to m; with NORM_SCALE x * post.x + post.y written to m (as k_unary's scale computes it).
 template <int V>
 __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m, const u32* i, u32 c, int flags,
-                                           float mean, float scale, float (&x)[V], float (&g)[V], bool have_g) {
+                                           float mean, float scale, float2 post, float (&x)[V], float (&g)[V],
+                                           bool have_g) {
     for (int j = 0; j < V; j++) x[j] = (x[j] - mean) * scale;
     st_row<V>(row_at(n, i), T_F32, c * V, x);
     if (flags & NORM_MUL) {
         if (!have_g) ld_row<V>(row_bcast(w, i), T_F32, c * V, g);
         for (int j = 0; j < V; j++) x[j] *= g[j];
         st_row<V>(row_at(m, i), T_F32, c * V, x);
+    } else if (flags & NORM_SCALE) {
+        for (int j = 0; j < V; j++) x[j] = x[j] * post.x + post.y;
+        st_row<V>(row_at(m, i), T_F32, c * V, x);
     }
 }
 
 // Rows of n = norm(x) with x = a, or with NORM_ADD x = a + b written to s first; with NORM_MUL also
 // m = n * w (w's rows as long as n's, broadcast over them; w may be either operand of the mul, which
-// commutes). `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
+// commutes), or with NORM_SCALE m = n * post_scale + post_bias. `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
 // Every thread handles the same elements in every pass, in order, so any result may alias an
 // operand exactly (the host allows no other overlap); w is loaded with the first pass unless it is
 // s or n. A thread's first NORM_KEEP chunks stay in registers; longer rows read s (or a) again.
@@ -153,7 +159,7 @@ __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m
 // With ONE_ROW, the launch is one block of `tpr` threads over a single row.
 template <int V, bool ONE_ROW>
 __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, const TD& w, const TD& m, float eps,
-                          int rms, int flags, int tpr, u64 xq, u64 xd) {
+                          int rms, int flags, float2 post, int tpr, u64 xq, u64 xd) {
     const u32 n0 = (u32)n.ne[0], cpr = n0 / V;
     const u32 r = ONE_ROW ? 0 : blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
     const u32 lane = ONE_ROW ? threadIdx.x : threadIdx.x % tpr;
@@ -204,11 +210,11 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
 #pragma unroll
     for (int k = 0; k < NORM_KEEP; k++)
         if (active && lane + k * tpr < cpr)
-            norm_store<V>(n, w, m, i, lane + k * tpr, flags, mean, scale, x[k], g[k], g_early);
+            norm_store<V>(n, w, m, i, lane + k * tpr, flags, mean, scale, post, x[k], g[k], g_early);
     for (u32 c = rest; active && c < cpr; c += tpr) {
         float xc[V], gc[V];
         ld_row<V>(src, T_F32, c * V, xc);
-        norm_store<V>(n, w, m, i, c, flags, mean, scale, xc, gc, false);
+        norm_store<V>(n, w, m, i, c, flags, mean, scale, post, xc, gc, false);
     }
     if (xq) {
 #pragma unroll
@@ -219,12 +225,13 @@ __device__ void norm_rows(const TD& a, const TD& b, const TD& s, const TD& n, co
     }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
-    if (vec == 4) norm_rows<4, false>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
-    else norm_rows<1, false>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+extern "C" __global__ void __launch_bounds__(1024) k_norm_rows(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, float post_scale, float post_bias, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
+    const float2 post = make_float2(post_scale, post_bias);
+    if (vec == 4) norm_rows<4, false>(a, b, s, n, w, m, eps, rms, flags, post, tpr, xq, xd);
+    else norm_rows<1, false>(a, b, s, n, w, m, eps, rms, flags, post, tpr, xq, xd);
 }
 
 // k_norm_rows' arguments; the host launches it only with vec == 4, one block of tpr threads.
-extern "C" __global__ void __launch_bounds__(1024) k_norm_row1(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
-    norm_rows<4, true>(a, b, s, n, w, m, eps, rms, flags, tpr, xq, xd);
+extern "C" __global__ void __launch_bounds__(1024) k_norm_row1(TD a, TD b, TD s, TD n, TD w, TD m, float eps, int rms, int flags, float post_scale, float post_bias, u64 xq, u64 xd, int tpr, int vec) { GRID_DEPENDENCY_SYNC();
+    norm_rows<4, true>(a, b, s, n, w, m, eps, rms, flags, make_float2(post_scale, post_bias), tpr, xq, xd);
 }

@@ -26,7 +26,7 @@ use crate::error::ModelError;
 use crate::load::{Home, Loader, Weight};
 use crate::state::RecurrentState;
 use backend_meta::WeightSplit;
-use ggml_core::{TensorId, UnaryOp};
+use ggml_core::{GluOp, TensorId, UnaryOp};
 
 /// Bytes of an F32 element (every delta-net activation is F32).
 const F32: usize = 4;
@@ -124,8 +124,7 @@ impl Fwd<'_> {
             .ok_or_else(|| ModelError::Unsupported(format!("layer {l} has no recurrent state")))?;
         let (hd, nk, nv, t) = (c.head_dim, c.n_k_heads, c.n_v_heads, self.n_tokens);
         let ch = c.conv_channels();
-        let qkv = self.linear(&dn.qkv, x, None)?;
-        let z = self.linear(&dn.gate, x, None)?;
+        let [qkv, z] = self.linears([(&dn.qkv, None), (&dn.gate, None)], x)?;
         let (b, alpha) = self.beta_alpha(&dn.beta_alpha, c, x)?;
         let beta = self.g.unary(b, UnaryOp::Sigmoid)?;
         let gate = self.log_decay(dn, alpha)?;
@@ -158,8 +157,7 @@ impl Fwd<'_> {
 
         let o = self.norm(o, &dn.norm)?;
         let z = self.g.reshape(z, &[hd, nv, t])?;
-        let z = self.g.silu(z)?;
-        let o = self.g.mul(o, z)?;
+        let o = self.g.glu(GluOp::Swiglu, z, o)?;
         let o = self.g.reshape(o, &[hd * nv, t])?;
         self.linear(&dn.out, o, None)
     }
@@ -174,7 +172,8 @@ impl Fwd<'_> {
         let t = self.n_tokens;
         match ba {
             BetaAlpha::Separate { beta, alpha } => {
-                Ok((self.linear(beta, x, None)?, self.linear(alpha, x, None)?))
+                let [b, a] = self.linears([(beta, None), (alpha, None)], x)?;
+                Ok((b, a))
             }
             BetaAlpha::Fused(w) => {
                 let per_key = c.n_v_heads / c.n_k_heads;

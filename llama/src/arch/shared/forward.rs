@@ -90,7 +90,7 @@ impl Fwd<'_> {
 
     /// `w · x (+ b)` for several weights of one input, the products next to each other in the
     /// graph's node order (a backend can then run them together; the biases come after).
-    fn linears<const N: usize>(
+    pub(super) fn linears<const N: usize>(
         &mut self,
         ws: [(&Weight, Option<&Weight>); N],
         x: TensorId,
