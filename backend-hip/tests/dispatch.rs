@@ -6,7 +6,9 @@
 //! grouped GEMV launch; the decode fusions (gate and up with their gated unit, the rope of k with its
 //! cache write) make one launch each, with the arguments they need.
 
-use ggml_core::{DType, Error, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId};
+use ggml_core::{
+    DType, Error, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId, UnaryOp,
+};
 use ggml_gpu::dispatch::{
     compute_node, compute_nodes, kernel_names, supports, type_name, BatchedGemmCall, GemmCall,
     GemmTypes, KernelArg, Launch, Runner, TDesc,
@@ -256,7 +258,8 @@ fn extra_graphs() -> Vec<Graph> {
 }
 
 /// Graphs of the decode fusions, named: gate and up products with weights of every GEMV type and
-/// their gated unit; the rope of k and its write into F16 and F32 caches through the permute view.
+/// their gated unit; the rope of k and its write into F16 and F32 caches through the permute view;
+/// a MoE layer's router and expert mix; a chain of element-wise nodes; a norm with its scale.
 fn fused_graphs() -> Vec<(String, Graph)> {
     let mut graphs = Vec::new();
     for t in DType::WEIGHTS {
@@ -318,6 +321,22 @@ fn fused_graphs() -> Vec<(String, Graph)> {
     g.output(mix);
     graphs.push((
         "a MoE router, expert gate/up/swiglu and expert mix".into(),
+        g,
+    ));
+    let mut g = Graph::new();
+    let alpha = g.new_input(DType::F32, &[48, 1]).unwrap();
+    let bias = g.new_input(DType::F32, &[48]).unwrap();
+    let a = g.new_input(DType::F32, &[48]).unwrap();
+    let biased = g.add(alpha, bias).unwrap();
+    let sp = g.unary(biased, UnaryOp::Softplus).unwrap();
+    let decay = g.mul(sp, a).unwrap();
+    g.output(decay);
+    let x = g.new_input(DType::F32, &[128, 16]).unwrap();
+    let n = g.rms_norm(x, 1e-6).unwrap();
+    let l2 = g.scale(n, 0.088).unwrap();
+    g.output(l2);
+    graphs.push((
+        "a chain of element-wise nodes, a norm and its scale".into(),
         g,
     ));
     graphs

@@ -13,9 +13,11 @@
 //! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
 //! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
 //! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`], the expert
-//! mix of a mixture-of-experts layer in [`super::fuse_moe`].
+//! mix of a mixture-of-experts layer in [`super::fuse_moe`], chains of element-wise nodes in
+//! [`super::fuse_eltwise`].
 
 use super::fuse_decode as decode;
+use super::fuse_eltwise as eltwise;
 use super::fuse_moe as moe;
 use super::gemv::{self, MAX_GROUP};
 use super::rows::{
@@ -74,6 +76,8 @@ pub struct FusionCounts {
     pub expert_sums: u64,
     /// Routers of MoE layers (`k_moe_router`).
     pub routers: u64,
+    /// Chains of element-wise nodes (`k_eltwise_chain`).
+    pub eltwise_chains: u64,
     /// Groups computed by separate launches after all (their memory overlaps).
     pub refused: u64,
 }
@@ -89,10 +93,11 @@ enum Fused {
     ProductGroup,
     ExpertSum,
     Router,
+    EltwiseChain,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static COUNTS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -106,6 +111,7 @@ pub fn fusion_counts() -> FusionCounts {
         product_groups: c(Fused::ProductGroup),
         expert_sums: c(Fused::ExpertSum),
         routers: c(Fused::Router),
+        eltwise_chains: c(Fused::EltwiseChain),
         refused: c(Fused::Refused),
     }
 }
@@ -181,6 +187,10 @@ fn launch_fused(
             return Ok((1, rounded));
         }
         ([_], _) => 0,
+        (g, _) if eltwise::is_chain(graph, g) => whole(counted(
+            Fused::EltwiseChain,
+            eltwise::launch_chain(r, graph, g)?,
+        )),
         (&[gate, up, glu], Op::MulMat) if matches!(graph.tensor(glu).op, Op::Glu { .. }) => {
             if counted(
                 Fused::ProductsGlu,
@@ -348,7 +358,7 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
     let norm_at = match nodes {
         [add, norm, ..] if fusable_norm(graph, *norm) && fusable_add(graph, *add, *norm) => 1,
         [norm, ..] if fusable_norm(graph, *norm) => 0,
-        _ => return 1,
+        _ => return eltwise::chain_len(graph, nodes).unwrap_or(1),
     };
     let norm = nodes[norm_at];
     let with_tail = nodes

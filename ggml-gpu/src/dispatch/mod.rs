@@ -9,6 +9,7 @@ pub(crate) use attention::VEC_KERNELS;
 mod delta_net;
 mod fuse;
 mod fuse_decode;
+mod fuse_eltwise;
 mod fuse_moe;
 mod gemm;
 mod gemv;
@@ -197,7 +198,7 @@ impl Launch {
 
 /// The kernel entry points written out by name (the GEMV, dequantizer and grouped MoE families are in
 /// [`kernel_names`]).
-pub const NAMED_KERNELS: [&str; 41] = [
+pub const NAMED_KERNELS: [&str; 42] = [
     "k_unary",
     "k_unary_rows",
     "k_binary",
@@ -205,6 +206,7 @@ pub const NAMED_KERNELS: [&str; 41] = [
     "k_glu",
     "k_glu_rows",
     "k_add_id",
+    "k_eltwise_chain",
     "k_norm",
     "k_norm_rows",
     "k_norm_row1",

@@ -102,6 +102,28 @@ fn rows_copy(sl: &Layout, s: TDesc, dl: &Layout, d: TDesc) -> Option<(TDesc, TDe
     Some((flat(s, sl.dtype)?, flat(d, dl.dtype)?))
 }
 
+/// The function an element-wise node applies: `unary_fn`'s code and parameters (unary ops, scale,
+/// clamp), or `binary_fn`'s code (elementwise.cu).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Elementwise {
+    Unary(i32, f32, f32),
+    Binary(i32),
+}
+
+/// The element-wise function of `op`, if it is one.
+pub(super) fn elementwise_fn(op: &Op) -> Option<Elementwise> {
+    Some(match op {
+        Op::Unary(u) => Elementwise::Unary(unary_code(*u), 0.0, 0.0),
+        Op::Scale { scale, bias } => Elementwise::Unary(10, *scale, *bias),
+        Op::Clamp { min, max } => Elementwise::Unary(11, *min, *max),
+        Op::Add => Elementwise::Binary(0),
+        Op::Sub => Elementwise::Binary(1),
+        Op::Mul => Elementwise::Binary(2),
+        Op::Div => Elementwise::Binary(3),
+        _ => return None,
+    })
+}
+
 /// Computes `node` of `graph` through `r` (layout ops and leaves are skipped by the caller).
 pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()> {
     let t = graph.tensor(node);
@@ -133,11 +155,8 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             return Ok(())
         }
         Op::Unary(_) | Op::Scale { .. } | Op::Clamp { .. } => {
-            let (op, p0, p1) = match &t.op {
-                Op::Unary(u) => (unary_code(*u), 0f32, 0f32),
-                Op::Scale { scale, bias } => (10, *scale, *bias),
-                Op::Clamp { min, max } => (11, *min, *max),
-                _ => unreachable!("matched above"),
+            let Some(Elementwise::Unary(op, p0, p1)) = elementwise_fn(&t.op) else {
+                unreachable!("matched above")
             };
             let a = src(0)?;
             if all_rows(&[layouts[0], dl]) && same_shape(0) {
@@ -148,11 +167,8 @@ pub fn compute_node(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<()>
             }
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
-            let op: i32 = match t.op {
-                Op::Add => 0,
-                Op::Sub => 1,
-                Op::Mul => 2,
-                _ => 3,
+            let Some(Elementwise::Binary(op)) = elementwise_fn(&t.op) else {
+                unreachable!("matched above")
             };
             let (a, b) = (src(0)?, src(1)?);
             if all_rows(&[layouts[0], layouts[1], dl])

@@ -15,7 +15,7 @@
 use super::*;
 
 /// Leaves of `specs` drawn from their generators and encoded in their types.
-fn draw_inputs(rng: &mut StdRng, specs: &[InputSpec]) -> Vec<(InputSpec, Vec<u8>)> {
+pub(super) fn draw_inputs(rng: &mut StdRng, specs: &[InputSpec]) -> Vec<(InputSpec, Vec<u8>)> {
     specs
         .iter()
         .map(|s| {
@@ -27,7 +27,7 @@ fn draw_inputs(rng: &mut StdRng, specs: &[InputSpec]) -> Vec<(InputSpec, Vec<u8>
 }
 
 /// The values the ops see of `inputs`: decoded from their bytes, through their views.
-fn seen_values(inputs: &[(InputSpec, Vec<u8>)]) -> Vec<Dense> {
+pub(super) fn seen_values(inputs: &[(InputSpec, Vec<u8>)]) -> Vec<Dense> {
     inputs
         .iter()
         .map(|(s, bytes)| {
@@ -38,7 +38,7 @@ fn seen_values(inputs: &[(InputSpec, Vec<u8>)]) -> Vec<Dense> {
 }
 
 /// Asserts NMSE(`got`, `want`) <= `bound`, naming `what`; returns 1 (one result checked).
-fn within(what: &str, got: &Dense, want: &Dense, bound: f64) -> usize {
+pub(super) fn within(what: &str, got: &Dense, want: &Dense, bound: f64) -> usize {
     let e = nmse(&got.data, &want.data);
     assert!(e <= bound, "{what}: NMSE {e:e} > {bound:e}");
     1

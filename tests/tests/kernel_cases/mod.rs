@@ -31,6 +31,8 @@ use std::sync::Arc;
 mod attention;
 #[path = "delta_net.rs"]
 mod delta_net;
+#[path = "eltwise_chains.rs"]
+mod eltwise_chains;
 #[path = "fusions.rs"]
 mod fusions;
 #[path = "moe.rs"]

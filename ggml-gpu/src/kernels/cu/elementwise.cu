@@ -1,6 +1,7 @@
 // Element-wise kernels: unary functions, scale and clamp (k_unary), broadcasting binary ops
-// (k_binary), gated linear units (k_glu) and per-expert bias (k_add_id). One thread per result
-// element; every operand is read through its strides, so non-contiguous views work. The `_rows`
+// (k_binary), gated linear units (k_glu), per-expert bias (k_add_id) and chains of the unary and
+// binary steps (k_eltwise_chain). One thread per result element; every operand is read through its
+// strides, so non-contiguous views work. The `_rows`
 // variants are the fast paths for row-contiguous float operands: one thread per chunk of 1 or 4
 // elements of a row (`vec`), 32-bit index arithmetic, vector loads and stores.
 
@@ -175,4 +176,40 @@ extern "C" __global__ void k_glu_rows(TD a, TD b, TD d, int op, int fused, int s
                                       int vec) { GRID_DEPENDENCY_SYNC();
     if (vec == 4) glu_rows<4>(a, b, d, op, fused, swapped, alpha, limit);
     else glu_rows<1>(a, b, d, op, fused, swapped, alpha, limit);
+}
+
+// Step code of k_eltwise_chain: the kind (high byte) and the op (U_* of unary_fn, or binary_fn's).
+#define STEP_UNARY 0
+#define STEP_X_OP_OTHER 1
+#define STEP_OTHER_OP_X 2
+
+// x after one step of k_eltwise_chain at element i: unary_fn(x), x op other or other op x (other
+// read as k_binary reads its operands: broadcast when it is the second one, whole when the first).
+__device__ __forceinline__ float chain_step(int code, float p0, float p1, const TD& o, const i64* i, float x) {
+    const int kind = code >> 8, op = code & 0xFF;
+    if (kind == STEP_UNARY) return unary_fn(op, x, p0, p1);
+    if (kind == STEP_X_OP_OTHER)
+        return binary_fn(op, x, load(o, i[0] % o.ne[0], i[1] % o.ne[1], i[2] % o.ne[2], i[3] % o.ne[3]));
+    return binary_fn(op, load(o, i[0], i[1], i[2], i[3]), x);
+}
+
+// A chain of 2 or 3 element-wise F32 nodes of one shape, each taking the one before it (the
+// dispatch's fusion of adjacent unary / scale / clamp / binary nodes): x = a's element, then per step
+// s x = chain_step(code_s, x) written to d_s. Each step is the function its own kernel applies, so
+// every result is bit-equal to the unfused nodes'.
+extern "C" __global__ void k_eltwise_chain(TD a, TD o0, TD d0, TD o1, TD d1, TD o2, TD d2, int steps, int code0,
+                                           int code1, int code2, float p00, float p01, float p10, float p11,
+                                           float p20, float p21) { GRID_DEPENDENCY_SYNC();
+    GRID_LOOP(l, nelem(d0)) {
+        i64 i[4];
+        unravel(l, d0.ne, i);
+        float x = chain_step(code0, p00, p01, o0, i, load(a, i[0], i[1], i[2], i[3]));
+        store(d0, i[0], i[1], i[2], i[3], x);
+        x = chain_step(code1, p10, p11, o1, i, x);
+        store(d1, i[0], i[1], i[2], i[3], x);
+        if (steps > 2) {
+            x = chain_step(code2, p20, p21, o2, i, x);
+            store(d2, i[0], i[1], i[2], i[3], x);
+        }
+    }
 }
