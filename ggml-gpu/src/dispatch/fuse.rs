@@ -1,20 +1,18 @@
 //! The node loop of both backends, [`compute_nodes`], and its fusions: the chains every transformer
-//! layer has, a norm (rms_norm / norm) followed by the mul by its weight row (or by a scale: the
-//! L2 norms of delta-net layers) and preceded by the residual add, run as one `k_norm_rows` launch
-//! when adjacent. The fused kernel writes every
-//! result of the chain, so the intermediates stay valid for other consumers and no consumer
-//! analysis is needed; it computes them exactly as the unfused kernels do (bit-identical). A chain
-//! whose result the next launch multiplies with quantized weights also writes that result rounded
-//! to 8 bits, as `k_quantize_q8` rounds it, where the products read it ([`gemv::mark_rounded`]):
-//! the products skip their own rounding launch; so does decode attention before the output
-//! projection (`k_flash_attn_vec` or, after splits, `k_flash_attn_combine` rounds as it writes).
-//! Adjacent
-//! single-column products of one activation (q, k and v; gate and up: the model builder puts them
-//! next to each other) run as one grouped GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless
-//! `GGML_TP_GROUP_PRODUCTS=0`. The decode step's other fusions (gate and up with their gated unit,
-//! the ropes of q and k with the cache writes of k and v) are in [`super::fuse_decode`], the expert
-//! mix of a mixture-of-experts layer in [`super::fuse_moe`], chains of element-wise nodes in
-//! [`super::fuse_eltwise`].
+//! layer has, a norm (rms_norm / norm) followed by the mul by its weight row (or by a scale: the L2
+//! norms of delta-net layers) and preceded by the residual add, run as one `k_norm_rows` launch
+//! when adjacent. The fused kernel writes every result of the chain, so the intermediates stay
+//! valid for other consumers and no consumer analysis is needed; it computes them exactly as the
+//! unfused kernels do (bit-identical). A chain whose result the next launch multiplies with
+//! quantized weights also writes that result rounded to 8 bits, as `k_quantize_q8` rounds it, where
+//! the products read it ([`gemv::mark_rounded`]): the products skip their own rounding launch; so
+//! does decode attention before the output projection (`k_flash_attn_vec` or, after splits,
+//! `k_flash_attn_combine` rounds as it writes). Adjacent single-column products of one activation
+//! (q, k and v; gate and up: the model builder puts them next to each other) run as one grouped
+//! GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless `GGML_TP_GROUP_PRODUCTS=0`. The decode
+//! step's other fusions (gate and up with their gated unit, the ropes of q and k with the cache
+//! writes of k and v) are in [`super::fuse_decode`], the expert mix of a mixture-of-experts layer
+//! in [`super::fuse_moe`], chains of element-wise nodes in [`super::fuse_eltwise`].
 
 use super::fuse_decode as decode;
 use super::fuse_eltwise as eltwise;
