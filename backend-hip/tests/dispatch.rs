@@ -7,7 +7,7 @@
 //! cache write) make one launch each, with the arguments they need.
 
 use ggml_core::{
-    DType, Error, GluOp, Graph, Layout, Result, RopeMode, RopeParams, TensorId, UnaryOp,
+    DType, Error, GluOp, Graph, HeadShare, Layout, Result, RopeMode, RopeParams, TensorId, UnaryOp,
 };
 use ggml_gpu::dispatch::{
     compute_node, compute_nodes, kernel_names, supports, type_name, BatchedGemmCall, GemmCall,
@@ -259,7 +259,8 @@ fn extra_graphs() -> Vec<Graph> {
 
 /// Graphs of the decode fusions, named: gate and up products with weights of every GEMV type and
 /// their gated unit; the rope of k and its write into F16 and F32 caches through the permute view;
-/// a MoE layer's router and expert mix; a chain of element-wise nodes; a norm with its scale.
+/// a MoE layer's router and expert mix; a chain of element-wise nodes; a norm with its scale; a
+/// delta-net rule with the copy of its state.
 fn fused_graphs() -> Vec<(String, Graph)> {
     let mut graphs = Vec::new();
     for t in DType::WEIGHTS {
@@ -339,6 +340,23 @@ fn fused_graphs() -> Vec<(String, Graph)> {
         "a chain of element-wise nodes, a norm and its scale".into(),
         g,
     ));
+    let (dk, dv, h) = (128, 128, 2);
+    let mut g = Graph::new();
+    let q = g.new_input(DType::F32, &[dk, h, 1]).unwrap();
+    let k = g.new_input(DType::F32, &[dk, h, 1]).unwrap();
+    let v = g.new_input(DType::F32, &[dv, h, 1]).unwrap();
+    let gb = g.new_input(DType::F32, &[h, 1, 2]).unwrap();
+    let s0 = g.new_input(DType::F32, &[dk, dv, h]).unwrap();
+    let rule = g
+        .gated_delta_net([q, k, v, gb, s0], HeadShare::Grouped)
+        .unwrap();
+    let s = g
+        .view(rule, &[dk, dv, h], &[dk * 4, dk * dv * 4], dv * h * 4)
+        .unwrap();
+    let copy = g.cpy(s, s0).unwrap();
+    g.output(rule);
+    g.output(copy);
+    graphs.push(("a delta-net rule with the copy of its state".into(), g));
     graphs
 }
 

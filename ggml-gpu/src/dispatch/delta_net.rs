@@ -1,9 +1,12 @@
 //! gated_delta_net dispatch: `k_gated_delta_net` over the whole batch in one launch, a group of
 //! [`lanes_per_column`] threads per value column of a head's state, each holding
 //! [`DN_KEYS_PER_LANE`] keys of it (grid: value heads × column tiles of [`DN_THREADS`] threads).
+//! The copy of the final state that follows the rule in a model's graph (back into the recurrent
+//! state, [`state_copy_len`]) joins its launch: the kernel writes the state there too.
 
+use super::fuse::aliasing_is_safe;
 use super::{args, Launch, Runner, TDesc};
-use ggml_core::{Graph, HeadShare, Layout, Result, TensorId};
+use ggml_core::{DType, Graph, HeadShare, Layout, Op, Result, TensorId};
 
 /// Threads per `k_gated_delta_net` block (groups of lanes, one value column of one head each).
 const DN_THREADS: u32 = 128;
@@ -28,12 +31,73 @@ pub(super) fn supports(src: &[&Layout], dst: &Layout) -> bool {
         && dst.is_contiguous()
 }
 
+/// 2 when `nodes` starts with a rule and the copy of its final state (a view of the rule's result
+/// at the state, whole, copied to an F32 tensor of the state's shape), as the models write it back.
+pub(super) fn state_copy_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize> {
+    let [rule, copy, ..] = *nodes else {
+        return None;
+    };
+    let r = graph.tensor(rule);
+    let c = graph.tensor(copy);
+    if !matches!(r.op, Op::GatedDeltaNet { .. }) || c.op != Op::Cpy {
+        return None;
+    }
+    let src: Vec<&Layout> = r.src.iter().map(|&s| graph.layout(s)).collect();
+    if !supports(&src, &r.layout) {
+        return None;
+    }
+    let s0 = src[4];
+    let v = graph.tensor(c.src[0]);
+    let outputs = src[2].ne[..2].iter().product::<usize>() * src[1].ne[2];
+    let whole_state = v.op == (Op::View { offset: outputs * 4 })
+        && v.src[0] == rule
+        && v.layout.is_contiguous()
+        && v.layout.ne == s0.ne;
+    (whole_state && c.layout.dtype == DType::F32 && c.layout.ne == s0.ne).then_some(2)
+}
+
+/// Launches the rule `group[0]` and the copy of its state `group[1]` (from [`state_copy_len`]) as
+/// one `k_gated_delta_net`; `false` (nothing launched) when the copy's target overlaps another
+/// operand other than exactly.
+pub(super) fn launch_with_state_copy(
+    r: &dyn Runner,
+    graph: &Graph,
+    group: &[TensorId],
+) -> Result<bool> {
+    let Op::GatedDeltaNet { heads } = graph.tensor(group[0]).op else {
+        unreachable!("state_copy_len checked the rule")
+    };
+    let target = r.desc(graph, group[1])?;
+    let read: Vec<TDesc> = graph
+        .tensor(group[0])
+        .src
+        .iter()
+        .map(|&s| r.desc(graph, s))
+        .collect::<Result<_>>()?;
+    if !aliasing_is_safe(&[target, r.desc(graph, group[0])?], &read) {
+        return Ok(false);
+    }
+    launch(r, graph, group[0], heads, target)?;
+    Ok(true)
+}
+
 /// Launches the rule of `node` through `r`.
 pub(super) fn gated_delta_net(
     r: &dyn Runner,
     graph: &Graph,
     node: TensorId,
     heads: HeadShare,
+) -> Result<()> {
+    launch(r, graph, node, heads, TDesc::absent())
+}
+
+/// The rule of `node`, its final state also copied to `copy` unless that is absent.
+fn launch(
+    r: &dyn Runner,
+    graph: &Graph,
+    node: TensorId,
+    heads: HeadShare,
+    copy: TDesc,
 ) -> Result<()> {
     let t = graph.tensor(node);
     let d: Vec<TDesc> = t
@@ -51,7 +115,7 @@ pub(super) fn gated_delta_net(
         grid: [nh as u32, dv.div_ceil(columns_per_block) as u32, 1],
         threads: DN_THREADS,
         shared_bytes: 0,
-        args: args![d[0], d[1], d[2], d[3], d[4], dst, tiled, lanes as i32],
+        args: args![d[0], d[1], d[2], d[3], d[4], dst, copy, tiled, lanes as i32],
     })
 }
 

@@ -12,8 +12,10 @@
 //! GEMV launch ([`super::gemv::mul_mat_vec_group`]), unless `GGML_TP_GROUP_PRODUCTS=0`. The decode
 //! step's other fusions (gate and up with their gated unit, the ropes of q and k with the cache
 //! writes of k and v) are in [`super::fuse_decode`], the expert mix of a mixture-of-experts layer
-//! in [`super::fuse_moe`], chains of element-wise nodes in [`super::fuse_eltwise`].
+//! in [`super::fuse_moe`], chains of element-wise nodes in [`super::fuse_eltwise`], a delta-net
+//! rule with the copy of its state in [`super::delta_net`].
 
+use super::delta_net;
 use super::fuse_decode as decode;
 use super::fuse_eltwise as eltwise;
 use super::fuse_moe as moe;
@@ -76,6 +78,8 @@ pub struct FusionCounts {
     pub routers: u64,
     /// Chains of element-wise nodes (`k_eltwise_chain`).
     pub eltwise_chains: u64,
+    /// Delta-net rules that also wrote the copy of their final state (`k_gated_delta_net`).
+    pub state_copies: u64,
     /// Groups computed by separate launches after all (their memory overlaps).
     pub refused: u64,
 }
@@ -92,10 +96,11 @@ enum Fused {
     ExpertSum,
     Router,
     EltwiseChain,
+    StateCopy,
     Refused,
 }
 
-static COUNTS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+static COUNTS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 
 /// The [`FusionCounts`] so far.
 pub fn fusion_counts() -> FusionCounts {
@@ -110,6 +115,7 @@ pub fn fusion_counts() -> FusionCounts {
         expert_sums: c(Fused::ExpertSum),
         routers: c(Fused::Router),
         eltwise_chains: c(Fused::EltwiseChain),
+        state_copies: c(Fused::StateCopy),
         refused: c(Fused::Refused),
     }
 }
@@ -212,6 +218,10 @@ fn launch_fused(
         (_, Op::Rope(_)) => whole(counted(
             Fused::RopeCache,
             decode::launch_rope_cache(r, graph, group)?,
+        )),
+        (_, Op::GatedDeltaNet { .. }) => whole(counted(
+            Fused::StateCopy,
+            delta_net::launch_with_state_copy(r, graph, group)?,
         )),
         (_, Op::SoftMax { .. } | Op::TopK { .. }) => {
             whole(counted(Fused::Router, moe::launch_router(r, graph, group)?))
@@ -350,7 +360,8 @@ fn chain_len(graph: &Graph, nodes: &[TensorId]) -> usize {
             .or_else(|| moe::expert_sum_len(graph, nodes))
             .or_else(|| moe::router_len(graph, nodes))
     };
-    if let Some(len) = decode::rope_cache_len(graph, nodes).or_else(moe_len) {
+    let other_len = || moe_len().or_else(|| delta_net::state_copy_len(graph, nodes));
+    if let Some(len) = decode::rope_cache_len(graph, nodes).or_else(other_len) {
         return len;
     }
     let norm_at = match nodes {

@@ -7,7 +7,9 @@
 // group reads consecutive shared-memory words). gb holds per head and token the log decay g, then
 // beta. Per token t: S = e^g S, u = beta (v - S^T k), S += k u^T, o = S^T q. The result (dense,
 // the dispatch's condition) holds the outputs [Dv, H, T] and then the final state in the layout of
-// the state operand [Dk, Dv, H].
+// the state operand [Dk, Dv, H]; with `sc` (a fused copy of that state, e.g. back into the state
+// operand: each element is read and written by the same thread) the final state is written there
+// too.
 
 #define DN_MAX_DK 256
 #define DN_KEYS_PER_LANE 32
@@ -27,7 +29,7 @@ __device__ __forceinline__ float dn_group_sum(float x, int lanes) {
 // The rule for groups of L lanes per column (see the kernel).
 template <int L>
 __device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, const TD& gb, const TD& s0, const TD& d,
-                                        int tiled, float (&sk)[DN_MAX_DK], float (&sq)[DN_MAX_DK]) {
+                                        const TD& sc, int tiled, float (&sk)[DN_MAX_DK], float (&sq)[DN_MAX_DK]) {
     float s[DN_KEYS_PER_LANE];
     const int dk = (int)k.ne[0];
     const i64 hk = k.ne[1], n_tok = k.ne[2];
@@ -80,15 +82,21 @@ __device__ __forceinline__ void dn_rule(const TD& q, const TD& k, const TD& v, c
         const int i = e * L + sub;
         if (i < dk) state_out[i] = s[e];
     }
+    if (!sc.ptr) return;
+#pragma unroll
+    for (int e = 0; e < DN_KEYS_PER_LANE; e++) {
+        const int i = e * L + sub;
+        if (i < dk) *dn_f32(sc, i, j, h) = s[e];
+    }
 }
 
-// lanes: 4 or 8 per value column.
-extern "C" __global__ void k_gated_delta_net(TD q, TD k, TD v, TD gb, TD s0, TD d, int tiled, int lanes) {
+// lanes: 4 or 8 per value column; sc absent (ptr 0) or the F32 target of the final state's copy.
+extern "C" __global__ void k_gated_delta_net(TD q, TD k, TD v, TD gb, TD s0, TD d, TD sc, int tiled, int lanes) {
     GRID_DEPENDENCY_SYNC();
     __shared__ float sk[DN_MAX_DK];
     __shared__ float sq[DN_MAX_DK];
     if (lanes == 8)
-        dn_rule<8>(q, k, v, gb, s0, d, tiled, sk, sq);
+        dn_rule<8>(q, k, v, gb, s0, d, sc, tiled, sk, sq);
     else
-        dn_rule<4>(q, k, v, gb, s0, d, tiled, sk, sq);
+        dn_rule<4>(q, k, v, gb, s0, d, sc, tiled, sk, sq);
 }
