@@ -82,8 +82,14 @@ fn gated_delta_net_writes_its_state_copy_in_the_same_launch() {
             "{tokens} tokens: {before:?} -> {after:?}"
         );
         let unfused = super::run_chain(&dev, &inputs, &build, true);
-        assert_eq!(fused[0].0, unfused[0].0, "{tokens} tokens: rule fused != unfused");
-        assert_eq!(fused[1].0, unfused[1].0, "{tokens} tokens: copy fused != unfused");
+        assert_eq!(
+            fused[0].0, unfused[0].0,
+            "{tokens} tokens: rule fused != unfused"
+        );
+        assert_eq!(
+            fused[1].0, unfused[1].0,
+            "{tokens} tokens: copy fused != unfused"
+        );
         assert_eq!(
             &fused[0].0[state_at..],
             &fused[1].0[..],
