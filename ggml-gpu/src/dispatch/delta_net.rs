@@ -49,12 +49,11 @@ pub(super) fn state_copy_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize>
     let s0 = src[4];
     let v = graph.tensor(c.src[0]);
     let outputs = src[2].ne[..2].iter().product::<usize>() * src[1].ne[2];
+    let at_state = Op::View {
+        offset: outputs * 4,
+    };
     let whole_state =
-        v.op == (Op::View {
-            offset: outputs * 4,
-        }) && v.src[0] == rule
-            && v.layout.is_contiguous()
-            && v.layout.ne == s0.ne;
+        v.op == at_state && v.src[0] == rule && v.layout.is_contiguous() && v.layout.ne == s0.ne;
     (whole_state && c.layout.dtype == DType::F32 && c.layout.ne == s0.ne).then_some(2)
 }
 
