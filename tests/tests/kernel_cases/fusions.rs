@@ -317,17 +317,8 @@ fn expert_mix_in_one_launch() {
             }
             out
         };
-        let before = ggml_gpu::dispatch::fusion_counts();
-        let fused = run_chain(&dev, &inputs, &build, false);
-        let after = ggml_gpu::dispatch::fusion_counts();
-        assert!(
-            after.expert_sums > before.expert_sums,
-            "[{d}, {k}, {t}]: {before:?} -> {after:?}"
-        );
-        let unfused = run_chain(&dev, &inputs, &build, true);
-        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            assert_eq!(f.0, u.0, "[{d}, {k}, {t}]: result {e} fused != unfused");
-        }
+        let what = format!("[{d}, {k}, {t}]");
+        let fused = fused_matching_unfused(&dev, &inputs, &build, |c| c.expert_sums, &what);
         let seen = seen_values(&inputs);
         let product = ew::binary(BinOp::Mul, &seen[0], &seen[1]);
         let mut want = vec![0.0; d * t];
@@ -381,17 +372,7 @@ fn expert_gate_up_and_gated_unit_in_one_launch() {
             vec![gate, up, g.glu(GluOp::Swiglu, gate, up).unwrap()]
         };
         let what = format!("{w} [{k}, {m}] x {n_exp} experts, {n_used} of them, {t} tokens");
-        let before = ggml_gpu::dispatch::fusion_counts();
-        let fused = run_chain(&dev, &inputs, &build, false);
-        let after = ggml_gpu::dispatch::fusion_counts();
-        assert!(
-            after.products_glu > before.products_glu,
-            "{what}: {before:?} -> {after:?}"
-        );
-        let unfused = run_chain(&dev, &inputs, &build, true);
-        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            assert_eq!(f.0, u.0, "{what}: result {e} fused != unfused");
-        }
+        let fused = fused_matching_unfused(&dev, &inputs, &build, |c| c.products_glu, &what);
         let seen = seen_values(&inputs);
         let bound = weight_bound(w);
         let gate = mx::mul_mat_id(&seen[1], &seen[0], &seen[3]);
@@ -454,17 +435,7 @@ fn moe_router_in_one_launch() {
         let what = format!(
             "{n_exp} experts, {k} chosen, {t} tokens, top_k first {topk_first}, renorm {renorm}"
         );
-        let before = ggml_gpu::dispatch::fusion_counts();
-        let fused = run_chain(&dev, &inputs, &build, false);
-        let after = ggml_gpu::dispatch::fusion_counts();
-        assert!(
-            after.routers > before.routers,
-            "{what}: {before:?} -> {after:?}"
-        );
-        let unfused = run_chain(&dev, &inputs, &build, true);
-        for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
-            assert_eq!(f.0, u.0, "{what}: result {e} fused != unfused");
-        }
+        let fused = fused_matching_unfused(&dev, &inputs, &build, |c| c.routers, &what);
         let seen = seen_values(&inputs);
         let bound = float_bound(Class::Math, DType::F32);
         let sorted = if topk_first {

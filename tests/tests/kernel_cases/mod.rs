@@ -398,6 +398,30 @@ fn run_chain(
         .collect()
 }
 
+/// The results of `build` run fused (see [`run_chain`]), after checking that the fused run made
+/// more launches of the kind `count` reads than before it and that every result is bit-equal to
+/// a run whose nodes are kept apart.
+fn fused_matching_unfused(
+    dev: &Arc<dyn Device>,
+    inputs: &[(InputSpec, Vec<u8>)],
+    build: &dyn Fn(&mut Graph, &[TensorId]) -> Vec<TensorId>,
+    count: fn(&ggml_gpu::dispatch::FusionCounts) -> u64,
+    what: &str,
+) -> Vec<(Vec<u8>, Dense)> {
+    let before = ggml_gpu::dispatch::fusion_counts();
+    let fused = run_chain(dev, inputs, build, false);
+    let after = ggml_gpu::dispatch::fusion_counts();
+    assert!(
+        count(&after) > count(&before),
+        "{what}: no fused launch ({before:?} -> {after:?})"
+    );
+    let unfused = run_chain(dev, inputs, build, true);
+    for (e, (f, u)) in fused.iter().zip(&unfused).enumerate() {
+        assert_eq!(f.0, u.0, "{what}: result {e} fused != unfused");
+    }
+    fused
+}
+
 /// What a norm chain does after its norm.
 #[derive(Clone, Copy, Debug)]
 enum Tail {
