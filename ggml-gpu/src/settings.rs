@@ -11,6 +11,7 @@
 //! | `GGML_TP_GROUP_PRODUCTS` | adjacent single-column products of one activation run as one grouped GEMV (default on) |
 //! | `GGML_TP_GEMV_ROW_PAIRS` | single-column GEMV launches of quantized weights take the two-column kernel, whose row groups hold two rows sharing each activation load (default on) |
 //! | `GGML_TP_GROUPED_WEIGHTS` | the weight types kept regrouped where rows are whole groups of 32 blocks (`DType::Q4_0G` / `DType::Q8_0G`: 16-byte loads of consecutive blocks): `q8_0` (default), `q4_0,q8_0`, or `none` |
+//! | `GGML_TP_FUSE_CHAINS` | chains of element-wise nodes in one launch, a norm chain's trailing scale, the delta-net rule with the copy of its state (default on) |
 //! | `GGML_TP_FUSE_DECODE` | the decode step's fusions: gate/up GEMV with its GLU (also of the chosen experts), rope of k with its cache write, a MoE router, a MoE expert mix (default on) |
 
 use ggml_core::DType;
@@ -35,6 +36,9 @@ pub struct Settings {
     pub gemv_row_pairs: bool,
     /// `GGML_TP_FUSE_DECODE`: the decode fusions are on.
     pub fuse_decode: bool,
+    /// `GGML_TP_FUSE_CHAINS`: element-wise chains, norm chains' scales and the delta-net state
+    /// copy are fused.
+    pub fuse_chains: bool,
     /// `GGML_TP_GROUPED_WEIGHTS`: the weight types kept in their regrouped layouts.
     pub grouped_weights: Vec<DType>,
 }
@@ -51,6 +55,7 @@ impl Default for Settings {
             group_products: true,
             gemv_row_pairs: true,
             fuse_decode: true,
+            fuse_chains: true,
             // Measured on an H100 (Llama-3.1-8B shapes, tg128): Q8_0 228.0 -> 240.9 t/s
             // regrouped, Q4_0 326.3 -> 317.2 (slower, so not by default).
             grouped_weights: vec![DType::Q8_0],
@@ -73,6 +78,7 @@ impl Settings {
             group_products: ggml_core::env::flag("GGML_TP_GROUP_PRODUCTS", d.group_products),
             gemv_row_pairs: ggml_core::env::flag("GGML_TP_GEMV_ROW_PAIRS", d.gemv_row_pairs),
             fuse_decode: ggml_core::env::flag("GGML_TP_FUSE_DECODE", d.fuse_decode),
+            fuse_chains: ggml_core::env::flag("GGML_TP_FUSE_CHAINS", d.fuse_chains),
             grouped_weights: ggml_core::env::dtypes("GGML_TP_GROUPED_WEIGHTS")
                 .unwrap_or(d.grouped_weights),
         }

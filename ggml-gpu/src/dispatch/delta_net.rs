@@ -39,7 +39,8 @@ pub(super) fn state_copy_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize>
     };
     let r = graph.tensor(rule);
     let c = graph.tensor(copy);
-    if !matches!(r.op, Op::GatedDeltaNet { .. }) || c.op != Op::Cpy {
+    let fusing = crate::settings::settings().fuse_chains;
+    if !fusing || !matches!(r.op, Op::GatedDeltaNet { .. }) || c.op != Op::Cpy {
         return None;
     }
     let src: Vec<&Layout> = r.src.iter().map(|&s| graph.layout(s)).collect();

@@ -312,7 +312,10 @@ fn chain_tail(graph: &Graph, node: TensorId, norm: TensorId) -> Option<Tail> {
     let t = graph.tensor(node);
     match t.op {
         Op::Scale { scale, bias }
-            if t.src[0] == norm && t.layout.ne == graph.layout(norm).ne && f32_rows(&t.layout) =>
+            if crate::settings::settings().fuse_chains
+                && t.src[0] == norm
+                && t.layout.ne == graph.layout(norm).ne
+                && f32_rows(&t.layout) =>
         {
             Some(Tail::Scale(scale, bias))
         }

@@ -3,7 +3,8 @@
 //! as exactly one of its operands (the delta-net log decay `softplus(α + dt_bias) · ssm_a`, a gate's
 //! sigmoid and product). Every node's result is still written, each computed by the function its
 //! own kernel applies, so the results are bit-equal to the unfused launches' and other consumers
-//! need no analysis.
+//! need no analysis. `GGML_TP_FUSE_CHAINS=0` turns these fusions off (with the norm chains' scale
+//! and the delta-net state copy).
 
 use super::fuse::aliasing_is_safe;
 use super::ops::{elementwise_fn, Elementwise};
@@ -37,7 +38,7 @@ fn continues(graph: &Graph, prev: TensorId, node: TensorId) -> bool {
 
 /// Length of the element-wise chain at the start of `nodes`, if there is one (2 nodes or more).
 pub(super) fn chain_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize> {
-    if !is_step(graph, nodes[0]) {
+    if !crate::settings::settings().fuse_chains || !is_step(graph, nodes[0]) {
         return None;
     }
     let len = 1 + nodes
