@@ -1,9 +1,9 @@
 // Element-wise kernels: unary functions, scale and clamp (k_unary), broadcasting binary ops
 // (k_binary), gated linear units (k_glu), per-expert bias (k_add_id) and chains of the unary and
 // binary steps (k_eltwise_chain). One thread per result element; every operand is read through its
-// strides, so non-contiguous views work. The `_rows`
-// variants are the fast paths for row-contiguous float operands: one thread per chunk of 1 or 4
-// elements of a row (`vec`), 32-bit index arithmetic, vector loads and stores.
+// strides, so non-contiguous views work. The `_rows` variants are the fast paths for row-contiguous
+// float operands: one thread per chunk of 1 or 4 elements of a row (`vec`), 32-bit index
+// arithmetic, vector loads and stores.
 
 #define U_SILU 0
 #define U_GELU 1

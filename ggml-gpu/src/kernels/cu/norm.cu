@@ -2,9 +2,8 @@
 // (broadcast over heads and sequences), ALiBi slopes and attention sinks. Sums are taken in f64.
 // k_norm_rows is the fast path of rms_norm / norm on row-contiguous F32 rows, which also runs the
 // fused chains of the dispatch: the residual add before the norm and the weight mul (or a scale)
-// after it; a
-// thread keeps its chunks in registers from the first pass to the last. Where the chain feeds
-// products of quantized weights, it also writes its last result rounded to 8 bits for them.
+// after it; a thread keeps its chunks in registers from the first pass to the last. Where the chain
+// feeds products of quantized weights, it also writes its last result rounded to 8 bits for them.
 // k_norm_row1 is the same body for one row in one block of 4-wide chunks (a decode step): its
 // row indices are constants, so none of the broadcast and address arithmetic is left.
 
@@ -150,7 +149,8 @@ __device__ __forceinline__ void norm_store(const TD& n, const TD& w, const TD& m
 
 // Rows of n = norm(x) with x = a, or with NORM_ADD x = a + b written to s first; with NORM_MUL also
 // m = n * w (w's rows as long as n's, broadcast over them; w may be either operand of the mul, which
-// commutes), or with NORM_SCALE m = n * post_scale + post_bias. `tpr` threads per row (a power of two, 32..1024), blockDim.x / tpr rows per block.
+// commutes), or with NORM_SCALE m = n * post_scale + post_bias. `tpr` threads per row (a power of
+// two, 32..1024), blockDim.x / tpr rows per block.
 // Every thread handles the same elements in every pass, in order, so any result may alias an
 // operand exactly (the host allows no other overlap); w is loaded with the first pass unless it is
 // s or n. A thread's first NORM_KEEP chunks stay in registers; longer rows read s (or a) again.
