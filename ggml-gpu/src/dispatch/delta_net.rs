@@ -51,7 +51,7 @@ pub(super) fn state_copy_len(graph: &Graph, nodes: &[TensorId]) -> Option<usize>
     let v = graph.tensor(c.src[0]);
     let outputs = src[2].ne[..2].iter().product::<usize>() * src[1].ne[2];
     let at_state = Op::View {
-        offset: outputs * 4,
+        offset: outputs * DType::F32.type_size(),
     };
     let whole_state =
         v.op == at_state && v.src[0] == rule && v.layout.is_contiguous() && v.layout.ne == s0.ne;
@@ -70,16 +70,11 @@ pub(super) fn launch_with_state_copy(
         unreachable!("state_copy_len checked the rule")
     };
     let target = r.desc(graph, group[1])?;
-    let read: Vec<TDesc> = graph
-        .tensor(group[0])
-        .src
-        .iter()
-        .map(|&s| r.desc(graph, s))
-        .collect::<Result<_>>()?;
-    if !aliasing_is_safe(&[target, r.desc(graph, group[0])?], &read) {
+    let (operands, dst) = descs(r, graph, group[0])?;
+    if !aliasing_is_safe(&[target, dst], &operands) {
         return Ok(false);
     }
-    launch(r, graph, group[0], heads, target)?;
+    launch(r, (&operands, dst), heads, target)?;
     Ok(true)
 }
 
@@ -90,24 +85,29 @@ pub(super) fn gated_delta_net(
     node: TensorId,
     heads: HeadShare,
 ) -> Result<()> {
-    launch(r, graph, node, heads, TDesc::absent())
+    let (operands, dst) = descs(r, graph, node)?;
+    launch(r, (&operands, dst), heads, TDesc::absent())
 }
 
-/// The rule of `node`, its final state also copied to `copy` unless that is absent.
-fn launch(
-    r: &dyn Runner,
-    graph: &Graph,
-    node: TensorId,
-    heads: HeadShare,
-    copy: TDesc,
-) -> Result<()> {
-    let t = graph.tensor(node);
-    let d: Vec<TDesc> = t
+/// The operands and the result of the rule `node`.
+fn descs(r: &dyn Runner, graph: &Graph, node: TensorId) -> Result<(Vec<TDesc>, TDesc)> {
+    let operands = graph
+        .tensor(node)
         .src
         .iter()
         .map(|&s| r.desc(graph, s))
         .collect::<Result<_>>()?;
-    let dst = r.desc(graph, node)?;
+    Ok((operands, r.desc(graph, node)?))
+}
+
+/// The rule over operands `d` into `dst`, its final state also copied to `copy` unless that is
+/// absent.
+fn launch(
+    r: &dyn Runner,
+    (d, dst): (&[TDesc], TDesc),
+    heads: HeadShare,
+    copy: TDesc,
+) -> Result<()> {
     let [dv, nh] = [d[2].ne[0] as usize, d[2].ne[1] as usize];
     let lanes = lanes_per_column(d[1].ne[0] as usize);
     let columns_per_block = DN_THREADS as usize / lanes;
